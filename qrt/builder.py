@@ -1,0 +1,80 @@
+"""GraphBuilder: assemble a .qrt graph and its tensors in a few calls.
+
+    b = GraphBuilder()
+    x = b.input("x", "float32", [None, 37])
+    y = b.node("linear_dynamic", {"x": x, "weight": w_int8, "weight_scale": s, "weight_zero_point": z})
+    b.output(y)
+    b.save("model.qrt")
+
+Arrays passed as node inputs are stored as tensors named ``<node>.<port>``.
+Used by the converter and the tests; it writes the JSON form that
+docs/FORMAT.md specifies, and ``save`` validates it like the loader does.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+import numpy as np
+
+from . import format as qformat
+from .ops import OPS
+
+
+class GraphBuilder:
+    def __init__(self) -> None:
+        self.inputs: list[dict] = []
+        self.nodes: list[dict] = []
+        self.tensors: dict[str, np.ndarray] = {}
+        self.outputs: list[str] = []
+        self.output_structure = "single"
+
+    def input(self, name: str, dtype: str, shape: list) -> str:
+        self.inputs.append({"name": name, "dtype": dtype, "shape": list(shape)})
+        return name
+
+    def tensor(self, name: str, array: np.ndarray) -> str:
+        if name in self.tensors:
+            raise ValueError(f"tensor {name!r} is already defined")
+        self.tensors[name] = np.asarray(array)
+        return name
+
+    def node(
+        self,
+        op: str,
+        inputs: Mapping[str, str | np.ndarray],
+        attrs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+    ) -> str | tuple[str, ...]:
+        """Add a node; returns its output value name (a tuple if it has several)."""
+        spec = OPS[op]
+        name = name or f"{op}_{len(self.nodes)}"
+        wired = {}
+        for port, value in inputs.items():
+            if value is None:
+                continue
+            if not isinstance(value, str):
+                value = self.tensor(f"{name}.{port}", value)
+            wired[port] = value
+        outputs = [name if len(spec.outputs) == 1 else f"{name}.{o}" for o in spec.outputs]
+        self.nodes.append(
+            {"name": name, "op": op, "inputs": wired, "outputs": outputs, "attrs": dict(attrs or {})}
+        )
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def output(self, *names: str, as_tuple: bool | None = None) -> None:
+        """Declare the outputs; a tuple unless there is one and as_tuple is not True."""
+        self.outputs = list(names)
+        self.output_structure = "tuple" if (as_tuple or len(names) != 1) else "single"
+
+    def graph(self) -> dict:
+        return {
+            "inputs": self.inputs,
+            "nodes": self.nodes,
+            "outputs": self.outputs,
+            "output_structure": self.output_structure,
+        }
+
+    def save(self, path: str | os.PathLike, metadata: Mapping[str, str] | None = None) -> None:
+        qformat.save(path, self.graph(), self.tensors, metadata)

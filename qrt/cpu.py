@@ -1,0 +1,172 @@
+"""The CPU backend: one prepared step function per node, over qrt._kernels.
+
+``prepare(node, consts)`` is called once per node at load time. It turns the
+node's constant tensors into kernel-ready objects (scalars extracted,
+weights laid out and summed) and returns a function of the node's run-time
+inputs, in port order, that returns the node's outputs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Mapping
+
+import numpy as np
+
+from . import _kernels as K
+from .graph import Node
+from .ops import QUANT_DTYPES
+
+Step = Callable[..., tuple]
+
+_NAN = "contains NaN, which quantization cannot represent"
+
+
+def _quantize_per_tensor(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    scale, zp = np.float32(c["scale"]), int(c["zero_point"])
+    dtype = QUANT_DTYPES[node.attrs["dtype"]]
+
+    def step(x):
+        y = np.empty(x.shape, dtype)
+        if K.quantize_per_tensor(x.reshape(-1), scale, zp, y.reshape(-1)):
+            raise ValueError(f"x {_NAN}")
+        return (y,)
+
+    return step
+
+
+def _channel_view(shape: tuple, axis: int) -> tuple[int, int, int]:
+    """[outer, channels, inner] view of a contiguous array for a per-channel op."""
+    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
+
+
+def _quantize_per_channel(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    scale = np.ascontiguousarray(c["scale"], np.float32)
+    zp = np.ascontiguousarray(c["zero_point"], np.int32)
+    dtype, axis = QUANT_DTYPES[node.attrs["dtype"]], node.attrs["axis"]
+
+    def step(x):
+        y = np.empty(x.shape, dtype)
+        view = _channel_view(x.shape, axis)
+        if K.quantize_per_channel(x.reshape(view), scale, zp, y.reshape(view)):
+            raise ValueError(f"x {_NAN}")
+        return (y,)
+
+    return step
+
+
+def _dequantize(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    axis = node.attrs["axis"]
+    if axis is None:
+        scale, zp = np.float32(c["scale"]), int(c["zero_point"])
+
+        def step(x):
+            y = np.empty(x.shape, np.float32)
+            K.dequantize_per_tensor(x.reshape(-1), scale, zp, y.reshape(-1))
+            return (y,)
+
+        return step
+    scale = np.ascontiguousarray(c["scale"], np.float32)
+    zp = np.ascontiguousarray(c["zero_point"], np.int32)
+
+    def step_per_channel(x):
+        y = np.empty(x.shape, np.float32)
+        view = _channel_view(x.shape, axis)
+        K.dequantize_per_channel(x.reshape(view), scale, zp, y.reshape(view))
+        return (y,)
+
+    return step_per_channel
+
+
+def _rows(layer, out_dtype) -> Step:
+    """Apply a [rows, in] -> [rows, out] layer to x of any rank >= 1."""
+
+    def step(x):
+        lead = x.shape[:-1]
+        y = np.empty(lead + (layer.out_features,), out_dtype)
+        layer(x.reshape(-1, layer.in_features), y.reshape(-1, layer.out_features))
+        return (y,)
+
+    return step
+
+
+def _linear(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    layer = K.StaticLinear(
+        c["weight"],
+        c["weight_scale"],
+        c["weight_zero_point"],
+        c.get("bias"),
+        np.float32(c["x_scale"]),
+        int(c["x_zero_point"]),
+        np.float32(c["y_scale"]),
+        int(c["y_zero_point"]),
+        node.attrs["relu"],
+    )
+    return _rows(layer, np.uint8)
+
+
+def dynamic_linear(c: Mapping[str, np.ndarray], reduce_range: bool, prefix: str = "") -> K.DynamicLinear:
+    """The kernel object for a dynamic linear weight set (prefix: 'ih_', 'hh_', ...)."""
+    return K.DynamicLinear(
+        c[f"{prefix}weight"],
+        c.get(f"{prefix}weight_scale"),
+        c.get(f"{prefix}weight_zero_point"),
+        c.get(f"{prefix}bias"),
+        reduce_range,
+    )
+
+
+def _linear_dynamic(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    return _rows(dynamic_linear(c, node.attrs["reduce_range"]), np.float32)
+
+
+def _rnn_cell_dynamic(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    rr = node.attrs["reduce_range"]
+    cell = K.RNNCell(
+        dynamic_linear(c, rr, "ih_"), dynamic_linear(c, rr, "hh_"), node.attrs["nonlinearity"] == "relu"
+    )
+
+    def step(x, h):
+        if x.shape[0] != h.shape[0]:
+            raise ValueError(f"x has batch {x.shape[0]} but h has batch {h.shape[0]}")
+        out = np.empty(h.shape, np.float32)
+        cell(x, h, out)
+        return (out,)
+
+    return step
+
+
+def _relu(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    zero = np.float32(0)
+    return lambda x: (np.maximum(x, zero),)
+
+
+def _add(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    def step(a, b):
+        if a.shape != b.shape:  # no broadcasting: free dimensions must agree
+            raise ValueError(f"operands have shapes {a.shape} and {b.shape}")
+        return (a + b,)
+
+    return step
+
+
+def _flatten(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    start = node.attrs["start_dim"]
+    return lambda x: (x.reshape(x.shape[:start] + (math.prod(x.shape[start:]),)),)
+
+
+IMPLEMENTATIONS: dict[str, Callable[[Node, Mapping[str, np.ndarray]], Step]] = {
+    "quantize_per_tensor": _quantize_per_tensor,
+    "quantize_per_channel": _quantize_per_channel,
+    "dequantize": _dequantize,
+    "linear": _linear,
+    "linear_dynamic": _linear_dynamic,
+    "rnn_cell_dynamic": _rnn_cell_dynamic,
+    "relu": _relu,
+    "add": _add,
+    "flatten": _flatten,
+}
+
+
+def prepare(node: Node, consts: Mapping[str, np.ndarray]) -> Step:
+    return IMPLEMENTATIONS[node.op](node, consts)

@@ -1,0 +1,279 @@
+"""The .qrt container: a safetensors file whose metadata carries the graph.
+
+Layout (docs/FORMAT.md is the specification):
+
+    u64 little-endian N | N bytes of JSON header | data section
+
+The header maps tensor names to {dtype, shape, data_offsets} and holds
+``__metadata__``, a string-to-string map with ``qrt.version``,
+``qrt.producer``, ``qrt.data_sha256`` and ``qrt.graph`` (the graph as JSON).
+
+``load_file`` maps the file read-only and validates everything in one pass
+before returning: the returned tensors are views of the mapping (copied only
+when misaligned), and the graph is fully checked (``qrt.graph``).
+``save`` writes through a temporary file and a rename, so a reader never
+sees a partial file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import mmap
+import os
+import struct
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from .errors import FormatError
+from .graph import Graph, parse_graph
+from .ops import ValueInfo
+
+FORMAT_VERSION = 1
+SUPPORTED_VERSIONS = (1,)
+MAX_HEADER_BYTES = 100_000_000  # as safetensors: a header claiming more is refused unread
+HEADER_ALIGN = 8
+
+# safetensors dtype code <-> numpy dtype (always little-endian on disk)
+DTYPES = {
+    "I8": np.dtype("int8"),
+    "U8": np.dtype("uint8"),
+    "I32": np.dtype("<i4"),
+    "F16": np.dtype("<f2"),
+    "F32": np.dtype("<f4"),
+}
+CODES = {dt.name: code for code, dt in DTYPES.items()}
+
+META_VERSION = "qrt.version"
+META_PRODUCER = "qrt.producer"
+META_CHECKSUM = "qrt.data_sha256"
+META_GRAPH = "qrt.graph"
+RESERVED_META = (META_VERSION, META_PRODUCER, META_CHECKSUM, META_GRAPH)
+
+
+@dataclass(frozen=True)
+class QrtFile:
+    """A validated .qrt file: its graph, its tensors (views of the mapping), its metadata."""
+
+    graph: Graph
+    tensors: Mapping[str, np.ndarray]
+    metadata: Mapping[str, str]
+    version: int
+
+
+def _no_duplicate_keys(pairs: list) -> dict:
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise FormatError(f"header: duplicate JSON key {k!r:.80}")
+        out[k] = v
+    return out
+
+
+def _parse_json(text: str, what: str) -> Any:
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except FormatError:
+        raise
+    except RecursionError:
+        raise FormatError(f"{what}: JSON nested too deeply") from None
+    except ValueError as e:
+        raise FormatError(f"{what}: malformed JSON ({e})") from None
+
+
+def _tensor_entry(name: str, entry: Any, data_len: int) -> tuple[np.dtype, tuple, int, int]:
+    where = f"tensor {name!r:.80}"
+    if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
+        raise FormatError(f"{where}: entry must have exactly dtype, shape and data_offsets")
+    code = entry["dtype"]
+    if not isinstance(code, str) or code not in DTYPES:
+        raise FormatError(f"{where}: unsupported dtype {code!r:.40}; supported: {sorted(DTYPES)}")
+    shape = entry["shape"]
+    if not isinstance(shape, list) or len(shape) > 8:
+        raise FormatError(f"{where}: shape must be a list of at most 8 dimensions")
+    for d in shape:
+        if not isinstance(d, int) or isinstance(d, bool) or d < 0:
+            raise FormatError(f"{where}: shape dimensions must be non-negative integers, got {d!r:.40}")
+    offsets = entry["data_offsets"]
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+    ):
+        raise FormatError(f"{where}: data_offsets must be two integers [begin, end]")
+    begin, end = offsets
+    if not 0 <= begin <= end <= data_len:
+        raise FormatError(
+            f"{where}: data_offsets [{begin}, {end}] lie outside the data section of {data_len} bytes"
+        )
+    dtype = DTYPES[code]
+    # Python integers: a hostile shape cannot overflow this product.
+    nbytes = math.prod(shape) * dtype.itemsize
+    if end - begin != nbytes:
+        raise FormatError(
+            f"{where}: holds {end - begin} bytes but shape {shape} of {code} needs {nbytes}"
+        )
+    return dtype, tuple(shape), begin, end
+
+
+def _view(buf: mmap.mmap, data_start: int, dtype: np.dtype, shape: tuple, begin: int) -> np.ndarray:
+    count = math.prod(shape)
+    arr = np.frombuffer(buf, dtype=dtype, count=count, offset=data_start + begin).reshape(shape)
+    # Kernels read whole elements; a misaligned tensor from a foreign writer is copied once.
+    return arr if arr.flags.aligned else arr.copy()
+
+
+def load_file(path: str | os.PathLike) -> QrtFile:
+    """Map and validate a .qrt file. Raises FormatError naming any problem."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < 8:
+                raise FormatError(f"file is {size} bytes, too short for the 8-byte header length")
+            buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except IsADirectoryError:
+        raise FormatError(f"{os.fspath(path)!r} is a directory, not a .qrt file") from None
+    (header_len,) = struct.unpack("<Q", buf[:8])
+    if header_len > MAX_HEADER_BYTES:
+        raise FormatError(f"header length {header_len} exceeds the limit of {MAX_HEADER_BYTES} bytes")
+    if 8 + header_len > size:
+        raise FormatError(f"header length {header_len} runs past the end of the {size}-byte file")
+    try:
+        text = buf[8 : 8 + header_len].decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FormatError(f"header: not valid UTF-8 ({e})") from None
+    header = _parse_json(text, "header")
+    if not isinstance(header, dict):
+        raise FormatError("header: must be a JSON object")
+
+    meta = header.pop("__metadata__", None)
+    if not isinstance(meta, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in meta.items()
+    ):
+        raise FormatError("header: __metadata__ must be an object of strings (is this a .qrt file?)")
+    version_text = meta.get(META_VERSION)
+    if version_text is None:
+        raise FormatError(f"header: __metadata__ has no {META_VERSION!r}: not a .qrt file")
+    if not version_text.isdigit() or int(version_text) not in SUPPORTED_VERSIONS:
+        raise FormatError(
+            f"format version {version_text!r:.20} is not supported (this qrt reads {list(SUPPORTED_VERSIONS)})"
+        )
+    for key in (META_CHECKSUM, META_GRAPH, META_PRODUCER):
+        if key not in meta:
+            raise FormatError(f"header: __metadata__ lacks {key!r}")
+
+    data_start = 8 + header_len
+    data_len = size - data_start
+    entries = {
+        name: _tensor_entry(name, entry, data_len) for name, entry in header.items()
+    }
+    spans = sorted((begin, end, name) for name, (_, _, begin, end) in entries.items())
+    for (b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:]):
+        if b1 < e0:
+            raise FormatError(f"tensors {n0!r} [{b0}, {e0}] and {n1!r} [{b1}, {e1}] overlap")
+
+    digest = hashlib.sha256(memoryview(buf)[data_start:]).hexdigest()
+    if digest != meta[META_CHECKSUM]:
+        raise FormatError(
+            f"data section checksum mismatch: header says {meta[META_CHECKSUM]:.64}, data hashes to {digest}"
+        )
+
+    tensors = {
+        name: _view(buf, data_start, dtype, shape, begin)
+        for name, (dtype, shape, begin, _) in entries.items()
+    }
+    infos = {name: ValueInfo(t.dtype.name, t.shape) for name, t in tensors.items()}
+    graph = parse_graph(_parse_json(meta[META_GRAPH], "graph"), infos, tensors)
+    return QrtFile(graph, tensors, dict(meta), int(version_text))
+
+
+def _producer() -> str:
+    from . import __version__
+
+    return f"qrt {__version__}"
+
+
+def encode(
+    graph: Mapping[str, Any],
+    tensors: Mapping[str, np.ndarray],
+    metadata: Mapping[str, str] | None = None,
+) -> bytes:
+    """Serialize a graph (its JSON form) and tensors into .qrt bytes, validating both."""
+    arrays = {}
+    for name, t in tensors.items():
+        a = np.asarray(t)
+        if a.dtype.name not in CODES:
+            raise ValueError(f"tensor {name!r}: dtype {a.dtype} is not storable; use one of {sorted(CODES)}")
+        a = a.astype(a.dtype.newbyteorder("<"), copy=False)
+        arrays[name] = a if a.flags.c_contiguous else a.copy()  # ascontiguousarray would make 0-d 1-d
+    infos = {name: ValueInfo(a.dtype.name, a.shape) for name, a in arrays.items()}
+    parse_graph(json.loads(json.dumps(graph)), infos, arrays)  # refuse to write what cannot be read
+
+    # Widest items first, so every tensor is naturally aligned with no gaps (safetensors allows none).
+    order = sorted(arrays, key=lambda n: (-arrays[n].dtype.itemsize, n))
+    entries, offset = {}, 0
+    for name in order:
+        a = arrays[name]
+        entries[name] = {
+            "dtype": CODES[a.dtype.name],
+            "shape": list(a.shape),
+            "data_offsets": [offset, offset + a.nbytes],
+        }
+        offset += a.nbytes
+    data = b"".join(arrays[name].tobytes() for name in order)
+
+    meta = {k: str(v) for k, v in (metadata or {}).items()}
+    clash = [k for k in meta if k in RESERVED_META]
+    if clash:
+        raise ValueError(f"metadata keys {clash} are reserved for qrt")
+    meta.update(
+        {
+            META_VERSION: str(FORMAT_VERSION),
+            META_PRODUCER: meta.pop("producer", None) or _producer(),
+            META_CHECKSUM: hashlib.sha256(data).hexdigest(),
+            META_GRAPH: json.dumps(graph, separators=(",", ":")),
+        }
+    )
+    header = json.dumps({"__metadata__": meta, **entries}, separators=(",", ":")).encode()
+    header += b" " * (-(8 + len(header)) % HEADER_ALIGN)
+    return struct.pack("<Q", len(header)) + header + data
+
+
+def write_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write bytes to path so that readers see the old file or the whole new one."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".qrt-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # make the rename itself durable
+    finally:
+        os.close(dir_fd)
+
+
+def save(
+    path: str | os.PathLike,
+    graph: Mapping[str, Any],
+    tensors: Mapping[str, np.ndarray],
+    metadata: Mapping[str, str] | None = None,
+) -> None:
+    """Validate and write a .qrt file atomically (temporary file, then rename).
+
+    ``graph`` is the JSON form described in docs/FORMAT.md; ``tensors`` maps
+    names to arrays of int8, uint8, int32, float16 or float32; ``metadata``
+    adds free-form string entries (``producer`` overrides the default).
+    """
+    write_atomic(path, encode(graph, tensors, metadata))

@@ -1,0 +1,233 @@
+"""The graph of a .qrt file: parsing and validation of its JSON form.
+
+``parse_graph`` is the one pass that turns untrusted JSON into a ``Graph``
+whose every reference is defined, whose nodes are in an executable order,
+and whose every value has a known dtype and shape. Nothing downstream
+re-checks what is checked here; run-time checks cover only what depends on
+the actual inputs (free dimensions).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from .errors import FormatError
+from .ops import OPS, ValueInfo
+
+VALUE_DTYPES = ("float32", "float16", "uint8", "int8", "int32")
+MAX_RANK = 8
+MAX_NAME = 256
+
+
+@dataclass(frozen=True)
+class ValueSpec:
+    """A named model input or output: dtype and shape (None = free dimension)."""
+
+    name: str
+    dtype: str
+    shape: tuple
+
+    def __repr__(self) -> str:
+        return f"ValueSpec({self.name!r}, {ValueInfo(self.dtype, self.shape).describe()})"
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    op: str
+    inputs: Mapping[str, str]  # port -> value name
+    outputs: tuple[str, ...]
+    attrs: Mapping[str, Any]  # validated, defaults filled in
+
+
+@dataclass(frozen=True)
+class Graph:
+    inputs: tuple[ValueSpec, ...]
+    outputs: tuple[ValueSpec, ...]
+    output_tuple: bool
+    nodes: tuple[Node, ...]  # in execution order
+    values: Mapping[str, ValueInfo]
+
+
+def _fail(where: str, msg: str) -> None:
+    raise FormatError(f"graph: {where}: {msg}")
+
+
+def _expect_keys(where: str, obj: Any, required: set, optional: set = frozenset()) -> None:
+    if not isinstance(obj, dict):
+        _fail(where, f"must be a JSON object, got {type(obj).__name__}")
+    missing = required - obj.keys()
+    if missing:
+        _fail(where, f"missing key(s) {sorted(missing)}")
+    extra = obj.keys() - required - optional
+    if extra:
+        _fail(where, f"unknown key(s) {sorted(extra)}")
+
+
+def _name(where: str, value: Any) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_NAME:
+        _fail(where, f"a name must be a string of 1 to {MAX_NAME} characters, got {value!r:.80}")
+    return value
+
+
+def _list(where: str, value: Any) -> list:
+    if not isinstance(value, list):
+        _fail(where, f"must be a JSON array, got {type(value).__name__}")
+    return value
+
+
+def _shape(where: str, value: Any) -> tuple:
+    dims = _list(where, value)
+    if len(dims) > MAX_RANK:
+        _fail(where, f"rank {len(dims)} exceeds the maximum of {MAX_RANK}")
+    for d in dims:
+        if d is not None and (not isinstance(d, int) or isinstance(d, bool) or d < 0):
+            _fail(where, f"dimensions must be non-negative integers or null, got {d!r}")
+    return tuple(dims)
+
+
+def _parse_inputs(obj: list) -> list[ValueSpec]:
+    specs = []
+    for i, item in enumerate(_list("inputs", obj)):
+        where = f"inputs[{i}]"
+        _expect_keys(where, item, {"name", "dtype", "shape"})
+        name = _name(where, item["name"])
+        if item["dtype"] not in VALUE_DTYPES:
+            _fail(where, f"dtype must be one of {list(VALUE_DTYPES)}, got {item['dtype']!r:.40}")
+        specs.append(ValueSpec(name, item["dtype"], _shape(f"{where}.shape", item["shape"])))
+    return specs
+
+
+def _parse_node(i: int, item: Any) -> Node:
+    where = f"nodes[{i}]"
+    _expect_keys(where, item, {"name", "op", "inputs", "outputs"}, {"attrs"})
+    name = _name(where, item["name"])
+    where = f"node {name!r}"
+    op = item["op"]
+    if not isinstance(op, str) or op not in OPS:
+        _fail(where, f"unknown op {op!r:.60}; known ops: {sorted(OPS)}")
+    spec = OPS[op]
+    where = f"node {name!r} ({op})"
+    inputs = item["inputs"]
+    if not isinstance(inputs, dict):
+        _fail(where, "inputs must be a JSON object mapping port to value name")
+    ports = {p.name: p for p in spec.inputs}
+    for port, value in inputs.items():
+        if port not in ports:
+            _fail(where, f"unknown input {port!r:.60}; {op} takes {list(ports)}")
+        _name(f"{where} input {port!r}", value)
+    for p in spec.inputs:
+        if not p.optional and p.name not in inputs:
+            _fail(where, f"missing input {p.name!r}")
+    outputs = _list(f"{where} outputs", item["outputs"])
+    if len(outputs) != len(spec.outputs):
+        _fail(where, f"{op} has {len(spec.outputs)} output(s), got {len(outputs)}")
+    outputs = tuple(_name(f"{where} outputs", o) for o in outputs)
+    attrs = item.get("attrs", {})
+    if not isinstance(attrs, dict):
+        _fail(where, "attrs must be a JSON object")
+    try:
+        attrs = spec.resolve_attrs(attrs)
+    except FormatError as e:
+        _fail(where, str(e))
+    return Node(name, op, dict(inputs), outputs, attrs)
+
+
+def _execution_order(nodes: list[Node], producer: dict[str, int]) -> list[Node]:
+    """Kahn's algorithm, keeping file order among ready nodes; reports cycles."""
+    deps = [{producer[v] for v in n.inputs.values() if v in producer} for n in nodes]
+    users: list[list[int]] = [[] for _ in nodes]
+    for i, d in enumerate(deps):
+        for j in d:
+            users[j].append(i)
+    waiting = [len(d) for d in deps]
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(nodes[i])
+        for j in users[i]:
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                heapq.heappush(ready, j)
+    if len(order) != len(nodes):
+        stuck = sorted(nodes[i].name for i, w in enumerate(waiting) if w > 0)
+        _fail("nodes", f"the graph has a cycle through {stuck[:10]}")
+    return order
+
+
+def parse_graph(
+    obj: Any, tensor_infos: Mapping[str, ValueInfo], tensors: Mapping[str, np.ndarray]
+) -> Graph:
+    """Validate the JSON graph against the file's tensors and build a Graph."""
+    _expect_keys("graph", obj, {"inputs", "nodes", "outputs", "output_structure"})
+    inputs = _parse_inputs(obj["inputs"])
+    nodes = [_parse_node(i, item) for i, item in enumerate(_list("nodes", obj["nodes"]))]
+
+    # Every value name is defined exactly once: a graph input, a tensor or a node output.
+    defined: dict[str, str] = {}
+
+    def define(name: str, what: str) -> None:
+        if name in defined:
+            _fail(what, f"value {name!r} is already defined as {defined[name]}")
+        defined[name] = what
+
+    for t in tensor_infos:
+        define(t, f"tensor {t!r}")
+    for spec in inputs:
+        define(spec.name, f"input {spec.name!r}")
+    node_names = set()
+    producer: dict[str, int] = {}
+    for i, n in enumerate(nodes):
+        if n.name in node_names:
+            _fail(f"node {n.name!r}", "duplicate node name")
+        node_names.add(n.name)
+        for o in n.outputs:
+            define(o, f"output of node {n.name!r}")
+            producer[o] = i
+    for n in nodes:
+        for port, v in n.inputs.items():
+            if v not in defined:
+                _fail(f"node {n.name!r} ({n.op})", f"input {port!r} refers to undefined value {v!r}")
+
+    out_names = [_name("outputs", o) for o in _list("outputs", obj["outputs"])]
+    if not out_names:
+        _fail("outputs", "a model needs at least one output")
+    for o in out_names:
+        if o not in defined:
+            _fail("outputs", f"refers to undefined value {o!r}")
+    structure = obj["output_structure"]
+    if structure not in ("single", "tuple"):
+        _fail("output_structure", f"must be 'single' or 'tuple', got {structure!r:.40}")
+    if structure == "single" and len(out_names) != 1:
+        _fail("output_structure", f"'single' needs exactly one output, got {len(out_names)}")
+
+    order = _execution_order(nodes, producer)
+    values: dict[str, ValueInfo] = dict(tensor_infos)
+    values.update({s.name: ValueInfo(s.dtype, s.shape) for s in inputs})
+    for n in order:
+        spec = OPS[n.op]
+        where = f"node {n.name!r} ({n.op})"
+        infos = {}
+        for port, v in n.inputs.items():
+            p = spec.port(port)
+            info = values[v]
+            if info.dtype not in p.dtypes:
+                _fail(where, f"input {port!r} ({v!r}) has dtype {info.dtype}, expected {' or '.join(p.dtypes)}")
+            if p.const and v not in tensor_infos:
+                _fail(where, f"input {port!r} ({v!r}) must be a stored tensor")
+            infos[port] = info
+        consts = {port: tensors[v] for port, v in n.inputs.items() if v in tensors}
+        try:
+            out_infos = spec.check(infos, consts, n.attrs)
+        except FormatError as e:
+            _fail(where, str(e))
+        values.update(zip(n.outputs, out_infos))
+
+    outputs = tuple(ValueSpec(o, values[o].dtype, values[o].shape) for o in out_names)
+    return Graph(tuple(inputs), outputs, structure == "tuple", tuple(order), values)

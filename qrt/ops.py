@@ -1,0 +1,379 @@
+"""The op registry: which ops exist, what they take, and what they produce.
+
+Every part of qrt that knows about ops reads this table: the loader
+validates nodes against it, each backend implements exactly the ops listed
+here, and the converter emits nothing else. Adding an op means adding one
+``OpSpec`` here and one implementation per backend.
+
+An op's ``check`` sees the node's input value infos (dtype and shape, a
+``None`` dimension being free until run time), the constant tensors it was
+given, and its attributes with defaults filled in. It returns the output
+infos or raises ``FormatError`` saying what is wrong.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from .errors import FormatError
+
+Shape = tuple  # of int, or None for a dimension known only at run time
+
+QUANT_DTYPES = {"quint8": "uint8", "qint8": "int8", "qint32": "int32"}
+INT_RANGES = {
+    "uint8": (0, 255),
+    "int8": (-128, 127),
+    "int32": (-(2**31), 2**31 - 1),
+}
+
+
+@dataclass(frozen=True)
+class ValueInfo:
+    """The static type of a value: storage dtype name and shape."""
+
+    dtype: str
+    shape: Shape
+
+    def describe(self) -> str:
+        dims = ", ".join("?" if d is None else str(d) for d in self.shape)
+        return f"{self.dtype}[{dims}]"
+
+
+@dataclass(frozen=True)
+class Port:
+    """One named input of an op."""
+
+    name: str
+    dtypes: tuple[str, ...]
+    optional: bool = False
+    const: bool = False  # must be a stored tensor (weights, quantization parameters)
+
+
+@dataclass(frozen=True)
+class Attr:
+    """One attribute of an op, with its JSON type and allowed values."""
+
+    name: str
+    kind: type | tuple
+    default: Any = None
+    choices: tuple | None = None
+    required: bool = False
+
+    def validate(self, value: Any) -> Any:
+        kinds = self.kind if isinstance(self.kind, tuple) else (self.kind,)
+        # JSON true/false must not pass for an integer attribute.
+        ok = isinstance(value, kinds) and (bool in kinds or not isinstance(value, bool))
+        if not ok:
+            names = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+            raise FormatError(f"attribute {self.name!r} must be {names}, got {value!r}")
+        if self.choices is not None and value not in self.choices:
+            raise FormatError(
+                f"attribute {self.name!r} must be one of {list(self.choices)}, got {value!r}"
+            )
+        return value
+
+
+Check = Callable[[Mapping[str, ValueInfo], Mapping[str, np.ndarray], Mapping[str, Any]], list]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    doc: str
+    inputs: tuple[Port, ...]
+    outputs: tuple[str, ...]
+    check: Check
+    attrs: tuple[Attr, ...] = field(default=())
+
+    def port(self, name: str) -> Port:
+        for p in self.inputs:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def resolve_attrs(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate given attributes and fill in defaults."""
+        known = {a.name: a for a in self.attrs}
+        for name in given:
+            if name not in known:
+                raise FormatError(f"unknown attribute {name!r}")
+        out = {}
+        for a in self.attrs:
+            if a.name in given:
+                out[a.name] = a.validate(given[a.name])
+            elif a.required:
+                raise FormatError(f"missing attribute {a.name!r}")
+            else:
+                out[a.name] = a.default
+        return out
+
+
+# ---------------------------------------------------------------- checks
+
+
+def _fail(msg: str) -> None:
+    raise FormatError(msg)
+
+
+def _scale_values(name: str, t: np.ndarray) -> None:
+    if not np.all(np.isfinite(t)) or not np.all(t > 0):
+        _fail(f"{name} must be finite and > 0, got {t.ravel()[:8].tolist()}")
+
+
+def _zero_points(name: str, t: np.ndarray, dtype: str) -> None:
+    lo, hi = INT_RANGES[dtype]
+    if t.size and (int(t.min()) < lo or int(t.max()) > hi):
+        _fail(f"{name} must lie in [{lo}, {hi}] for {dtype}, got {t.ravel()[:8].tolist()}")
+
+
+def _qparams(ins, consts, prefix: str, dtype: str, channels: int | None) -> None:
+    """Check a scale / zero_point pair: per-tensor (shape ()) or per-channel."""
+    scale, zp = f"{prefix}scale", f"{prefix}zero_point"
+    s_shape, z_shape = ins[scale].shape, ins[zp].shape
+    if s_shape != z_shape:
+        _fail(f"{scale} has shape {list(s_shape)} but {zp} has {list(z_shape)}")
+    if channels is None and s_shape != ():
+        _fail(f"{scale} must be a scalar (shape []), got {list(s_shape)}")
+    if channels is not None and s_shape not in ((), (channels,)):
+        _fail(f"{scale} must have shape [] or [{channels}], got {list(s_shape)}")
+    _scale_values(scale, consts[scale])
+    _zero_points(zp, consts[zp], dtype)
+
+
+def _rank_at_least(name: str, info: ValueInfo, rank: int) -> None:
+    if len(info.shape) < rank:
+        _fail(f"{name} must have rank >= {rank}, got {info.describe()}")
+
+
+def _dim_equals(what: str, got, want: int) -> None:
+    if got is not None and got != want:
+        _fail(f"{what} is {got}, expected {want}")
+
+
+def _dynamic_weight(ins, consts, prefix: str = "") -> tuple[int, int]:
+    """Check a dynamic linear's weight set; return (out_features, in_features).
+
+    int8 weights carry a scale and zero point; float16 weights carry none.
+    """
+    w = ins[f"{prefix}weight"]
+    if len(w.shape) != 2:
+        _fail(f"{prefix}weight must be 2-D [out, in], got {w.describe()}")
+    n, k = w.shape
+    has_q = f"{prefix}weight_scale" in ins or f"{prefix}weight_zero_point" in ins
+    if w.dtype == "int8":
+        if not has_q:
+            _fail(f"int8 {prefix}weight needs {prefix}weight_scale and {prefix}weight_zero_point")
+        _qparams(ins, consts, f"{prefix}weight_", "int8", n)
+    elif has_q:
+        _fail(f"float16 {prefix}weight takes no scale or zero point")
+    b = ins.get(f"{prefix}bias")
+    if b is not None and b.shape != (n,):
+        _fail(f"{prefix}bias must have shape [{n}], got {b.describe()}")
+    return n, k
+
+
+def _check_quantize_per_tensor(ins, consts, attrs):
+    dtype = QUANT_DTYPES[attrs["dtype"]]
+    _qparams(ins, consts, "", dtype, None)
+    return [ValueInfo(dtype, ins["x"].shape)]
+
+
+def _check_axis(info: ValueInfo, axis: int) -> int:
+    if not 0 <= axis < len(info.shape):
+        _fail(f"axis {axis} is out of range for x of rank {len(info.shape)}")
+    channels = info.shape[axis]
+    if channels is None:
+        _fail(f"axis {axis} of x must have a fixed size")
+    return channels
+
+
+def _check_quantize_per_channel(ins, consts, attrs):
+    dtype = QUANT_DTYPES[attrs["dtype"]]
+    channels = _check_axis(ins["x"], attrs["axis"])
+    _qparams(ins, consts, "", dtype, channels)
+    if ins["scale"].shape != (channels,):
+        _fail(f"scale must have shape [{channels}], got {list(ins['scale'].shape)}")
+    return [ValueInfo(dtype, ins["x"].shape)]
+
+
+def _check_dequantize(ins, consts, attrs):
+    x = ins["x"]
+    if attrs["axis"] is None:
+        _qparams(ins, consts, "", x.dtype, None)
+    else:
+        channels = _check_axis(x, attrs["axis"])
+        _qparams(ins, consts, "", x.dtype, channels)
+        if ins["scale"].shape != (channels,):
+            _fail(f"scale must have shape [{channels}], got {list(ins['scale'].shape)}")
+    return [ValueInfo("float32", x.shape)]
+
+
+def _check_linear(ins, consts, attrs):
+    x, w = ins["x"], ins["weight"]
+    _rank_at_least("x", x, 1)
+    if len(w.shape) != 2:
+        _fail(f"weight must be 2-D [out, in], got {w.describe()}")
+    n, k = w.shape
+    _dim_equals("x's last dimension", x.shape[-1], k)
+    _qparams(ins, consts, "x_", "uint8", None)
+    _qparams(ins, consts, "weight_", "int8", n)
+    _qparams(ins, consts, "y_", "uint8", None)
+    b = ins.get("bias")
+    if b is not None and b.shape != (n,):
+        _fail(f"bias must have shape [{n}], got {b.describe()}")
+    return [ValueInfo("uint8", x.shape[:-1] + (n,))]
+
+
+def _check_linear_dynamic(ins, consts, attrs):
+    x = ins["x"]
+    _rank_at_least("x", x, 1)
+    n, k = _dynamic_weight(ins, consts)
+    _dim_equals("x's last dimension", x.shape[-1], k)
+    return [ValueInfo("float32", x.shape[:-1] + (n,))]
+
+
+def _check_rnn_cell_dynamic(ins, consts, attrs):
+    x, h = ins["x"], ins["h"]
+    if len(x.shape) != 2 or len(h.shape) != 2:
+        _fail(f"x and h must be 2-D [batch, features], got {x.describe()} and {h.describe()}")
+    hidden, n_in = _dynamic_weight(ins, consts, "ih_")
+    hidden_hh, k_hh = _dynamic_weight(ins, consts, "hh_")
+    if (hidden_hh, k_hh) != (hidden, hidden):
+        _fail(f"hh_weight must have shape [{hidden}, {hidden}], got {ins['hh_weight'].describe()}")
+    _dim_equals("x's feature size", x.shape[1], n_in)
+    _dim_equals("h's feature size", h.shape[1], hidden)
+    if None not in (x.shape[0], h.shape[0]) and x.shape[0] != h.shape[0]:
+        _fail(f"x has batch {x.shape[0]} but h has batch {h.shape[0]}")
+    return [ValueInfo("float32", h.shape)]
+
+
+def _check_same_shape_float(ins, consts, attrs):
+    infos = list(ins.values())
+    for a in infos[1:]:
+        if len(a.shape) != len(infos[0].shape) or any(
+            p is not None and q is not None and p != q for p, q in zip(a.shape, infos[0].shape)
+        ):
+            _fail(f"operands must have the same shape, got {', '.join(i.describe() for i in infos)}")
+    return [ValueInfo("float32", infos[0].shape)]
+
+
+def _check_flatten(ins, consts, attrs):
+    x = ins["x"]
+    start = attrs["start_dim"]
+    if not 0 <= start < max(len(x.shape), 1):
+        _fail(f"start_dim {start} is out of range for x of rank {len(x.shape)}")
+    tail = x.shape[start:]
+    size = None if None in tail else math.prod(tail)
+    return [ValueInfo(x.dtype, x.shape[:start] + (size,))]
+
+
+# ---------------------------------------------------------------- the registry
+
+_F32 = ("float32",)
+_QTYPES = ("uint8", "int8", "int32")
+
+
+def _qparam_ports(prefix: str = "") -> tuple[Port, ...]:
+    return (
+        Port(f"{prefix}scale", _F32, const=True),
+        Port(f"{prefix}zero_point", ("int32",), const=True),
+    )
+
+
+def _dynamic_weight_ports(prefix: str = "") -> tuple[Port, ...]:
+    return (
+        Port(f"{prefix}weight", ("int8", "float16"), const=True),
+        Port(f"{prefix}weight_scale", _F32, optional=True, const=True),
+        Port(f"{prefix}weight_zero_point", ("int32",), optional=True, const=True),
+        Port(f"{prefix}bias", _F32, optional=True, const=True),
+    )
+
+
+_QDTYPE = Attr("dtype", str, choices=tuple(QUANT_DTYPES), required=True)
+_REDUCE_RANGE = Attr("reduce_range", bool, default=True)
+
+OPS: dict[str, OpSpec] = {
+    op.name: op
+    for op in (
+        OpSpec(
+            "quantize_per_tensor",
+            "float32 -> quint8/qint8/qint32, as torch.quantize_per_tensor",
+            (Port("x", _F32), *_qparam_ports()),
+            ("y",),
+            _check_quantize_per_tensor,
+            (_QDTYPE,),
+        ),
+        OpSpec(
+            "quantize_per_channel",
+            "float32 -> quint8/qint8/qint32 with one scale per slice along axis",
+            (Port("x", _F32), *_qparam_ports()),
+            ("y",),
+            _check_quantize_per_channel,
+            (_QDTYPE, Attr("axis", int, required=True)),
+        ),
+        OpSpec(
+            "dequantize",
+            "quantized -> float32; per-tensor when axis is null",
+            (Port("x", _QTYPES), *_qparam_ports()),
+            ("y",),
+            _check_dequantize,
+            (Attr("axis", (int, type(None)), default=None),),
+        ),
+        OpSpec(
+            "linear",
+            "static quantized linear: quint8 x, qint8 weight, float bias -> quint8",
+            (
+                Port("x", ("uint8",)),
+                *_qparam_ports("x_"),
+                Port("weight", ("int8",), const=True),
+                *_qparam_ports("weight_"),
+                Port("bias", _F32, optional=True, const=True),
+                *_qparam_ports("y_"),
+            ),
+            ("y",),
+            _check_linear,
+            (Attr("relu", bool, default=False),),
+        ),
+        OpSpec(
+            "linear_dynamic",
+            "float32 x quantized per call, int8 or float16 weight -> float32",
+            (Port("x", _F32), *_dynamic_weight_ports()),
+            ("y",),
+            _check_linear_dynamic,
+            (_REDUCE_RANGE,),
+        ),
+        OpSpec(
+            "rnn_cell_dynamic",
+            "one Elman RNN step h' = act(lin_ih(x) + lin_hh(h)), both linears dynamic",
+            (
+                Port("x", _F32),
+                Port("h", _F32),
+                *_dynamic_weight_ports("ih_"),
+                *_dynamic_weight_ports("hh_"),
+            ),
+            ("h_next",),
+            _check_rnn_cell_dynamic,
+            (Attr("nonlinearity", str, default="tanh", choices=("tanh", "relu")), _REDUCE_RANGE),
+        ),
+        OpSpec("relu", "float32 max(x, 0)", (Port("x", _F32),), ("y",), _check_same_shape_float),
+        OpSpec(
+            "add",
+            "float32 elementwise a + b, same shapes",
+            (Port("a", _F32), Port("b", _F32)),
+            ("y",),
+            _check_same_shape_float,
+        ),
+        OpSpec(
+            "flatten",
+            "merge dimensions start_dim.. into one, as torch.flatten(x, start_dim)",
+            (Port("x", ("float32", "uint8", "int8", "int32")),),
+            ("y",),
+            _check_flatten,
+            (Attr("start_dim", int, default=1),),
+        ),
+    )
+}
