@@ -14,7 +14,8 @@ docs/FORMAT.md specifies, and ``save`` validates it like the loader does.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

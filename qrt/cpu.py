@@ -9,7 +9,8 @@ inputs, in port order, that returns the node's outputs.
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping
+from collections.abc import Mapping
+from typing import Callable
 
 import numpy as np
 

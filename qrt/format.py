@@ -24,8 +24,9 @@ import mmap
 import os
 import struct
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 

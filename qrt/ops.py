@@ -14,8 +14,9 @@ infos or raises ``FormatError`` saying what is wrong.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import numpy as np
 
