@@ -166,7 +166,8 @@ def _dynamic_weight(ins, consts, prefix: str = "") -> tuple[int, int]:
     n, k = w.shape
     has_q = f"{prefix}weight_scale" in ins or f"{prefix}weight_zero_point" in ins
     if w.dtype == "int8":
-        if not has_q:
+        # both, not either: _qparams reads the two ports
+        if f"{prefix}weight_scale" not in ins or f"{prefix}weight_zero_point" not in ins:
             _fail(f"int8 {prefix}weight needs {prefix}weight_scale and {prefix}weight_zero_point")
         _qparams(ins, consts, f"{prefix}weight_", "int8", n)
     elif has_q:
