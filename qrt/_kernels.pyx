@@ -90,22 +90,26 @@ def quantize_per_channel(const float[:, :, ::1] x, const float[::1] scale,
 
 
 def dequantize_per_tensor(const qint_t[::1] q, float scale, int32_t zero_point, float[::1] out) -> None:
-    """out = fl(q - zp) * scale in float32."""
+    """out = fl(q - zp) * scale in float32; q - zp wraps in int32 as torch's does."""
     cdef Py_ssize_t i
     with nogil:
         for i in range(q.shape[0]):
-            out[i] = <float>(<int64_t>q[i] - zero_point) * scale
+            out[i] = <float>(<int32_t>(q[i] - zero_point)) * scale
 
 
 def dequantize_per_channel(const qint_t[:, :, ::1] q, const float[::1] scale,
                            const int32_t[::1] zero_point, float[:, :, ::1] out) -> None:
-    """out = fl(double(q - zp_c) * double(scale_c)): torch computes this one in double."""
+    """out = fl(q - zp_c) * scale_c in float32, q - zp_c exact (no int32 wrap, unlike per-tensor).
+
+    torch multiplies in double, but a product of two floats is exact in
+    double, so rounding it once to float is the float32 product.
+    """
     cdef Py_ssize_t a, c, i
     with nogil:
         for a in range(q.shape[0]):
             for c in range(q.shape[1]):
                 for i in range(q.shape[2]):
-                    out[a, c, i] = <float>(<double>(<int64_t>q[a, c, i] - zero_point[c]) * <double>scale[c])
+                    out[a, c, i] = <float>(<int64_t>q[a, c, i] - zero_point[c]) * scale[c]
 
 
 # ------------------------------------------------------------ dynamic quantization of activations

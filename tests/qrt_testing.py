@@ -1,0 +1,45 @@
+"""Helpers shared by the op-level tests: torch quantized weights -> qrt node inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def qparams(q: torch.Tensor, prefix: str = "") -> dict[str, np.ndarray]:
+    """scale / zero_point node inputs for a quantized torch tensor, per-tensor or per-channel."""
+    if q.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
+        scale = q.q_per_channel_scales().numpy().astype(np.float32)
+        zp = q.q_per_channel_zero_points().numpy().astype(np.int32)
+        # torch keeps scales in double; qrt stores float32, which must be exact for these models
+        assert np.array_equal(scale.astype(np.float64), q.q_per_channel_scales().numpy())
+    else:
+        scale = np.asarray(q.q_scale(), np.float32)
+        zp = np.asarray(q.q_zero_point(), np.int32)
+        assert float(scale) == q.q_scale()
+    return {f"{prefix}scale": scale, f"{prefix}zero_point": zp}
+
+
+def dynamic_weight(weight: torch.Tensor, bias: torch.Tensor | None, prefix: str = "") -> dict[str, np.ndarray]:
+    """The weight ports of a dynamic linear from a torch qint8 weight or an unpacked float16 one."""
+    if not weight.is_quantized:  # float16 packed weights unpack as float32 holding float16 values
+        w16 = weight.detach().numpy().astype(np.float16)
+        assert np.array_equal(w16.astype(np.float32), weight.detach().numpy())
+        ports = {f"{prefix}weight": w16}
+    else:
+        ports = {f"{prefix}weight": weight.int_repr().numpy(), **qparams(weight, f"{prefix}weight_")}
+    if bias is not None:
+        ports[f"{prefix}bias"] = bias.detach().numpy().astype(np.float32)
+    return ports
+
+
+def quantized_copy(module: torch.nn.Module, dtype: torch.dtype, per_channel: bool) -> torch.nn.Module:
+    """torch's dynamic quantization of one float module (qint8 or float16 weights)."""
+    if dtype == torch.float16:
+        qconfig = torch.ao.quantization.float16_dynamic_qconfig
+    elif per_channel:
+        qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
+    else:
+        qconfig = torch.ao.quantization.default_dynamic_qconfig
+    wrapped = torch.nn.Sequential(module)
+    return torch.ao.quantization.quantize_dynamic(wrapped, {type(module): qconfig}, dtype=dtype)[0]

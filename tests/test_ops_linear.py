@@ -1,0 +1,136 @@
+"""Static and dynamic quantized linear against torch's own quantized modules: bit-exact.
+
+Tolerance: none. The integer accumulation is exact and every float step is
+the one torch's x86/fbgemm engine performs (NUMERICS.md), so the stored
+integers (static) and the float32 outputs (dynamic, float16 weights) must be
+identical, at odd sizes, K = 1, batch 1 and more, tiny to large inputs.
+"""
+
+import numpy as np
+import pytest
+import torch
+import torch.ao.nn.intrinsic.quantized as nniq
+import torch.ao.nn.quantized as nnq
+from qrt_testing import dynamic_weight, qparams, quantized_copy
+
+import qrt
+from qrt.builder import GraphBuilder
+
+SIZES = [(1, 1), (1, 7), (37, 13), (300, 65), (64, 64), (129, 33)]
+RANGES = ["normal", "tiny", "large", "positive", "zeros", "constant"]
+
+
+def _activations(shape, kind, rng):
+    x = rng.standard_normal(shape).astype(np.float32)
+    return {
+        "normal": x,
+        "tiny": x * np.float32(1e-5),
+        "large": x * np.float32(1e3),
+        "positive": np.abs(x) + np.float32(0.5),
+        "zeros": np.zeros(shape, np.float32),
+        "constant": np.full(shape, -0.75, np.float32),
+    }[kind]
+
+
+def _dynamic_model(path, qlinear, in_features):
+    b = GraphBuilder()
+    x = b.input("x", "float32", [None, in_features])
+    bias = qlinear.bias()
+    y = b.node("linear_dynamic", {"x": x, **dynamic_weight(qlinear.weight(), bias)}, {"reduce_range": True})
+    b.output(y)
+    b.save(path)
+    return qrt.load(path)
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+@pytest.mark.parametrize("in_features,out_features", SIZES)
+def test_dynamic_linear_int8(tmp_path, in_features, out_features, per_channel, bias):
+    torch.manual_seed(in_features * 1000 + out_features)
+    ref = quantized_copy(torch.nn.Linear(in_features, out_features, bias=bias), torch.qint8, per_channel)
+    model = _dynamic_model(tmp_path / "m.qrt", ref, in_features)
+    rng = np.random.default_rng(in_features + out_features)
+    for m in (1, 5, 64):
+        for kind in RANGES:
+            x = _activations((m, in_features), kind, rng)
+            want = ref(torch.from_numpy(x)).detach().numpy()
+            np.testing.assert_array_equal(model.run(x), want, err_msg=f"m={m} {kind}")
+
+
+@pytest.mark.parametrize(
+    "in_features,out_features",
+    SIZES + [(600, 37), (1100, 70), (513, 32), (1024, 65)],  # K > 512 with a partial block of 32 columns
+)
+def test_dynamic_linear_float16(tmp_path, in_features, out_features):
+    torch.manual_seed(in_features + out_features)
+    float_linear = torch.nn.Linear(in_features, out_features)
+    with torch.no_grad():
+        float_linear.weight[0, 0] = 1e6  # beyond float16: clamped to 65504 as torch does
+    ref = quantized_copy(float_linear, torch.float16, False)
+    model = _dynamic_model(tmp_path / "m.qrt", ref, in_features)
+    rng = np.random.default_rng(in_features)
+    for m in (1, 3, 20):
+        for kind in ("normal", "large", "tiny"):
+            x = _activations((m, in_features), kind, rng)
+            want = ref(torch.from_numpy(x)).detach().numpy()
+            np.testing.assert_array_equal(model.run(x), want, err_msg=f"m={m} {kind}")
+
+
+def test_dynamic_linear_keeps_leading_dimensions(tmp_path):
+    ref = quantized_copy(torch.nn.Linear(19, 5), torch.qint8, False)
+    b = GraphBuilder()
+    x = b.input("x", "float32", [None, 3, 19])
+    b.output(b.node("linear_dynamic", {"x": x, **dynamic_weight(ref.weight(), ref.bias())}))
+    b.save(tmp_path / "m.qrt")
+    x = np.random.default_rng(0).standard_normal((4, 3, 19)).astype(np.float32)
+    np.testing.assert_array_equal(qrt.run(tmp_path / "m.qrt", x), ref(torch.from_numpy(x)).detach().numpy())
+
+
+def _static_reference(in_features, out_features, per_channel, relu, bias, seed):
+    """A torch quantized Linear (or LinearReLU) with random weights and output parameters."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(out_features, in_features, generator=g) * 0.2
+    if per_channel:
+        scales = (torch.rand(out_features, generator=g) * 0.01 + 1e-3).float().double()
+        zps = torch.randint(-5, 6, (out_features,), generator=g)
+        qw = torch.quantize_per_channel(w, scales, zps, 0, torch.qint8)
+    else:
+        qw = torch.quantize_per_tensor(w, float(np.float32(0.004)), 3, torch.qint8)
+    b = torch.randn(out_features, generator=g) if bias else None
+    module = (nniq.LinearReLU if relu else nnq.Linear)(in_features, out_features)
+    module.set_weight_bias(qw, b)
+    module.scale = float(np.float32(0.05 + 0.3 * torch.rand(1, generator=g).item()))
+    module.zero_point = int(torch.randint(0, 256, (1,), generator=g))
+    return module, qw, b
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+@pytest.mark.parametrize("relu", [False, True], ids=["linear", "linear_relu"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+@pytest.mark.parametrize("in_features,out_features", SIZES)
+def test_static_linear(tmp_path, in_features, out_features, per_channel, relu, bias):
+    seed = in_features * 7 + out_features
+    ref, qw, b = _static_reference(in_features, out_features, per_channel, relu, bias, seed)
+    rng = np.random.default_rng(seed)
+    for x_scale, x_zp in ((0.02, 128), (0.1, 0), (1e-3, 250)):
+        x_scale = float(np.float32(x_scale))
+        g = GraphBuilder()
+        x = g.input("x", "uint8", [None, in_features])
+        inputs = {
+            "x": x,
+            "x_scale": np.asarray(x_scale, np.float32),
+            "x_zero_point": np.asarray(x_zp, np.int32),
+            "weight": qw.int_repr().numpy(),
+            **qparams(qw, "weight_"),
+            "bias": None if b is None else b.numpy(),
+            "y_scale": np.asarray(ref.scale, np.float32),
+            "y_zero_point": np.asarray(ref.zero_point, np.int32),
+        }
+        g.output(g.node("linear", inputs, {"relu": relu}))
+        g.save(tmp_path / "m.qrt")
+        model = qrt.load(tmp_path / "m.qrt")
+        for m in (1, 4, 33):
+            xq = rng.integers(0, 256, (m, in_features), dtype=np.uint8)
+            tx = torch._make_per_tensor_quantized_tensor(torch.from_numpy(xq), x_scale, x_zp)
+            want = ref(tx).int_repr().numpy()
+            np.testing.assert_array_equal(model.run(xq), want, err_msg=f"m={m} x_scale={x_scale}")
