@@ -22,6 +22,8 @@ import json
 import math
 import mmap
 import os
+import re
+import stat
 import struct
 import tempfile
 from collections.abc import Mapping
@@ -38,6 +40,12 @@ FORMAT_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
 MAX_HEADER_BYTES = 100_000_000  # as safetensors: a header claiming more is refused unread
 HEADER_ALIGN = 8
+MAX_JSON_DEPTH = 64  # deeper JSON is refused: no legitimate header needs it, and repr/recursion stay bounded
+MAX_RANK = 8
+MAX_NAME = 256
+MAX_BYTES = 2**63  # numpy (and a C reader's int64) cannot describe a larger array, even an empty one
+_VERSION_RE = re.compile(r"[0-9]{1,9}")  # ASCII digits only: str.isdigit() accepts '¹', which int() refuses
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
 # safetensors dtype code <-> numpy dtype (always little-endian on disk)
 DTYPES = {
@@ -70,35 +78,64 @@ def _no_duplicate_keys(pairs: list) -> dict:
     out = {}
     for k, v in pairs:
         if k in out:
-            raise FormatError(f"header: duplicate JSON key {k!r:.80}")
+            raise FormatError(f"duplicate JSON key {k!r:.80}")
         out[k] = v
     return out
 
 
+def _no_constants(name: str) -> Any:
+    # Python's json accepts NaN and Infinity; JSON (RFC 8259) and C readers do not.
+    raise FormatError(f"non-standard JSON constant {name}")
+
+
+def _depth_at_most(obj: Any, limit: int) -> bool:
+    """Whether obj nests no more than limit arrays/objects deep (iterative: no recursion)."""
+    stack = [(obj, 1)]
+    while stack:
+        o, d = stack.pop()
+        if isinstance(o, dict):
+            o = o.values()
+        elif not isinstance(o, list):
+            continue
+        if d > limit:
+            return False
+        stack.extend((c, d + 1) for c in o if isinstance(c, (dict, list)))
+    return True
+
+
 def _parse_json(text: str, what: str) -> Any:
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicate_keys)
-    except FormatError:
-        raise
+        obj = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constants)
+    except FormatError as e:
+        raise FormatError(f"{what}: {e}") from None
     except RecursionError:
-        raise FormatError(f"{what}: JSON nested too deeply") from None
-    except ValueError as e:
+        raise FormatError(f"{what}: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as e:  # JSONDecodeError, and integers longer than Python's digit limit
         raise FormatError(f"{what}: malformed JSON ({e})") from None
+    if not _depth_at_most(obj, MAX_JSON_DEPTH):
+        raise FormatError(f"{what}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    return obj
 
 
 def _tensor_entry(name: str, entry: Any, data_len: int) -> tuple[np.dtype, tuple, int, int]:
     where = f"tensor {name!r:.80}"
+    if not 0 < len(name) <= MAX_NAME:
+        raise FormatError(f"{where}: a tensor name must have 1 to {MAX_NAME} characters, has {len(name)}")
     if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
         raise FormatError(f"{where}: entry must have exactly dtype, shape and data_offsets")
     code = entry["dtype"]
     if not isinstance(code, str) or code not in DTYPES:
         raise FormatError(f"{where}: unsupported dtype {code!r:.40}; supported: {sorted(DTYPES)}")
     shape = entry["shape"]
-    if not isinstance(shape, list) or len(shape) > 8:
-        raise FormatError(f"{where}: shape must be a list of at most 8 dimensions")
+    if not isinstance(shape, list) or len(shape) > MAX_RANK:
+        raise FormatError(f"{where}: shape must be a list of at most {MAX_RANK} dimensions")
     for d in shape:
         if not isinstance(d, int) or isinstance(d, bool) or d < 0:
             raise FormatError(f"{where}: shape dimensions must be non-negative integers, got {d!r:.40}")
+    code_size = DTYPES[code].itemsize
+    # Zero-size tensors pass the byte-length check whatever their other dimensions are.
+    if math.prod(d for d in shape if d) * code_size >= MAX_BYTES:
+        raise FormatError(f"{where}: shape {shape} of {code} describes 2**63 bytes or more")
     offsets = entry["data_offsets"]
     if (
         not isinstance(offsets, list)
@@ -113,7 +150,7 @@ def _tensor_entry(name: str, entry: Any, data_len: int) -> tuple[np.dtype, tuple
         )
     dtype = DTYPES[code]
     # Python integers: a hostile shape cannot overflow this product.
-    nbytes = math.prod(shape) * dtype.itemsize
+    nbytes = math.prod(shape) * code_size
     if end - begin != nbytes:
         raise FormatError(
             f"{where}: holds {end - begin} bytes but shape {shape} of {code} needs {nbytes}"
@@ -129,15 +166,33 @@ def _view(buf: mmap.mmap, data_start: int, dtype: np.dtype, shape: tuple, begin:
 
 
 def load_file(path: str | os.PathLike) -> QrtFile:
-    """Map and validate a .qrt file. Raises FormatError naming any problem."""
+    """Map and validate a .qrt file. Raises FormatError naming any problem.
+
+    I/O failures (a missing file, no permission) raise OSError as usual.
+    """
+    # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size < 8:
-                raise FormatError(f"file is {size} bytes, too short for the 8-byte header length")
-            buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except IsADirectoryError:
-        raise FormatError(f"{os.fspath(path)!r} is a directory, not a .qrt file") from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FormatError(f"{os.fspath(path)!r} is not a regular file")
+        size = st.st_size
+        if size < 8:
+            raise FormatError(f"file is {size} bytes, too short for the 8-byte header length")
+        buf = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)  # the mapping keeps the file alive
+    try:
+        return _validate(buf, size)
+    except BaseException:
+        try:
+            buf.close()  # release the mapping now rather than at garbage collection
+        except BufferError:
+            pass  # views were made before the failure; they free it when the traceback goes
+        raise
+
+
+def _validate(buf: mmap.mmap, size: int) -> QrtFile:
     (header_len,) = struct.unpack("<Q", buf[:8])
     if header_len > MAX_HEADER_BYTES:
         raise FormatError(f"header length {header_len} exceeds the limit of {MAX_HEADER_BYTES} bytes")
@@ -149,30 +204,39 @@ def load_file(path: str | os.PathLike) -> QrtFile:
         raise FormatError(f"header: not valid UTF-8 ({e})") from None
     header = _parse_json(text, "header")
     if not isinstance(header, dict):
-        raise FormatError("header: must be a JSON object")
+        raise FormatError(f"header: must be a JSON object, got {type(header).__name__}")
 
     meta = header.pop("__metadata__", None)
-    if not isinstance(meta, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in meta.items()
-    ):
-        raise FormatError("header: __metadata__ must be an object of strings (is this a .qrt file?)")
+    if meta is None:
+        raise FormatError("header: no __metadata__ object: not a .qrt file")
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise FormatError("header: __metadata__ must be an object whose values are strings")
     version_text = meta.get(META_VERSION)
     if version_text is None:
         raise FormatError(f"header: __metadata__ has no {META_VERSION!r}: not a .qrt file")
-    if not version_text.isdigit() or int(version_text) not in SUPPORTED_VERSIONS:
+    if not _VERSION_RE.fullmatch(version_text):
+        raise FormatError(f"header: {META_VERSION} {version_text!r:.40} is not a version number")
+    version = int(version_text)
+    if version > max(SUPPORTED_VERSIONS):
         raise FormatError(
-            f"format version {version_text!r:.20} is not supported (this qrt reads {list(SUPPORTED_VERSIONS)})"
+            f"format version {version} is newer than this qrt reads ({list(SUPPORTED_VERSIONS)}):"
+            " upgrade qrt to load this file"
         )
-    for key in (META_CHECKSUM, META_GRAPH, META_PRODUCER):
+    if version not in SUPPORTED_VERSIONS:
+        raise FormatError(f"format version {version} is not supported (this qrt reads {list(SUPPORTED_VERSIONS)})")
+    for key in (META_PRODUCER, META_CHECKSUM, META_GRAPH):
         if key not in meta:
             raise FormatError(f"header: __metadata__ lacks {key!r}")
+    if not _SHA256_RE.fullmatch(meta[META_CHECKSUM]):
+        raise FormatError(
+            f"header: {META_CHECKSUM} must be 64 lowercase hex digits, got {meta[META_CHECKSUM]!r:.80}"
+        )
 
     data_start = 8 + header_len
     data_len = size - data_start
-    entries = {
-        name: _tensor_entry(name, entry, data_len) for name, entry in header.items()
-    }
+    entries = {name: _tensor_entry(name, entry, data_len) for name, entry in header.items()}
     spans = sorted((begin, end, name) for name, (_, _, begin, end) in entries.items())
+    # Sorted by start, any overlap shows between neighbours.
     for (b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:]):
         if b1 < e0:
             raise FormatError(f"tensors {n0!r} [{b0}, {e0}] and {n1!r} [{b1}, {e1}] overlap")
@@ -180,16 +244,15 @@ def load_file(path: str | os.PathLike) -> QrtFile:
     digest = hashlib.sha256(memoryview(buf)[data_start:]).hexdigest()
     if digest != meta[META_CHECKSUM]:
         raise FormatError(
-            f"data section checksum mismatch: header says {meta[META_CHECKSUM]:.64}, data hashes to {digest}"
+            f"data section checksum mismatch: header says {meta[META_CHECKSUM]}, data hashes to {digest}"
         )
 
     tensors = {
-        name: _view(buf, data_start, dtype, shape, begin)
-        for name, (dtype, shape, begin, _) in entries.items()
+        name: _view(buf, data_start, dtype, shape, begin) for name, (dtype, shape, begin, _) in entries.items()
     }
     infos = {name: ValueInfo(t.dtype.name, t.shape) for name, t in tensors.items()}
     graph = parse_graph(_parse_json(meta[META_GRAPH], "graph"), infos, tensors)
-    return QrtFile(graph, tensors, dict(meta), int(version_text))
+    return QrtFile(graph, tensors, dict(meta), version)
 
 
 def _producer() -> str:
@@ -207,6 +270,11 @@ def encode(
     arrays = {}
     for name, t in tensors.items():
         a = np.asarray(t)
+        # refuse to write what load_file would refuse
+        if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME or name == "__metadata__":
+            raise ValueError(f"tensor name {name!r:.80} must be a string of 1 to {MAX_NAME} characters")
+        if a.ndim > MAX_RANK:
+            raise ValueError(f"tensor {name!r}: rank {a.ndim} exceeds the maximum of {MAX_RANK}")
         if a.dtype.name not in CODES:
             raise ValueError(f"tensor {name!r}: dtype {a.dtype} is not storable; use one of {sorted(CODES)}")
         a = a.astype(a.dtype.newbyteorder("<"), copy=False)

@@ -22,6 +22,7 @@ from .ops import OPS, ValueInfo
 VALUE_DTYPES = ("float32", "float16", "uint8", "int8", "int32")
 MAX_RANK = 8
 MAX_NAME = 256
+MAX_DIM = 2**63 - 1  # what an int64 (numpy, a C reader) holds
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,8 @@ def _shape(where: str, value: Any) -> tuple:
     if len(dims) > MAX_RANK:
         _fail(where, f"rank {len(dims)} exceeds the maximum of {MAX_RANK}")
     for d in dims:
-        if d is not None and (not isinstance(d, int) or isinstance(d, bool) or d < 0):
-            _fail(where, f"dimensions must be non-negative integers or null, got {d!r}")
+        if d is not None and (not isinstance(d, int) or isinstance(d, bool) or not 0 <= d <= MAX_DIM):
+            _fail(where, f"dimensions must be integers in [0, 2**63 - 1] or null, got {d!r:.40}")
     return tuple(dims)
 
 

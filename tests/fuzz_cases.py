@@ -1,0 +1,590 @@
+"""Generators of hostile .qrt files, shared by tests/test_fuzz_loader.py and tools/fuzz_loader.py.
+
+Every case starts from a valid file (one small model per op in the registry,
+plus a chain of several ops) and applies one to three mutations: raw byte
+edits (flips, truncation in each region, insertions, deletions, a rewritten
+header length) or structured edits of the header and graph JSON (shapes,
+offsets, dtypes, metadata, cycles, dangling references, duplicate names,
+unknown ops and ports, hostile attribute values, scales and zero points),
+with the data checksum recomputed half the time so the edit reaches the
+checks behind it.
+
+The property (``check_case``): loading the file and running the model on
+valid random inputs either works or raises ``qrt.FormatError``; running may
+also raise ``ValueError`` for a documented run-time reason (a NaN met by
+quantization, a free dimension that disagrees with the weights). Anything
+else is a failure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import qrt
+from qrt.builder import GraphBuilder
+from qrt.ops import OPS
+
+# ------------------------------------------------------------------ valid models
+
+
+def _qp(scale: float, zp: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.array(scale, np.float32), np.array(zp, np.int32)
+
+
+def _w8(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
+    return rng.integers(-128, 128, (n, k)).astype(np.int8)
+
+
+def _op_models() -> dict[str, GraphBuilder]:
+    """Small valid models, at least one per op in qrt.ops.OPS (some ops in several variants)."""
+    rng = np.random.default_rng(0)
+    models: dict[str, GraphBuilder] = {}
+
+    b = GraphBuilder()
+    s, z = _qp(0.05, 7)
+    b.output(b.node("quantize_per_tensor", {"x": b.input("x", "float32", [None, 5]), "scale": s,
+                                            "zero_point": z}, {"dtype": "quint8"}))
+    models["quantize_per_tensor"] = b
+
+    b = GraphBuilder()
+    b.output(b.node("quantize_per_channel", {
+        "x": b.input("x", "float32", [None, 4]),
+        "scale": np.array([0.1, 0.02, 0.3, 1.0], np.float32),
+        "zero_point": np.array([0, -3, 5, 127], np.int32),
+    }, {"dtype": "qint8", "axis": 1}))
+    models["quantize_per_channel"] = b
+
+    b = GraphBuilder()
+    s, z = _qp(0.1, 128)
+    b.output(b.node("dequantize", {"x": b.input("q", "uint8", [None, 3]), "scale": s, "zero_point": z}))
+    models["dequantize"] = b
+
+    b = GraphBuilder()
+    b.output(b.node("dequantize", {
+        "x": b.input("q", "int8", [2, None]),
+        "scale": np.array([0.5, 0.25], np.float32),
+        "zero_point": np.array([1, -1], np.int32),
+    }, {"axis": 0}))
+    models["dequantize_per_channel"] = b
+
+    b = GraphBuilder()
+    xs, xz = _qp(0.02, 120)
+    ys, yz = _qp(0.1, 64)
+    b.output(b.node("linear", {
+        "x": b.input("x", "uint8", [None, 5]), "x_scale": xs, "x_zero_point": xz,
+        "weight": _w8(rng, 3, 5), "weight_scale": np.array([0.01, 0.02, 0.03], np.float32),
+        "weight_zero_point": np.zeros(3, np.int32), "bias": np.array([0.5, -1, 2], np.float32),
+        "y_scale": ys, "y_zero_point": yz,
+    }, {"relu": True}))
+    models["linear"] = b
+
+    b = GraphBuilder()
+    ws, wz = _qp(0.03, 0)
+    b.output(b.node("linear_dynamic", {
+        "x": b.input("x", "float32", [None, 6]), "weight": _w8(rng, 4, 6),
+        "weight_scale": ws, "weight_zero_point": wz, "bias": np.arange(4, dtype=np.float32),
+    }, {"reduce_range": True}))
+    models["linear_dynamic"] = b
+
+    b = GraphBuilder()
+    b.output(b.node("linear_dynamic", {
+        "x": b.input("x", "float32", [None, 3]),
+        "weight": rng.standard_normal((2, 3)).astype(np.float16),
+    }))
+    models["linear_dynamic_fp16"] = b
+
+    b = GraphBuilder()
+    b.output(b.node("rnn_cell_dynamic", {
+        "x": b.input("x", "float32", [None, 4]), "h": b.input("h", "float32", [None, 3]),
+        "ih_weight": _w8(rng, 3, 4), "ih_weight_scale": np.array([0.01, 0.02, 0.03], np.float32),
+        "ih_weight_zero_point": np.zeros(3, np.int32), "ih_bias": np.ones(3, np.float32),
+        "hh_weight": rng.standard_normal((3, 3)).astype(np.float16),
+    }, {"nonlinearity": "relu", "reduce_range": False}))
+    models["rnn_cell_dynamic"] = b
+
+    b = GraphBuilder()
+    b.output(b.node("relu", {"x": b.input("x", "float32", [None, 3])}))
+    models["relu"] = b
+
+    b = GraphBuilder()
+    b.output(b.node("add", {"a": b.input("a", "float32", [None, 3]), "b": b.input("b", "float32", [None, 3])}))
+    models["add"] = b
+
+    b = GraphBuilder()
+    b.output(b.node("flatten", {"x": b.input("x", "uint8", [None, 2, 3])}, {"start_dim": 1}))
+    models["flatten"] = b
+
+    # A chain through several ops, a stored tensor on a run-time port, and a tuple output.
+    b = GraphBuilder()
+    x = b.input("x", "float32", [None, 2, 2])
+    f = b.node("flatten", {"x": x}, {"start_dim": 1})
+    s, z = _qp(0.03, 100)
+    q = b.node("quantize_per_tensor", {"x": f, "scale": s, "zero_point": z}, {"dtype": "quint8"})
+    ys, yz = _qp(0.05, 10)
+    lin = b.node("linear", {
+        "x": q, "x_scale": "quantize_per_tensor_1.scale", "x_zero_point": "quantize_per_tensor_1.zero_point",
+        "weight": _w8(rng, 3, 4), "weight_scale": np.array(0.02, np.float32),
+        "weight_zero_point": np.array(0, np.int32), "y_scale": ys, "y_zero_point": yz,
+    })
+    d = b.node("dequantize", {"x": lin, "scale": "linear_2.y_scale", "zero_point": "linear_2.y_zero_point"})
+    r = b.node("relu", {"x": d})
+    bias = b.tensor("offset", np.array([[1, 2, 3]], np.float32))
+    a = b.node("add", {"a": r, "b": bias})
+    b.inputs[0]["shape"] = [1, 2, 2]  # add has no broadcasting: fix the batch to the stored operand's
+    b.output(a, d)
+    models["chain"] = b
+
+    missing = set(OPS) - {n["op"] for m in models.values() for n in m.nodes}
+    assert not missing, f"no fuzz seed model for {sorted(missing)}"
+    return models
+
+
+_SEEDS: dict[str, bytes] | None = None
+
+
+def seed_files() -> dict[str, bytes]:
+    """The valid starting files, encoded once: name -> bytes."""
+    global _SEEDS
+    if _SEEDS is None:
+        _SEEDS = {name: qrt.format.encode(b.graph(), b.tensors) for name, b in _op_models().items()}
+    return _SEEDS
+
+
+# ------------------------------------------------------------------ file surgery
+
+
+def split(data: bytes) -> tuple[dict, bytes]:
+    """A well-formed file's header (parsed) and data section."""
+    (n,) = struct.unpack("<Q", data[:8])
+    return json.loads(data[8 : 8 + n]), data[8 + n :]
+
+
+def join(header: Any, body: bytes, fix_checksum: bool = False, raw: str | None = None) -> bytes:
+    """Re-encode a header (or raw header text) and a data section."""
+    if fix_checksum and isinstance(header, dict) and isinstance(header.get("__metadata__"), dict):
+        header["__metadata__"]["qrt.data_sha256"] = hashlib.sha256(body).hexdigest()
+    text = raw if raw is not None else json.dumps(header)
+    hb = text.encode("utf-8", "surrogatepass")
+    return struct.pack("<Q", len(hb)) + hb + body
+
+
+def get_graph(header: dict) -> dict:
+    return json.loads(header["__metadata__"]["qrt.graph"])
+
+
+def set_graph(header: dict, graph: Any) -> None:
+    header["__metadata__"]["qrt.graph"] = json.dumps(graph)
+
+
+def tensor_names(header: dict) -> list[str]:
+    return [k for k in header if k != "__metadata__"]
+
+
+# Hostile JSON values: wrong types, extremes, deep nesting, long strings.
+def hostile_value(rnd: random.Random) -> Any:
+    return rnd.choice([
+        None, True, False, 0, -1, 1, 7, 2**31, -(2**31) - 1, 2**63, 2**64 + 1, -(2**70), 10**40, 1.5, -0.0,
+        1e308, "", "x", "tanh", "quint8", "\u00b9", "a" * rnd.choice([257, 10_000]), [], [1], [None], {},
+        {"a": 1}, _nested(rnd.choice([10, 63, 65, 200])),  # deeper: e_json_text, as raw text
+    ])
+
+
+def _nested(depth: int) -> Any:
+    v: Any = 0
+    for i in range(depth):
+        v = [v] if i % 2 else {"k": v}
+    return v
+
+
+# ------------------------------------------------------------------ byte mutations
+
+
+def _regions(data: bytes) -> list[tuple[int, int]]:
+    (n,) = struct.unpack("<Q", data[:8]) if len(data) >= 8 else (0,)
+    n = min(n, max(len(data) - 8, 0))
+    return [(0, min(8, len(data))), (8, 8 + n), (8 + n, len(data))]
+
+
+def _pos(rnd: random.Random, data: bytes) -> int:
+    lo, hi = rnd.choice(_regions(data))
+    return rnd.randint(lo, max(lo, hi))
+
+
+def m_flip(rnd: random.Random, data: bytes) -> bytes:
+    b = bytearray(data)
+    for _ in range(rnd.randint(1, 8)):
+        if b:
+            i = min(_pos(rnd, data), len(b) - 1)
+            b[i] ^= rnd.choice([1 << rnd.randrange(8), rnd.randrange(1, 256)])
+    return bytes(b)
+
+
+def m_truncate(rnd: random.Random, data: bytes) -> bytes:
+    return data[: _pos(rnd, data)]
+
+
+def m_insert(rnd: random.Random, data: bytes) -> bytes:
+    i = _pos(rnd, data)
+    junk = rnd.choice([b"\x00", b"\xff" * 3, b'"', b"{", b"]", b"\\u0000", os.urandom(rnd.randint(1, 64))])
+    return data[:i] + junk + data[i:]
+
+
+def m_delete(rnd: random.Random, data: bytes) -> bytes:
+    i = _pos(rnd, data)
+    return data[:i] + data[i + rnd.randint(1, 32) :]
+
+
+def m_header_len(rnd: random.Random, data: bytes) -> bytes:
+    (n,) = struct.unpack("<Q", data[:8]) if len(data) >= 8 else (0,)
+    new = rnd.choice([0, 1, n - 1, n + 1, n + 8, len(data), 100_000_001, 2**32, 2**63, 2**64 - 1])
+    return struct.pack("<Q", new % 2**64) + data[8:]
+
+
+def m_nonutf8(rnd: random.Random, data: bytes) -> bytes:
+    lo, hi = _regions(data)[1]
+    if hi <= lo:
+        return data
+    i = rnd.randrange(lo, hi)
+    return data[:i] + rnd.choice([b"\xff", b"\xc3", b"\xed\xa0\x80"]) + data[i + 1 :]
+
+
+# ------------------------------------------------------------------ structured header edits
+# Each takes (rnd, header, body) on a parsed copy and returns the new body (or None for unchanged).
+
+
+def e_shape(rnd, header, body):
+    t = header[rnd.choice(tensor_names(header))]
+    t["shape"] = rnd.choice([
+        [-1], [2**60], [2**63], [2**64], [0, 2**63], [0, 2**40, 2**40], [True], [1.0], [None], "3", {},
+        [1] * 9, [1] * 1000, t["shape"] + [1], t["shape"][:-1], [0], [], [hostile_value(rnd)],
+    ])
+
+
+def e_dtype(rnd, header, body):
+    t = header[rnd.choice(tensor_names(header))]
+    t["dtype"] = rnd.choice(["I8", "U8", "I32", "F16", "F32", "F64", "BF16", "I64", "BOOL", "i8", "", 8, None])
+
+
+def e_offsets(rnd, header, body):
+    names = tensor_names(header)
+    t = header[rnd.choice(names)]
+    b, e = t["data_offsets"]
+    other = header[rnd.choice(names)]["data_offsets"]
+    size = len(body)
+    t["data_offsets"] = rnd.choice([
+        [b, e + 1], [b + 1, e], [b - 1, e - 1], [e, b], [size, size + (e - b)], [b, 2**64], [-1, e - b - 1],
+        [0, e - b], list(other), [other[0] + 1, other[0] + 1 + (e - b)], [b], [b, e, e], [str(b), e],
+        [b, float(e)], [True, e], None,
+    ])
+
+
+def e_entry(rnd, header, body):
+    names = tensor_names(header)
+    name = rnd.choice(names)
+    choice = rnd.randrange(6)
+    if choice == 0:
+        del header[name]
+    elif choice == 1:
+        header[name] = hostile_value(rnd)
+    elif choice == 2:
+        header[name]["extra"] = 1
+    elif choice == 3:
+        del header[name][rnd.choice(["dtype", "shape", "data_offsets"])]
+    elif choice == 4:
+        header["x" * rnd.choice([0, 257, 100_000])] = {"dtype": "U8", "shape": [0], "data_offsets": [0, 0]}
+    else:
+        header[rnd.choice(["stray", name + "_copy"])] = dict(header[name])
+
+
+def e_metadata(rnd, header, body):
+    meta = header["__metadata__"]
+    choice = rnd.randrange(8)
+    if choice == 0:
+        del meta[rnd.choice(list(meta))]
+    elif choice == 1:
+        meta["qrt.version"] = rnd.choice(["0", "2", "999999999999", "1.0", " 1", "one", "\u00b9", "\u0661", "-1"])
+    elif choice == 2:
+        meta["qrt.data_sha256"] = rnd.choice(["", "0" * 64, meta["qrt.data_sha256"].upper(), "zz"])
+    elif choice == 3:
+        meta[rnd.choice(list(meta))] = hostile_value(rnd)
+    elif choice == 4:
+        header["__metadata__"] = hostile_value(rnd)
+    elif choice == 5:
+        del header["__metadata__"]
+    elif choice == 6:
+        meta["qrt.graph"] = rnd.choice(["", "{", "[]", "null", "NaN", '{"inputs": []}', meta["qrt.graph"][:-1]])
+    else:
+        meta["extra." + str(rnd.randrange(9))] = "a" * rnd.choice([0, 10, 100_000])
+
+
+def _graph_edit(fn: Callable) -> Callable:
+    def edit(rnd, header, body):
+        g = get_graph(header)
+        fn(rnd, g, header)
+        set_graph(header, g)
+
+    edit.__name__ = fn.__name__
+    return edit
+
+
+def _node(rnd, g):
+    return rnd.choice(g["nodes"])
+
+
+def _all_values(g, header):
+    vals = [i["name"] for i in g["inputs"]] + tensor_names(header)
+    for n in g["nodes"]:
+        vals += n["outputs"]
+    return vals
+
+
+@_graph_edit
+def g_cycle(rnd, g, header):
+    n = _node(rnd, g)
+    later = g["nodes"][g["nodes"].index(n):]
+    port = rnd.choice(list(n["inputs"]))
+    n["inputs"][port] = rnd.choice(rnd.choice(later)["outputs"])  # itself or a later node: a cycle if chained
+
+
+@_graph_edit
+def g_undefined(rnd, g, header):
+    where = rnd.randrange(3)
+    if where == 0:
+        n = _node(rnd, g)
+        n["inputs"][rnd.choice(list(n["inputs"]))] = rnd.choice(["nowhere", "", "x" * 300, None, 3])
+    elif where == 1:
+        g["outputs"] = rnd.choice([["nowhere"], [], "y", [None], g["outputs"] * 2])
+    else:
+        g["output_structure"] = hostile_value(rnd) if rnd.random() < 0.5 else rnd.choice(["single", "tuple"])
+
+
+@_graph_edit
+def g_duplicate(rnd, g, header):
+    vals = _all_values(g, header)
+    choice = rnd.randrange(4)
+    if choice == 0:
+        g["nodes"].append(dict(_node(rnd, g)))  # same node name and outputs twice
+    elif choice == 1:
+        n = _node(rnd, g)
+        n["outputs"] = [rnd.choice(vals)]
+    elif choice == 2 and g["inputs"]:
+        g["inputs"].append(dict(rnd.choice(g["inputs"])))
+    else:
+        new = dict(_node(rnd, g))
+        new["outputs"] = ["fresh"]
+        g["nodes"].append(new)  # duplicate node name, distinct outputs
+
+
+@_graph_edit
+def g_op(rnd, g, header):
+    n = _node(rnd, g)
+    n["op"] = rnd.choice([*OPS, "conv2d", "", "Linear", 3, None, "linear "])
+
+
+@_graph_edit
+def g_ports(rnd, g, header):
+    n = _node(rnd, g)
+    choice = rnd.randrange(4)
+    if choice == 0 and n["inputs"]:
+        del n["inputs"][rnd.choice(list(n["inputs"]))]
+    elif choice == 1:
+        n["inputs"]["bogus"] = rnd.choice(_all_values(g, header))
+    elif choice == 2:
+        # rewire a port to another value: dtype and shape mismatches, const ports fed at run time
+        n["inputs"][rnd.choice(list(n["inputs"]) or ["x"])] = rnd.choice(_all_values(g, header))
+    else:
+        n["inputs"] = hostile_value(rnd)
+
+
+@_graph_edit
+def g_attrs(rnd, g, header):
+    n = _node(rnd, g)
+    attrs = n.setdefault("attrs", {})
+    spec = OPS.get(n["op"])
+    names = [a.name for a in spec.attrs] if spec else []
+    name = rnd.choice([*names, "bogus"]) if names else "bogus"
+    attrs[name] = rnd.choice([hostile_value(rnd), -1, 2, 3, 8, -(2**63), "qint32", "quint8", "qint8", "relu", None])
+    if rnd.random() < 0.1:
+        n["attrs"] = hostile_value(rnd)
+
+
+@_graph_edit
+def g_structure(rnd, g, header):
+    choice = rnd.randrange(6)
+    if choice == 0:
+        del g[rnd.choice(list(g))]
+    elif choice == 1:
+        g["extra"] = 1
+    elif choice == 2:
+        g[rnd.choice(list(g))] = hostile_value(rnd)
+    elif choice == 3 and g["inputs"]:
+        i = rnd.choice(g["inputs"])
+        i[rnd.choice(["name", "dtype", "shape", "extra"])] = rnd.choice(
+            [hostile_value(rnd), "float64", [None] * 9, [-1], [2**63], [2**40, None], [None, None], []])
+    elif choice == 4:
+        n = _node(rnd, g)
+        n[rnd.choice(["name", "op", "inputs", "outputs", "attrs", "extra"])] = hostile_value(rnd)
+    else:
+        rnd.shuffle(g["nodes"])  # file order is not execution order: still valid
+
+
+def _patch_tensor(header, body, name, values: np.ndarray) -> bytes:
+    t = header[name]
+    b, e = t["data_offsets"]
+    raw = values.astype(np.dtype(qrt.format.DTYPES[t["dtype"]]), copy=False).tobytes()
+    return body[:b] + raw[: e - b].ljust(e - b, b"\0") + body[e:]
+
+
+def e_values(rnd, header, body):
+    """Rewrite a stored tensor's values: hostile scales, zero points, weights."""
+    names = tensor_names(header)
+    scales = [n for n in names if header[n]["dtype"] == "F32" and "scale" in n]
+    zps = [n for n in names if header[n]["dtype"] == "I32" and "zero_point" in n]
+    pick = rnd.random()
+    if scales and pick < 0.45:
+        name = rnd.choice(scales)
+        bad = rnd.choice([0.0, -0.0, -1.0, np.nan, np.inf, -np.inf, 1e-45, 1e-38, 3.4e38, 1e-30])
+        size = int(np.prod(header[name]["shape"]))
+        vals = np.full(size, 0.1, np.float32)
+        if size:
+            vals[rnd.randrange(size)] = bad
+        return _patch_tensor(header, body, name, vals)
+    if zps and pick < 0.9:
+        name = rnd.choice(zps)
+        bad = rnd.choice([-129, -128, -1, 0, 127, 128, 255, 256, -(2**31), 2**31 - 1])
+        size = int(np.prod(header[name]["shape"]))
+        return _patch_tensor(header, body, name, np.full(size, bad, np.int64).astype(np.int32))
+    name = rnd.choice(names)
+    b, e = header[name]["data_offsets"]
+    return body[:b] + os.urandom(e - b) + body[e:]
+
+
+def e_json_text(rnd, header, body):
+    """Edits only expressible in raw JSON text: duplicate keys, NaN literals, deep nesting."""
+    text = json.dumps(header)
+    choice = rnd.randrange(5)
+    if choice == 0:
+        text = text.replace("{", '{"__metadata__": {}, ', 1)  # duplicate key at the top level
+    elif choice == 1:
+        text = text.replace('"shape": [', '"shape": [NaN, ', 1)
+    elif choice == 2:
+        d = rnd.choice([64, 65, 1000, 100_000])
+        text = text[:-1] + ', "deep": ' + "[" * d + "]" * d + "}"
+    elif choice == 3:
+        meta = header["__metadata__"]
+        g = meta["qrt.graph"]
+        meta["qrt.graph"] = g[:-1] + ', "inputs": []}'  # duplicate key inside the graph
+        text = json.dumps(header)
+    else:
+        text = text[:-1] + ', "' + "\\ud800" * 3 + '": 1}'  # lone surrogates in a key
+    return text
+
+
+BYTE_MUTATIONS = [m_flip, m_truncate, m_insert, m_delete, m_header_len, m_nonutf8]
+HEADER_EDITS = [
+    e_shape, e_dtype, e_offsets, e_entry, e_metadata, e_values,
+    g_cycle, g_undefined, g_duplicate, g_op, g_ports, g_attrs, g_structure,
+]
+
+
+def make_case(rnd: random.Random) -> tuple[str, bytes]:
+    """One hostile file: (description, bytes)."""
+    seed_name = rnd.choice(sorted(seed_files()))
+    data = seed_files()[seed_name]
+    steps = [seed_name]
+    for _ in range(rnd.choice([1, 1, 1, 2, 3])):
+        if rnd.random() < 0.3:
+            m = rnd.choice(BYTE_MUTATIONS)
+            data = m(rnd, data)
+            steps.append(m.__name__)
+            continue
+        try:
+            header, body = split(data)
+            if not isinstance(header, dict) or not isinstance(header.get("__metadata__"), dict):
+                raise ValueError
+            get_graph(header)
+        except (ValueError, KeyError, TypeError, RecursionError, struct.error, UnicodeDecodeError):
+            data = m_flip(rnd, data)  # an earlier step broke the JSON: keep mutating bytes
+            steps.append("m_flip")
+            continue
+        fix = rnd.random() < 0.6
+        if rnd.random() < 0.07:
+            raw = e_json_text(rnd, header, body)
+            data = join(None, body, raw=raw)
+            steps.append("e_json_text")
+            continue
+        edit = rnd.choice(HEADER_EDITS)
+        try:
+            new_body = edit(rnd, header, body)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            steps.append(edit.__name__ + "(skipped)")  # an earlier edit removed what this one needs
+            continue
+        body = new_body if new_body is not None else body
+        data = join(header, body, fix_checksum=fix)
+        steps.append(edit.__name__ + ("+sum" if fix else ""))
+    return "/".join(steps), data
+
+
+# ------------------------------------------------------------------ the property
+
+# ValueError reasons a model that loaded may give at run time (docs/FORMAT.md, "Run time").
+RUNTIME_REASONS = re.compile(r"NaN|shape|batch|reshape")
+MAX_RUN_ELEMENTS = 1_000_000  # a valid file may declare big inputs; the harness does not feed those
+
+
+def random_inputs(model: qrt.Model, rnd: random.Random) -> list[np.ndarray] | None:
+    """Valid random inputs for a loaded model (None when they would be too big to make)."""
+    free = rnd.choice([0, 1, 1, 2, 3])  # one size for every free dimension, so batches agree
+    rng = np.random.default_rng(rnd.randrange(2**32))
+    arrays = []
+    for spec in model.inputs:
+        shape = tuple(free if d is None else d for d in spec.shape)
+        if int(np.prod(shape, dtype=object)) > MAX_RUN_ELEMENTS:
+            return None
+        dt = np.dtype(spec.dtype)
+        if dt.kind == "f":
+            a = (rng.standard_normal(shape) * rnd.choice([1e-5, 1.0, 100.0])).astype(dt)
+        else:
+            info = np.iinfo(dt)
+            a = rng.integers(info.min, int(info.max) + 1, shape, dtype=dt)
+        arrays.append(a)
+    return arrays
+
+
+def check_case(data: bytes, path: str, rnd: random.Random) -> str:
+    """Load and run one file; return the outcome, or raise AssertionError on a property violation."""
+    with open(path, "wb") as f:
+        f.write(data)
+    try:
+        # numpy may warn while preparing extreme but valid scales (1e-45 * 1e-45 underflows); not a failure
+        with np.errstate(all="ignore"):
+            model = qrt.load(path)
+    except qrt.FormatError as e:
+        assert str(e), "FormatError without a message"
+        return "rejected"
+    except Exception as e:  # noqa: BLE001 - the property is about exactly this
+        raise AssertionError(f"load raised {type(e).__name__}: {e}") from e
+    inputs = random_inputs(model, rnd)
+    if inputs is None:
+        return "loaded (inputs too big to run)"
+    try:
+        with np.errstate(all="ignore"):
+            out = model.run(inputs)
+    except ValueError as e:
+        if type(e) is ValueError and RUNTIME_REASONS.search(str(e)):
+            return "loaded, run refused input"
+        raise AssertionError(f"run raised {type(e).__name__}: {e}") from e
+    except Exception as e:  # noqa: BLE001
+        raise AssertionError(f"run raised {type(e).__name__}: {e}") from e
+    outs = out if isinstance(out, tuple) else (out,)
+    assert len(outs) == len(model.outputs)
+    return "loaded and ran"
