@@ -1,0 +1,414 @@
+"""Convert a PyTorch checkpoint into a .qrt file.
+
+    python tools/convert.py model.pt -o model.qrt --model mypkg.models:make_mlp --input-shape 1,37
+    python tools/convert.py model.pt -o model.qrt --model mypkg.models:make_mlp --mode static --calib calib.npz
+    python tools/convert.py whole_quantized_model.pt -o model.qrt --trust-checkpoint --input-shape 1,37
+
+The float model is quantized with torch.ao's FX flow under qrt's backend
+pattern rules (tools/rules.py, declared for torch.ao in tools/qrt_backend.py),
+then its reference graph is lowered to qrt ops (tools/lower.py). A model
+already quantized by torch.ao is lowered as it is. docs/CONVERTER.md has the
+lowering table. Errors exit with status 2 and leave no output file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import inspect
+import os
+import pickle
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# Run as a script (python tools/convert.py) or imported (tools.convert): the repo root must be importable.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.fx  # noqa: E402
+from torch import nn  # noqa: E402
+
+import qrt  # noqa: E402
+from tools import lower as qlower  # noqa: E402
+from tools import qrt_backend  # noqa: E402
+from tools.rules import DEFAULT_RULES, MODES, WEIGHT_DTYPES, WEIGHT_SCHEMES, Rules, RulesError, load_rules  # noqa: E402
+
+PRODUCER = f"qrt tools/convert.py {qrt.__version__}"
+
+
+class ConvertError(Exception):
+    """Conversion failed; the message says why, for the user."""
+
+
+@dataclass
+class Result:
+    path: str
+    mode: str
+    inputs: list[str]
+    metadata: dict[str, str]
+
+
+# ------------------------------------------------------------ start-up
+
+
+def startup_rules(rules: Rules | str | os.PathLike | None) -> Rules:
+    """Load and check the rules: every pattern must have a front-end declaration and a qrt lowering."""
+    try:
+        if rules is None:
+            r = DEFAULT_RULES.validate()
+        elif isinstance(rules, Rules):
+            r = rules.validate()
+        else:
+            r = load_rules(rules)
+        qlower.check_patterns([(p.name, p.describe()) for p in r.patterns])
+        qrt_backend.check_patterns(r)
+    except (RulesError, qlower.LoweringError, qrt_backend.FrontEndError) as e:
+        raise ConvertError(str(e)) from None
+    return r
+
+
+# ------------------------------------------------------------ loading
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def load_factory(spec: str) -> Any:
+    """'package.module:factory' -> the callable. The current directory is importable, as with python -m."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConvertError(f"--model must look like package.module:factory, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:
+        raise ConvertError(f"cannot import model module {module_name!r}: {type(e).__name__}: {e}") from None
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConvertError(f"model factory {spec!r}: module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ConvertError(f"model factory {spec!r} is not callable")
+    return obj
+
+
+def load_model(checkpoint: str, model: str | None, trust_checkpoint: bool) -> nn.Module:
+    """The model to convert: factory + state_dict, or (trusted) a whole pickled module."""
+    if not os.path.isfile(checkpoint):
+        raise ConvertError(f"checkpoint {checkpoint!r} does not exist")
+    try:
+        obj = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        whole = False
+    except pickle.UnpicklingError as e:
+        if not trust_checkpoint:
+            raise ConvertError(
+                f"checkpoint {checkpoint!r} is a pickled object, not a plain state_dict; loading it would run "
+                "arbitrary code from the file. Pass --trust-checkpoint only if you trust where it came from "
+                f"(weights-only loader said: {str(e).splitlines()[0][:200]})"
+            ) from None
+        whole = True
+    except Exception as e:
+        raise ConvertError(f"cannot read checkpoint {checkpoint!r}: {type(e).__name__}: {e}") from None
+    if whole:
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        try:
+            obj = torch.load(checkpoint, map_location="cpu", weights_only=False)
+        except Exception as e:
+            raise ConvertError(f"cannot load pickled checkpoint {checkpoint!r}: {type(e).__name__}: {e}") from None
+        if not isinstance(obj, nn.Module):
+            raise ConvertError(f"checkpoint {checkpoint!r} holds a {type(obj).__name__}, not an nn.Module")
+        if model is not None:
+            print(f"note: {checkpoint} is a whole module; --model {model} is not used", file=sys.stderr)
+        return obj.eval()
+
+    if isinstance(obj, nn.Module):  # weights_only can still rebuild some modules
+        return obj.eval()
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise ConvertError(f"checkpoint {checkpoint!r} is not a state_dict (a dict of tensors)")
+    if model is None:
+        raise ConvertError(
+            f"checkpoint {checkpoint!r} is a state_dict: pass --model package.module:factory to build the model"
+        )
+    factory = load_factory(model)
+    try:
+        net = factory()
+    except Exception as e:
+        raise ConvertError(f"model factory {model!r} failed: {type(e).__name__}: {e}") from None
+    if not isinstance(net, nn.Module):
+        raise ConvertError(f"model factory {model!r} returned a {type(net).__name__}, not an nn.Module")
+    _load_state_dict(net, obj, checkpoint, model)
+    return net.eval()
+
+
+def _load_state_dict(net: nn.Module, state: dict, checkpoint: str, model: str) -> None:
+    expected = net.state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    shapes = [
+        f"{k}: checkpoint {list(state[k].shape)}, model {list(expected[k].shape)}"
+        for k in expected
+        if k in state and state[k].shape != expected[k].shape
+    ]
+    problems = []
+    if missing:
+        problems.append(f"missing keys {missing}")
+    if unexpected:
+        problems.append(f"unexpected keys {unexpected}")
+    if shapes:
+        problems.append("shape mismatch " + "; ".join(shapes))
+    if problems:
+        raise ConvertError(f"checkpoint {checkpoint!r} does not fit the model from {model!r}: " + ", ".join(problems))
+    net.load_state_dict(state, strict=True)
+
+
+def input_names(model: nn.Module) -> list[str]:
+    """The graph's input names: forward's positional parameters, in order."""
+    params = list(inspect.signature(model.forward).parameters.values())
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    names = [p.name for p in params if p.kind in kinds and p.default is inspect.Parameter.empty]
+    if not names:
+        raise ConvertError("the model's forward takes no tensor arguments")
+    return names
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in text.split(","))
+    except ValueError:
+        raise ConvertError(f"--input-shape must be comma-separated integers (batch first), got {text!r}") from None
+    if len(dims) < 2 or any(d <= 0 for d in dims):
+        raise ConvertError(f"--input-shape needs a batch and at least one positive dimension, got {text!r}")
+    return dims
+
+
+def load_calibration(path: str, names: Sequence[str]) -> dict[str, np.ndarray]:
+    """Arrays by input name (or one array for a single-input model), float32, samples first."""
+    if not os.path.isfile(path):
+        raise ConvertError(f"calibration data {path!r} does not exist")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except Exception as e:
+        raise ConvertError(f"cannot read calibration data {path!r} (an .npz file): {type(e).__name__}: {e}") from None
+    if len(names) == 1 and len(arrays) == 1:
+        arrays = {names[0]: next(iter(arrays.values()))}
+    unknown = sorted(set(arrays) - set(names))
+    missing = [n for n in names if n not in arrays]
+    if unknown or missing:
+        raise ConvertError(
+            f"calibration data {path!r} has arrays {sorted(arrays)}, but the model's inputs are {list(names)}"
+            + (f" (missing {missing})" if missing else "")
+            + (f" (unknown {unknown})" if unknown else "")
+        )
+    counts = set()
+    for n in names:
+        a = arrays[n]
+        if a.dtype != np.float32:
+            raise ConvertError(f"calibration array {n!r} has dtype {a.dtype}, expected float32")
+        if a.ndim < 2 or a.shape[0] == 0:
+            raise ConvertError(f"calibration array {n!r} must be [samples, features...], got shape {list(a.shape)}")
+        if not np.all(np.isfinite(a)):
+            raise ConvertError(f"calibration array {n!r} contains NaN or infinity")
+        counts.add(a.shape[0])
+    if len(counts) != 1:
+        counts_by_name = {n: arrays[n].shape[0] for n in names}
+        raise ConvertError(f"calibration arrays have different sample counts: {counts_by_name}")
+    return {n: arrays[n] for n in names}
+
+
+def _check_output_path(output: str) -> None:
+    folder = os.path.dirname(os.path.abspath(output)) or "."
+    if os.path.isdir(output):
+        raise ConvertError(f"output path {output!r} is a directory")
+    if not os.path.isdir(folder):
+        raise ConvertError(f"cannot write {output!r}: directory {folder!r} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConvertError(f"cannot write {output!r}: directory {folder!r} is not writable")
+
+
+def _trace(model: nn.Module) -> torch.fx.GraphModule:
+    if isinstance(model, torch.fx.GraphModule):
+        return model
+    try:
+        return torch.fx.symbolic_trace(model)
+    except Exception as e:
+        raise ConvertError(f"torch.fx cannot trace the model ({type(e).__name__}: {e})") from None
+
+
+def _run_float(model: nn.Module, example: Sequence[torch.Tensor], names: Sequence[str], what: str) -> None:
+    try:
+        with torch.no_grad():
+            model(*example)
+    except Exception as e:
+        shapes = ", ".join(f"{n}: {list(t.shape)}" for n, t in zip(names, example))
+        raise ConvertError(f"the model does not run on {what} ({shapes}): {type(e).__name__}: {e}") from None
+
+
+# ------------------------------------------------------------ conversion
+
+
+def convert(
+    checkpoint: str | os.PathLike,
+    output: str | os.PathLike,
+    *,
+    model: str | None = None,
+    mode: str = "dynamic",
+    weight_dtype: str = "qint8",
+    weights: str = "per-tensor",
+    calib: str | os.PathLike | None = None,
+    calib_batch_size: int = 32,
+    input_shapes: Sequence[Sequence[int] | str] | None = None,
+    rules: Rules | str | os.PathLike | None = None,
+    trust_checkpoint: bool = False,
+    progress: bool = False,
+) -> Result:
+    """Convert a checkpoint to a .qrt file (see the module docstring). Raises ConvertError."""
+    the_rules = startup_rules(rules)
+    checkpoint, output = os.fspath(checkpoint), os.fspath(output)
+    if mode not in MODES:
+        raise ConvertError(f"mode must be one of {list(MODES)}, got {mode!r}")
+    if weight_dtype not in WEIGHT_DTYPES:
+        raise ConvertError(f"weight dtype must be one of {list(WEIGHT_DTYPES)}, got {weight_dtype!r}")
+    if weights not in WEIGHT_SCHEMES:
+        raise ConvertError(f"weights must be one of {list(WEIGHT_SCHEMES)}, got {weights!r}")
+    if mode == "static" and weight_dtype != "qint8":
+        raise ConvertError("static mode quantizes weights to qint8; --weight-dtype float16 is dynamic only")
+    if calib_batch_size <= 0:
+        raise ConvertError(f"calibration batch size must be positive, got {calib_batch_size}")
+    _check_output_path(output)
+
+    net = load_model(checkpoint, model, trust_checkpoint)
+    names = input_names(net)
+    shapes = [parse_shape(s) if isinstance(s, str) else tuple(s) for s in (input_shapes or [])]
+    if shapes and len(shapes) != len(names):
+        raise ConvertError(f"got {len(shapes)} --input-shape, but forward takes {len(names)} inputs {names}")
+
+    data = load_calibration(os.fspath(calib), names) if calib is not None else None
+    if data is not None:
+        for n, s in zip(names, shapes):
+            if tuple(data[n].shape[1:]) != tuple(s[1:]):
+                raise ConvertError(
+                    f"calibration array {n!r} has samples of shape {list(data[n].shape[1:])}, "
+                    f"but --input-shape says {list(s[1:])}"
+                )
+        shapes = [(1, *data[n].shape[1:]) for n in names]
+    if not shapes:
+        raise ConvertError(f"example input shapes are needed: pass --input-shape once per input {names} or --calib")
+    example = [torch.zeros(s, dtype=torch.float32) for s in shapes]
+
+    prequantized = qrt_backend.is_quantized(net)
+    if prequantized:
+        gm = _trace(net)
+        used_mode = "prequantized"
+    else:
+        if mode == "static" and data is None:
+            raise ConvertError("static mode needs calibration data: pass --calib DATA.npz")
+        _run_float(net, example, names, "inputs of the given shapes")
+        # Refuse unsupported layers before spending time calibrating.
+        bad = qlower.find_unsupported(_trace(net), qrt_backend.describe, qrt_backend.quantizable(the_rules, mode))
+        if bad:
+            raise ConvertError(f"qrt cannot run (mode {mode}, rules {the_rules.name!r}): " + "; ".join(bad))
+        try:
+            prepared = qrt_backend.prepare(net, the_rules, mode, weight_dtype, weights, example)
+        except qrt_backend.FrontEndError as e:
+            raise ConvertError(str(e)) from None
+        if mode == "static":
+            _calibrate(prepared, data, names, calib_batch_size, progress)
+        gm = qrt_backend.to_reference(prepared, the_rules)
+        used_mode = mode
+
+    try:
+        builder = qlower.lower(gm, qrt_backend.describe, shapes)
+    except (qlower.LoweringError, qrt_backend.FrontEndError) as e:
+        raise ConvertError(str(e)) from None
+
+    metadata = {
+        "producer": PRODUCER,
+        "converter.torch_version": str(torch.__version__),
+        "converter.checkpoint_sha256": _sha256(checkpoint),
+        "converter.mode": used_mode,
+        "converter.rules": the_rules.name,
+    }
+    if not prequantized:
+        metadata["converter.weights"] = "float16" if weight_dtype == "float16" else (the_rules.weights or weights)
+    try:
+        builder.save(output, metadata=metadata)
+    except (OSError, ValueError) as e:
+        raise ConvertError(f"cannot write {output!r}: {e}") from None
+    return Result(output, used_mode, names, metadata)
+
+
+def _calibrate(prepared, data: dict[str, np.ndarray], names: Sequence[str], batch: int, progress: bool) -> None:
+    from tqdm import tqdm
+
+    n = next(iter(data.values())).shape[0]
+    starts = range(0, n, batch)
+    batches = (
+        [torch.from_numpy(data[k][i : i + batch]) for k in names]
+        for i in tqdm(starts, desc="calibrating", unit="batch", disable=not progress, file=sys.stderr)
+    )
+    try:
+        qrt_backend.calibrate(prepared, batches)
+    except Exception as e:
+        shapes = ", ".join(f"{k}: {list(data[k].shape)}" for k in names)
+        raise ConvertError(f"calibration data does not fit the model ({shapes}): {type(e).__name__}: {e}") from None
+
+
+# ------------------------------------------------------------ command line
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="convert.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("checkpoint", help="torch.save'd state_dict, or a whole module with --trust-checkpoint")
+    p.add_argument("-o", "--output", required=True, help="the .qrt file to write")
+    p.add_argument("--model", help="package.module:factory building the float nn.Module")
+    p.add_argument("--mode", choices=MODES, default="dynamic")
+    p.add_argument("--weight-dtype", choices=WEIGHT_DTYPES, default="qint8")
+    p.add_argument("--weights", choices=WEIGHT_SCHEMES, default="per-tensor", help="weight quantization scheme")
+    p.add_argument("--calib", help="calibration data (.npz, arrays by input name) for static mode")
+    p.add_argument("--calib-batch-size", type=int, default=32)
+    p.add_argument(
+        "--input-shape", action="append", default=[], help="example shape, batch first (1,37); once per input"
+    )
+    p.add_argument("--rules", help="a Python file defining RULES (see docs/CONVERTER.md)")
+    p.add_argument("--trust-checkpoint", action="store_true", help="allow a pickled whole-module checkpoint")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    args = p.parse_args(argv)
+    try:
+        result = convert(
+            args.checkpoint,
+            args.output,
+            model=args.model,
+            mode=args.mode,
+            weight_dtype=args.weight_dtype,
+            weights=args.weights,
+            calib=args.calib,
+            calib_batch_size=args.calib_batch_size,
+            input_shapes=args.input_shape,
+            rules=args.rules,
+            trust_checkpoint=args.trust_checkpoint,
+            progress=not args.quiet,
+        )
+    except ConvertError as e:
+        print(f"convert.py: error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {result.path} ({result.mode}, inputs {result.inputs}, rules {result.metadata['converter.rules']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,450 @@
+"""Lowering: a quantized torch.fx graph -> qrt ops, one lowering per rules pattern.
+
+The graph is either the reference graph of torch.ao's FX flow (quantize /
+dequantize nodes around reference quantized modules) or an already-quantized
+model (``convert_fx`` / ``quantize_dynamic``) traced with torch.fx. This module
+never touches ``torch.ao``: a front end passes ``describe``, which turns one
+quantized module into a neutral ``LinearLayer`` / ``RNNCellLayer`` (numpy
+integers, scales, biases), so another front end (pt2e) can reuse it.
+
+Values flow through the walk lazily: a dequantize is emitted only when a
+float op needs the float value, and a static reference Linear waits for the
+quantize that follows it, whose scale becomes the qrt ``linear``'s output
+scale (that is what ``convert_fx`` fuses into ``quantized::linear``).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.fx
+import torch.nn.functional as F
+from torch import nn
+
+from qrt.builder import GraphBuilder
+
+
+class LoweringError(ValueError):
+    """The graph holds something qrt cannot run; the message names every such node."""
+
+
+# ------------------------------------------------------------ neutral layer descriptions
+
+
+@dataclass(frozen=True)
+class QWeight:
+    """A weight as the runtime stores it: int8 + scale/zero point (per tensor or per row), or float16."""
+
+    values: np.ndarray  # int8 or float16, [out, in]
+    scale: np.ndarray | None = None  # float32, shape () or (out,)
+    zero_point: np.ndarray | None = None  # int32, same shape as scale
+
+    def ports(self, prefix: str = "") -> dict[str, np.ndarray]:
+        out = {f"{prefix}weight": self.values}
+        if self.scale is not None:
+            out[f"{prefix}weight_scale"] = self.scale
+            out[f"{prefix}weight_zero_point"] = self.zero_point
+        return out
+
+
+@dataclass(frozen=True)
+class LinearLayer:
+    """Linear (+ ReLU). mode: None for a reference module (the graph around it decides
+    static or dynamic), "dynamic" or "static" for PyTorch's native quantized modules."""
+
+    pattern: str
+    weight: QWeight
+    bias: np.ndarray | None
+    relu: bool
+    mode: str | None = None
+    output_qparams: tuple[np.float32, int] | None = None  # native static modules only
+
+
+@dataclass(frozen=True)
+class RNNCellLayer:
+    pattern: str
+    ih_weight: QWeight
+    ih_bias: np.ndarray | None
+    hh_weight: QWeight
+    hh_bias: np.ndarray | None
+    nonlinearity: str
+
+
+Layer = LinearLayer | RNNCellLayer
+Describe = Callable[[nn.Module], "Layer | None"]
+
+
+# ------------------------------------------------------------ values during the walk
+
+
+@dataclass(frozen=True)
+class _Float:
+    name: str
+
+
+@dataclass(frozen=True)
+class _Quant:
+    """A quint8 per-tensor value in the qrt graph."""
+
+    name: str
+    scale: np.float32
+    zero_point: int
+
+
+@dataclass(frozen=True)
+class _Deq:
+    """dequantize(q): becomes a qrt dequantize only if a float op reads it."""
+
+    q: _Quant
+
+
+@dataclass(frozen=True)
+class _DynQ:
+    source: _Float
+
+
+@dataclass(frozen=True)
+class _DynDeq:
+    """The float input of a dynamic op: the op quantizes it itself, per call."""
+
+    source: _Float
+
+
+@dataclass(frozen=True)
+class _PendingLinear:
+    """A static reference Linear whose output quantize has not been seen yet."""
+
+    name: str
+    layer: LinearLayer
+    x: _Quant
+
+
+@dataclass(frozen=True)
+class _Const:
+    value: Any
+
+
+# ------------------------------------------------------------ float ops qrt runs
+
+_RELU_FUNCS = (F.relu, torch.relu)
+_FLATTEN_FUNCS = (torch.flatten,)
+_ADD_FUNCS = (operator.add, torch.add)
+_QUANTIZE_FUNCS = (torch.quantize_per_tensor,)
+_DYNAMIC_QUANTIZE_FUNCS = (torch.quantize_per_tensor_dynamic,)
+# Modules that are the identity in eval mode.
+_IDENTITY_MODULES = (nn.Identity, nn.Dropout)
+FLOAT_MODULES = (nn.ReLU, nn.Flatten, *_IDENTITY_MODULES)
+FLOAT_METHODS = ("relu", "flatten", "dequantize", "contiguous")
+
+
+def _fn_name(fn: Any) -> str:
+    mod = getattr(fn, "__module__", None) or ""
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    if mod in ("_operator", "operator"):
+        return f"operator.{name}"
+    if mod.startswith("torch"):
+        return f"torch.{name}" if not mod.startswith("torch.nn.functional") else f"F.{name}"
+    return f"{mod}.{name}" if mod else name
+
+
+def _class_name(module: nn.Module) -> str:
+    cls = type(module)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+# ------------------------------------------------------------ the lowering table
+
+
+class _Lowerer:
+    def __init__(self, gm: torch.fx.GraphModule, describe: Describe, input_shapes: Sequence[Sequence[int]]):
+        self.gm = gm
+        self.describe = describe
+        self.input_shapes = list(input_shapes)
+        self.b = GraphBuilder()
+        self.env: dict[torch.fx.Node, Any] = {}
+        self.dequantized: dict[str, str] = {}  # quantized value -> its dequantize node's output
+        self.modules = dict(gm.named_modules())
+
+    # -- helpers
+
+    def name(self, base: str) -> str:
+        """A node name not used yet (fx names are unique, but emitted helpers add more)."""
+        taken = {n["name"] for n in self.b.nodes}
+        name, i = base, 1
+        while name in taken or name in self.b.tensors or any(s["name"] == name for s in self.b.inputs):
+            name, i = f"{base}_{i}", i + 1
+        return name
+
+    def float_of(self, v: Any, where: torch.fx.Node) -> str:
+        if isinstance(v, _Float):
+            return v.name
+        if isinstance(v, _Deq):
+            q = v.q
+            if q.name not in self.dequantized:
+                self.dequantized[q.name] = self.b.node(
+                    "dequantize",
+                    {"x": q.name, "scale": np.float32(q.scale), "zero_point": np.int32(q.zero_point)},
+                    name=self.name(f"{q.name}_dequantize"),
+                )
+            return self.dequantized[q.name]
+        if isinstance(v, _DynDeq):
+            # A dynamic quantize/dequantize pair outside a dynamic op is dropped, as convert_fx does.
+            return v.source.name
+        if isinstance(v, _Quant):
+            return self.float_of(_Deq(v), where)
+        raise LoweringError(f"node {where.name!r}: needs a float tensor, got {type(v).__name__.strip('_')}")
+
+    def const(self, v: Any, where: torch.fx.Node, what: str) -> Any:
+        if isinstance(v, _Const):
+            return v.value
+        if isinstance(v, (int, float, torch.dtype, bool)) or v is None:
+            return v
+        raise LoweringError(f"node {where.name!r}: {what} must be a constant")
+
+    def arg(self, a: Any) -> Any:
+        if isinstance(a, torch.fx.Node):
+            return self.env[a]
+        return a
+
+    # -- node kinds
+
+    def placeholder(self, node: torch.fx.Node) -> Any:
+        i = len(self.b.inputs)
+        if i >= len(self.input_shapes):
+            raise LoweringError(f"input {node.target!r} has no example shape")
+        shape = [None, *self.input_shapes[i][1:]]  # batch is free
+        return _Float(self.b.input(node.target, "float32", shape))
+
+    def get_attr(self, node: torch.fx.Node) -> Any:
+        obj = self.gm
+        for part in str(node.target).split("."):
+            obj = getattr(obj, part)
+        return _Const(obj)
+
+    def quantize(self, node: torch.fx.Node) -> Any:
+        x, scale, zp, dtype = (self.arg(a) for a in node.args[:4])
+        scale = self.const(scale, node, "scale")
+        zp = self.const(zp, node, "zero_point")
+        dtype = self.const(dtype, node, "dtype")
+        if dtype != torch.quint8:
+            raise LoweringError(f"node {node.name!r}: quantize to {dtype} is not supported (quint8 only)")
+        s = float(scale)
+        if float(np.float32(s)) != s:
+            raise LoweringError(f"node {node.name!r}: scale {s!r} is not a float32 value")
+        s32, z = np.float32(s), int(zp)
+        if isinstance(x, _PendingLinear):
+            return self.emit_static_linear(x, s32, z)
+        out = self.b.node(
+            "quantize_per_tensor",
+            {"x": self.float_of(x, node), "scale": s32, "zero_point": np.int32(z)},
+            {"dtype": "quint8"},
+            name=self.name(node.name),
+        )
+        return _Quant(out, s32, z)
+
+    def emit_static_linear(self, p: _PendingLinear, y_scale: np.float32, y_zp: int) -> _Quant:
+        layer, x = p.layer, p.x
+        if layer.weight.values.dtype != np.int8:
+            raise LoweringError(f"node {p.name!r}: a static Linear needs qint8 weights")
+        out = self.b.node(
+            "linear",
+            {
+                "x": x.name,
+                "x_scale": np.float32(x.scale),
+                "x_zero_point": np.int32(x.zero_point),
+                **layer.weight.ports(),
+                "bias": layer.bias,
+                "y_scale": np.float32(y_scale),
+                "y_zero_point": np.int32(y_zp),
+            },
+            {"relu": layer.relu},
+            name=self.name(p.name),
+        )
+        return _Quant(out, np.float32(y_scale), y_zp)
+
+    def call_function(self, node: torch.fx.Node) -> Any:
+        fn = node.target
+        if fn in _QUANTIZE_FUNCS:
+            return self.quantize(node)
+        if fn in _DYNAMIC_QUANTIZE_FUNCS:
+            x = self.arg(node.args[0])
+            return _DynQ(_Float(self.float_of(x, node)))
+        if fn in _RELU_FUNCS:
+            return self.relu(node, self.arg(node.args[0]))
+        if fn in _FLATTEN_FUNCS:
+            return self.flatten(node, *node.args, **node.kwargs)
+        if fn in _ADD_FUNCS:
+            return self.add(node)
+        raise AssertionError(f"unclassified function {fn}")  # find_unsupported lets none through
+
+    def call_method(self, node: torch.fx.Node) -> Any:
+        x = self.arg(node.args[0])
+        if node.target == "dequantize":
+            if isinstance(x, _Quant):
+                return _Deq(x)
+            if isinstance(x, _DynQ):
+                return _DynDeq(x.source)
+            if isinstance(x, _PendingLinear):
+                raise LoweringError(f"node {node.name!r}: a static Linear's output is dequantized unquantized")
+            return x  # dequantize of a float tensor is the identity
+        if node.target == "relu":
+            return self.relu(node, x)
+        if node.target == "flatten":
+            return self.flatten(node, *node.args, **node.kwargs)
+        if node.target == "contiguous":
+            return x
+        raise AssertionError(f"unclassified method {node.target}")
+
+    def call_module(self, node: torch.fx.Node) -> Any:
+        module = self.modules[node.target]
+        layer = self.describe(module)
+        if layer is not None:
+            args = [self.arg(a) for a in node.args]
+            return LOWERINGS[layer.pattern](self, node, layer, *args)
+        if isinstance(module, _IDENTITY_MODULES):
+            return self.arg(node.args[0])
+        if isinstance(module, nn.ReLU):
+            return self.relu(node, self.arg(node.args[0]))
+        if isinstance(module, nn.Flatten):
+            if module.end_dim != -1:
+                raise LoweringError(f"module {node.target!r}: Flatten with end_dim {module.end_dim} is not supported")
+            return self.flatten(node, node.args[0], module.start_dim)
+        raise AssertionError(f"unclassified module {node.target}")
+
+    def relu(self, node: torch.fx.Node, x: Any) -> _Float:
+        return _Float(self.b.node("relu", {"x": self.float_of(x, node)}, name=self.name(node.name)))
+
+    def flatten(self, node: torch.fx.Node, x: Any, start_dim: int = 0, end_dim: int = -1) -> _Float:
+        if end_dim != -1 or not isinstance(start_dim, int) or start_dim < 0:
+            raise LoweringError(
+                f"node {node.name!r}: flatten(start_dim={start_dim}, end_dim={end_dim}) is not supported; "
+                "qrt flattens from a non-negative start_dim to the end"
+            )
+        x = self.float_of(self.arg(x), node)
+        return _Float(self.b.node("flatten", {"x": x}, {"start_dim": start_dim}, name=self.name(node.name)))
+
+    def add(self, node: torch.fx.Node) -> _Float:
+        if len(node.args) != 2 or node.kwargs:
+            raise LoweringError(f"node {node.name!r}: only a + b of two tensors is supported")
+        a, b = (self.arg(v) for v in node.args)
+        if not all(isinstance(v, (_Float, _Deq, _DynDeq, _Quant)) for v in (a, b)):
+            raise LoweringError(f"node {node.name!r}: only a + b of two tensors is supported")
+        ins = {"a": self.float_of(a, node), "b": self.float_of(b, node)}
+        return _Float(self.b.node("add", ins, name=self.name(node.name)))
+
+    def output(self, node: torch.fx.Node) -> None:
+        result = node.args[0]
+        items = list(result) if isinstance(result, (tuple, list)) else [result]
+        names = []
+        for item in items:
+            if not isinstance(item, torch.fx.Node):
+                raise LoweringError(f"the model returns a constant ({item!r:.40}); qrt outputs must be tensors")
+            names.append(self.float_of(self.env[item], item))
+        self.b.output(*names, as_tuple=isinstance(result, (tuple, list)))
+
+    def run(self) -> GraphBuilder:
+        for node in self.gm.graph.nodes:
+            if node.op == "output":
+                self.output(node)
+            else:
+                self.env[node] = getattr(self, node.op)(node)
+        return self.b
+
+
+def _lower_linear(lw: _Lowerer, node: torch.fx.Node, layer: LinearLayer, x: Any) -> Any:
+    """Linear (+ReLU): dynamic -> linear_dynamic [+ relu]; static -> linear(relu)."""
+    name = lw.name(node.name)
+    if layer.mode == "static" or (layer.mode is None and isinstance(x, _Deq)):
+        q = x.q if isinstance(x, _Deq) else x
+        if not isinstance(q, _Quant):
+            raise LoweringError(f"node {node.name!r}: a static quantized Linear needs a quantized input")
+        pending = _PendingLinear(name, layer, q)
+        if layer.mode == "static":
+            scale, zp = layer.output_qparams
+            return lw.emit_static_linear(pending, scale, zp)
+        return pending
+    if layer.mode == "dynamic" or isinstance(x, _DynDeq):
+        ports = {"x": lw.float_of(x, node), **layer.weight.ports(), "bias": layer.bias}
+        # x86/fbgemm's dynamic Linear always reduces the activation range (NUMERICS.md).
+        y = lw.b.node("linear_dynamic", ports, {"reduce_range": True}, name=name)
+        if layer.relu:
+            y = lw.b.node("relu", {"x": y}, name=lw.name(f"{node.name}_relu"))
+        return _Float(y)
+    raise LoweringError(
+        f"module {node.target!r}: a quantized Linear whose input is neither statically nor dynamically "
+        "quantized (weight-only quantization) is not supported"
+    )
+
+
+def _lower_rnn_cell(lw: _Lowerer, node: torch.fx.Node, layer: RNNCellLayer, x: Any, h: Any = None) -> Any:
+    """RNNCell -> rnn_cell_dynamic: both of its linears quantize their own input per call."""
+    if h is None:
+        raise LoweringError(f"module {node.target!r}: call the RNNCell with an explicit state h")
+    ports = {
+        "x": lw.float_of(x, node),
+        "h": lw.float_of(h, node),
+        **layer.ih_weight.ports("ih_"),
+        "ih_bias": layer.ih_bias,
+        **layer.hh_weight.ports("hh_"),
+        "hh_bias": layer.hh_bias,
+    }
+    attrs = {"nonlinearity": layer.nonlinearity, "reduce_range": True}
+    return _Float(lw.b.node("rnn_cell_dynamic", ports, attrs, name=lw.name(node.name)))
+
+
+# Rules pattern name -> its qrt lowering. A rules pattern missing here is refused at start-up.
+LOWERINGS: dict[str, Callable[..., Any]] = {
+    "linear": _lower_linear,
+    "linear_relu": _lower_linear,
+    "rnn_cell": _lower_rnn_cell,
+}
+
+
+def check_patterns(pattern_names: Sequence[tuple[str, str]]) -> None:
+    """Refuse rules naming a pattern without a lowering: (name, description) pairs."""
+    missing = [desc for name, desc in pattern_names if name not in LOWERINGS]
+    if missing:
+        raise LoweringError(
+            f"the rules list pattern(s) {', '.join(missing)} with no qrt lowering; "
+            f"qrt lowers: {', '.join(sorted(LOWERINGS))}"
+        )
+
+
+def find_unsupported(
+    gm: torch.fx.GraphModule, describe: Describe, quantizable: Callable[[str, nn.Module], bool] = lambda n, m: False
+) -> list[str]:
+    """Every node qrt cannot run, by name: modules not described and not float ops, other calls.
+
+    ``quantizable(name, module)`` says the front end will quantize that float module
+    (used to check a float model before it is quantized).
+    """
+    modules = dict(gm.named_modules())
+    bad = []
+    for node in gm.graph.nodes:
+        if node.op == "call_module":
+            m = modules[node.target]
+            if describe(m) is None and not isinstance(m, FLOAT_MODULES) and not quantizable(node.target, m):
+                bad.append(f"module {node.target!r} ({_class_name(m)})")
+        elif node.op == "call_function":
+            fn = node.target
+            known = _QUANTIZE_FUNCS + _DYNAMIC_QUANTIZE_FUNCS + _RELU_FUNCS + _FLATTEN_FUNCS + _ADD_FUNCS
+            if fn not in known:
+                bad.append(f"function {_fn_name(fn)} (node {node.name!r})")
+        elif node.op == "call_method" and node.target not in FLOAT_METHODS:
+            bad.append(f"method .{node.target}() (node {node.name!r})")
+    return bad
+
+
+def lower(
+    gm: torch.fx.GraphModule, describe: Describe, input_shapes: Sequence[Sequence[int]]
+) -> GraphBuilder:
+    """Lower a quantized fx graph into a qrt GraphBuilder (not yet saved)."""
+    bad = find_unsupported(gm, describe)
+    if bad:
+        raise LoweringError("qrt cannot run: " + "; ".join(bad))
+    return _Lowerer(gm, describe, input_shapes).run()

@@ -1,0 +1,362 @@
+"""qrt's capabilities for torch.ao's FX quantization flow: the one module of tools/ that uses torch.ao.
+
+``torch.ao.quantization`` is deprecated upstream in favour of torchao's pt2e
+flow; everything that touches it (BackendConfig declarations, qconfigs, the
+prepare / calibrate / convert calls, reading torch.ao's quantized modules) is
+here, so a pt2e front end can be added beside it without touching the rules
+(tools/rules.py) or the lowering (tools/lower.py). Tested with the torch
+version pinned in pyproject.toml's ``torch`` extra.
+
+Declarations, one per rules pattern (``PATTERN_CONFIGS``):
+- linear: ``nn.Linear`` (root nn.Linear, reference ``nnqr.Linear``), observed at
+  input and output (OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT).
+- linear_relu: ``nn.Linear`` followed by ``nn.ReLU`` or ``F.relu``,
+  fused into ``nni.LinearReLU`` (fuser method ``_sequential_wrapper2``), whose root
+  is nn.Linear and reference module ``nnqr.Linear``.
+- rnn_cell: ``nn.RNNCell`` (root nn.RNNCell, reference ``nnqr.RNNCell``).
+DTypeConfigs: static = quint8 activations in and out, qint8 weights, float bias;
+dynamic = float in and out, activations quantized per call to quint8 with
+qint8 weights, or float16 weights with float16 "activations" (which the native
+modules keep in float32).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import warnings
+from collections.abc import Iterable, Sequence
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.ao.nn.intrinsic as nni
+import torch.ao.nn.intrinsic.quantized as nniq
+import torch.ao.nn.intrinsic.quantized.dynamic as nniqd
+import torch.ao.nn.quantized as nnq
+import torch.ao.nn.quantized.dynamic as nnqd
+import torch.ao.nn.quantized.reference as nnqr
+import torch.nn.functional as F
+from torch import nn
+from torch.ao.quantization import QConfig, QConfigMapping
+from torch.ao.quantization.backend_config import (
+    BackendConfig,
+    BackendPatternConfig,
+    DTypeConfig,
+    ObservationType,
+)
+from torch.ao.quantization.fuser_method_mappings import _sequential_wrapper2
+from torch.ao.quantization.observer import (
+    HistogramObserver,
+    PerChannelMinMaxObserver,
+    PlaceholderObserver,
+    default_per_channel_weight_observer,
+    default_weight_observer,
+)
+from torch.ao.quantization.quantize_fx import convert_fx, convert_to_reference_fx, prepare_fx
+
+from .lower import Layer, LinearLayer, QWeight, RNNCellLayer
+from .rules import PatternRule, Rules
+
+BACKEND_NAME = "qrt"
+
+# ------------------------------------------------------------ dtype configs
+
+STATIC_INT8 = DTypeConfig(
+    input_dtype=torch.quint8, output_dtype=torch.quint8, weight_dtype=torch.qint8, bias_dtype=torch.float
+)
+DYNAMIC_INT8 = DTypeConfig(
+    input_dtype=torch.quint8,
+    output_dtype=torch.float,
+    weight_dtype=torch.qint8,
+    bias_dtype=torch.float,
+    is_dynamic=True,
+)
+DYNAMIC_FLOAT16 = DTypeConfig(
+    input_dtype=torch.float16,
+    output_dtype=torch.float,
+    weight_dtype=torch.float16,
+    bias_dtype=torch.float,
+    is_dynamic=True,
+)
+_DYNAMIC_BY_WEIGHT = {"qint8": DYNAMIC_INT8, "float16": DYNAMIC_FLOAT16}
+
+_OBSERVED = ObservationType.OUTPUT_USE_DIFFERENT_OBSERVER_AS_INPUT
+
+
+def _dtype_configs(rule: PatternRule) -> list[DTypeConfig]:
+    configs = [STATIC_INT8] if rule.static else []
+    return configs + [_DYNAMIC_BY_WEIGHT[d] for d in rule.dynamic]
+
+
+# ------------------------------------------------------------ pattern declarations
+
+
+def _linear(dtypes: list[DTypeConfig]) -> list[BackendPatternConfig]:
+    return [
+        BackendPatternConfig(nn.Linear)
+        .set_observation_type(_OBSERVED)
+        .set_dtype_configs(dtypes)
+        .set_root_module(nn.Linear)
+        .set_reference_quantized_module(nnqr.Linear)
+    ]
+
+
+def _linear_relu(dtypes: list[DTypeConfig]) -> list[BackendPatternConfig]:
+    fusions = [
+        BackendPatternConfig((nn.Linear, relu))
+        .set_dtype_configs(dtypes)
+        .set_fuser_method(_sequential_wrapper2(nni.LinearReLU))
+        .set_fused_module(nni.LinearReLU)
+        for relu in (nn.ReLU, F.relu)  # torch.relu has no fuser: it stays a float relu
+    ]
+    fused = (
+        BackendPatternConfig(nni.LinearReLU)
+        .set_observation_type(_OBSERVED)
+        .set_dtype_configs(dtypes)
+        .set_root_module(nn.Linear)
+        .set_reference_quantized_module(nnqr.Linear)
+    )
+    return [*fusions, fused]
+
+
+def _rnn_cell(dtypes: list[DTypeConfig]) -> list[BackendPatternConfig]:
+    return [
+        BackendPatternConfig(nn.RNNCell)
+        .set_observation_type(_OBSERVED)
+        .set_dtype_configs(dtypes)
+        .set_root_module(nn.RNNCell)
+        .set_reference_quantized_module(nnqr.RNNCell)
+    ]
+
+
+# Rules pattern name -> its BackendPatternConfigs, and the float module classes it quantizes.
+PATTERN_CONFIGS: dict[str, Callable[[list[DTypeConfig]], list[BackendPatternConfig]]] = {
+    "linear": _linear,
+    "linear_relu": _linear_relu,
+    "rnn_cell": _rnn_cell,
+}
+_ROOT_MODULES: dict[str, tuple[type, ...]] = {
+    "linear": (nn.Linear,),
+    "linear_relu": (nn.Linear, nni.LinearReLU),
+    "rnn_cell": (nn.RNNCell,),
+}
+
+
+class FrontEndError(ValueError):
+    """The rules ask for a pattern this front end cannot declare, or torch.ao failed."""
+
+
+def check_patterns(rules: Rules) -> None:
+    missing = [p.describe() for p in rules.patterns if p.name not in PATTERN_CONFIGS]
+    if missing:
+        raise FrontEndError(
+            f"the rules list pattern(s) {', '.join(missing)} that the torch.ao front end cannot declare; "
+            f"it knows: {', '.join(sorted(PATTERN_CONFIGS))}"
+        )
+
+
+def backend_config(rules: Rules) -> BackendConfig:
+    """The BackendConfig named for qrt holding each rules pattern's declarations."""
+    config = BackendConfig(f"{BACKEND_NAME}:{rules.name}")
+    for rule in rules.patterns:
+        config.set_backend_pattern_configs(PATTERN_CONFIGS[rule.name](_dtype_configs(rule)))
+    return config
+
+
+# ------------------------------------------------------------ qconfigs
+
+
+def qconfig(mode: str, weight_dtype: str, weights: str) -> QConfig:
+    """The observers for one scheme: as quantize_dynamic / the x86 defaults choose them."""
+    if mode == "dynamic":
+        if weight_dtype == "float16":
+            return QConfig(
+                activation=PlaceholderObserver.with_args(dtype=torch.float16, is_dynamic=True),
+                weight=PlaceholderObserver.with_args(dtype=torch.float16),
+            )
+        return QConfig(
+            activation=PlaceholderObserver.with_args(
+                dtype=torch.quint8, quant_min=0, quant_max=255, is_dynamic=True
+            ),
+            weight=default_per_channel_weight_observer if weights == "per-channel" else default_weight_observer,
+        )
+    if weight_dtype != "qint8":
+        raise FrontEndError(f"static mode needs qint8 weights, not {weight_dtype}")
+    # reduce_range: x86/fbgemm's u8 x s8 products are summed in pairs in int16; 7-bit activations cannot saturate.
+    weight = (
+        PerChannelMinMaxObserver.with_args(dtype=torch.qint8, qscheme=torch.per_channel_symmetric)
+        if weights == "per-channel"
+        else default_weight_observer
+    )
+    return QConfig(activation=HistogramObserver.with_args(reduce_range=True), weight=weight)
+
+
+def qconfig_mapping(rules: Rules, model: nn.Module, mode: str, weight_dtype: str, weights: str) -> QConfigMapping:
+    weights = rules.weights or weights
+    mapping = QConfigMapping().set_global(qconfig(mode, weight_dtype, weights))
+    names = dict(model.named_modules())
+    for name, scheme in rules.module_schemes.items():
+        if name not in names:
+            raise FrontEndError(f"rules {rules.name!r} name module {name!r}, which the model does not have")
+        if scheme == "float":
+            mapping.set_module_name(name, None)
+        elif scheme == "float16":
+            mapping.set_module_name(name, qconfig(mode, "float16", "per-tensor"))
+        else:
+            mapping.set_module_name(name, qconfig(mode, "qint8", scheme))
+    return mapping
+
+
+def quantizable(rules: Rules, mode: str) -> Callable[[str, nn.Module], bool]:
+    """Which float modules the rules quantize in this mode (to check a model before quantizing it)."""
+    classes: list[type] = []
+    for rule in rules.patterns:
+        if (mode == "static" and rule.static) or (mode == "dynamic" and rule.dynamic):
+            classes += _ROOT_MODULES[rule.name]
+    kept_float = {n for n, s in rules.module_schemes.items() if s == "float"}
+    return lambda name, m: isinstance(m, tuple(classes)) and name not in kept_float
+
+
+# ------------------------------------------------------------ the FX flow
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterable[None]:
+    # torch.ao warns that it is deprecated on every call; the converter's users cannot act on it.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.ao")
+        yield
+
+
+def prepare(
+    model: nn.Module,
+    rules: Rules,
+    mode: str,
+    weight_dtype: str,
+    weights: str,
+    example_inputs: Sequence[torch.Tensor],
+) -> torch.fx.GraphModule:
+    """prepare_fx with qrt's BackendConfig: fuses, then inserts observers."""
+    mapping = qconfig_mapping(rules, model, mode, weight_dtype, weights)
+    with _quiet():
+        return prepare_fx(
+            copy.deepcopy(model).eval(), mapping, tuple(example_inputs), backend_config=backend_config(rules)
+        )
+
+
+def calibrate(prepared: torch.fx.GraphModule, batches: Iterable[Sequence[torch.Tensor]]) -> None:
+    with torch.no_grad(), _quiet():
+        for batch in batches:
+            prepared(*batch)
+
+
+def to_reference(prepared: torch.fx.GraphModule, rules: Rules) -> torch.fx.GraphModule:
+    with _quiet():
+        return convert_to_reference_fx(copy.deepcopy(prepared), backend_config=backend_config(rules))
+
+
+def to_native(prepared: torch.fx.GraphModule, rules: Rules) -> torch.fx.GraphModule:
+    """PyTorch's own quantized model from the same prepared model (what qrt must reproduce)."""
+    with _quiet():
+        return convert_fx(copy.deepcopy(prepared), backend_config=backend_config(rules))
+
+
+# ------------------------------------------------------------ torch.ao modules -> neutral layers
+
+_QUANTIZED_PACKAGES = ("torch.ao.nn.quantized", "torch.ao.nn.intrinsic.quantized")
+
+
+def is_quantized(model: nn.Module) -> bool:
+    """True for a model torch.ao already quantized (quantize_dynamic, convert_fx, reference)."""
+    for m in model.modules():
+        if type(m).__module__.startswith(_QUANTIZED_PACKAGES):
+            return True
+    if isinstance(model, torch.fx.GraphModule):
+        targets = (torch.quantize_per_tensor, torch.quantize_per_tensor_dynamic)
+        return any(n.op == "call_function" and n.target in targets for n in model.graph.nodes)
+    return False
+
+
+def _float32_exact(values: np.ndarray, what: str) -> np.ndarray:
+    out = values.astype(np.float32)
+    if not np.array_equal(out.astype(np.float64), values.astype(np.float64)):
+        raise FrontEndError(f"{what}: scales are not float32 values, which qrt stores")
+    return out
+
+
+def _qweight(w: torch.Tensor, what: str) -> QWeight:
+    """A torch qint8 tensor (or float16 / float32-from-float16) -> QWeight, integers kept as they are."""
+    if not w.is_quantized:
+        return QWeight(w.detach().float().numpy().astype(np.float16))
+    if w.dtype != torch.qint8:
+        raise FrontEndError(f"{what}: weights of dtype {w.dtype} are not supported (qint8 or float16)")
+    if w.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
+        if w.q_per_channel_axis() != 0:
+            raise FrontEndError(f"{what}: per-channel weights must be quantized along axis 0")
+        scale = _float32_exact(w.q_per_channel_scales().numpy(), what)
+        zp = w.q_per_channel_zero_points().numpy().astype(np.int32)
+    elif w.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+        scale = _float32_exact(np.asarray(w.q_scale()), what)
+        zp = np.asarray(w.q_zero_point(), np.int32)
+    else:
+        raise FrontEndError(f"{what}: weight scheme {w.qscheme()} is not supported")
+    return QWeight(w.int_repr().numpy().copy(), scale, zp)
+
+
+def _ref_weight(module: nn.Module, quantized: torch.Tensor, weight_dtype: torch.dtype, float_weight, what: str):
+    if weight_dtype == torch.float16:
+        # fbgemm clamps to the float16 range before rounding (NUMERICS.md); .to(float16) would give inf.
+        w = float_weight.detach().float().numpy()
+        return QWeight(np.clip(w, -65504.0, 65504.0).astype(np.float16))
+    return _qweight(quantized, what)
+
+
+def _bias(b: torch.Tensor | None) -> np.ndarray | None:
+    return None if b is None else b.detach().float().numpy().copy()
+
+
+def describe(module: nn.Module) -> Layer | None:
+    """The neutral description of a quantized module, or None if it is not one qrt lowers."""
+    name = type(module).__name__
+    # Order matters: nniqd.LinearReLU < nnqd.Linear < nnq.Linear.
+    if isinstance(module, nnqd.Linear):
+        relu = isinstance(module, nniqd.LinearReLU)
+        return LinearLayer(
+            "linear_relu" if relu else "linear", _qweight(module.weight(), name), _bias(module.bias()), relu, "dynamic"
+        )
+    if isinstance(module, nnq.Linear):
+        relu = isinstance(module, nniq.LinearReLU)
+        out = (np.float32(module.scale), int(module.zero_point))
+        if float(out[0]) != float(module.scale):
+            raise FrontEndError(f"{name}: output scale {module.scale!r} is not a float32 value")
+        weight = _qweight(module.weight(), name)
+        return LinearLayer("linear_relu" if relu else "linear", weight, _bias(module.bias()), relu, "static", out)
+    if isinstance(module, nni.LinearReLU) and isinstance(module[0], nnqr.Linear):
+        ref = module[0]
+        weight = _ref_weight(ref, None if ref.weight_dtype == torch.float16 else ref.get_quantized_weight(),
+                             ref.weight_dtype, ref.weight, name)
+        return LinearLayer("linear_relu", weight, _bias(ref.bias), True)
+    if isinstance(module, nnqr.Linear):
+        q = None if module.weight_dtype == torch.float16 else module.get_quantized_weight()
+        weight = _ref_weight(module, q, module.weight_dtype, module.weight, name)
+        return LinearLayer("linear", weight, _bias(module.bias), False)
+    if isinstance(module, nnqr.RNNCell):
+        ws = []
+        for part in ("ih", "hh"):
+            dtype = getattr(module, f"weight_{part}_dtype")
+            q = None if dtype == torch.float16 else getattr(module, f"get_quantized_weight_{part}")()
+            ws.append(_ref_weight(module, q, dtype, getattr(module, f"weight_{part}"), name))
+        return RNNCellLayer(
+            "rnn_cell", ws[0], _bias(module.bias_ih), ws[1], _bias(module.bias_hh), module.nonlinearity
+        )
+    if isinstance(module, nnqd.RNNCell):
+        wb = module._weight_bias()
+        ih, hh = (_qweight(wb["weight"][f"weight_{p}"], name) for p in ("ih", "hh"))
+        return RNNCellLayer(
+            "rnn_cell", ih, _bias(wb["bias"]["bias_ih"]), hh, _bias(wb["bias"]["bias_hh"]), module.nonlinearity
+        )
+    return None
+
