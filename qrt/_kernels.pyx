@@ -12,7 +12,8 @@ does in the reference (-fwrapv makes that defined behaviour in C).
 Callers validate shapes; the kernels trust them and run without the GIL.
 """
 
-from libc.math cimport fmaf, nearbyintf, nearbyint, fabs, tanhf, isinf
+from libc.math cimport fmaf, nearbyintf, nearbyint, fabs, tanhf, expf, isinf
+from libc.string cimport memcpy
 from libc.stdint cimport int8_t, uint8_t, int32_t, int64_t
 
 import numpy as np
@@ -425,36 +426,153 @@ cdef class StaticLinear:
             self.forward(&x[0, 0] if self.in_features else NULL, m, &y[0, 0], &acc[0])
 
 
-cdef class RNNCell:
-    """One dynamic Elman RNN step: h' = act(lin_ih(x) + lin_hh(h))."""
+# ------------------------------------------------------------ recurrent layers
+
+cdef enum Kind:
+    RNN_TANH, RNN_RELU, LSTM, GRU
+
+KINDS = {"rnn_tanh": RNN_TANH, "rnn_relu": RNN_RELU, "lstm": LSTM, "gru": GRU}
+GATES = {"rnn_tanh": 1, "rnn_relu": 1, "lstm": 4, "gru": 3}
+
+
+cdef inline float sigmoid(float v) noexcept nogil:
+    return <float>1.0 / (<float>1.0 + expf(-v))
+
+
+cdef void gate_update(int kind, const float* gi, const float* gh, const float* h, const float* c,
+                      float* h_out, float* c_out, Py_ssize_t batch, Py_ssize_t hidden) noexcept nogil:
+    """The elementwise part of one step, from gi = lin_ih(x) and gh = lin_hh(h), in torch's order.
+
+    RNN:  h' = act(gh + gi)
+    LSTM: chunks i, f, g, o;  c' = sig(f) * c + sig(i) * tanh(g);  h' = sig(o) * tanh(c')
+    GRU:  chunks r, z, n;  r = sig(gh_r + gi_r);  z = sig(gh_z + gi_z);
+          n = tanh(gi_n + gh_n * r);  h' = (h - n) * z + n
+    Each product and sum rounds on its own (no contraction), as torch's separate tensor ops do.
+    """
+    cdef Py_ssize_t b, j, g = 1 if kind <= RNN_RELU else (4 if kind == LSTM else 3)
+    cdef const float* xi
+    cdef const float* xh
+    cdef float v, ig, fg, cg, og, c_new, r, z, n
+    for b in range(batch):
+        xi = gi + b * g * hidden
+        xh = gh + b * g * hidden
+        for j in range(hidden):
+            if kind == RNN_TANH:
+                h_out[b * hidden + j] = tanhf(xh[j] + xi[j])
+            elif kind == RNN_RELU:
+                v = xh[j] + xi[j]
+                h_out[b * hidden + j] = v if v > 0 else 0
+            elif kind == LSTM:
+                ig = sigmoid(xh[j] + xi[j])
+                fg = sigmoid(xh[hidden + j] + xi[hidden + j])
+                cg = tanhf(xh[2 * hidden + j] + xi[2 * hidden + j])
+                og = sigmoid(xh[3 * hidden + j] + xi[3 * hidden + j])
+                c_new = fg * c[b * hidden + j] + ig * cg
+                c_out[b * hidden + j] = c_new
+                h_out[b * hidden + j] = og * tanhf(c_new)
+            else:
+                r = sigmoid(xh[j] + xi[j])
+                z = sigmoid(xh[hidden + j] + xi[hidden + j])
+                n = tanhf(xi[2 * hidden + j] + xh[2 * hidden + j] * r)
+                h_out[b * hidden + j] = (h[b * hidden + j] - n) * z + n
+
+
+def check_states(Py_ssize_t batch, Py_ssize_t hidden, list shapes):
+    for shape in shapes:
+        if shape != (batch, hidden):
+            raise ValueError(f"state has shape {list(shape)}, expected {[batch, hidden]}")
+
+
+cdef class Recurrent:
+    """One direction of a dynamic quantized recurrent layer: RNN (tanh/relu), LSTM or GRU.
+
+    ``step`` runs one cell step; ``sequence`` runs the whole time loop in
+    compiled code. For LSTM and GRU the input projection of all time steps is
+    one dynamic linear over T*B rows (torch quantizes it over the whole
+    sequence at once); for RNN it is per step, as a loop of RNNCells does.
+    """
     cdef DynamicLinear ih, hh
-    cdef bint relu
+    cdef int kind
+    cdef readonly Py_ssize_t hidden, input_size
+    cdef Py_ssize_t gates
 
-    def __init__(self, DynamicLinear ih, DynamicLinear hh, bint relu):
-        self.ih, self.hh, self.relu = ih, hh, relu
+    def __init__(self, str kind, DynamicLinear ih, DynamicLinear hh):
+        self.kind = KINDS[kind]
+        self.gates = GATES[kind]
+        self.ih, self.hh = ih, hh
+        self.hidden = hh.in_features
+        self.input_size = ih.in_features
+        if hh.out_features != self.gates * self.hidden or ih.out_features != hh.out_features:
+            raise ValueError("Recurrent: weight shapes do not match the gate count")
 
-    def __call__(self, const float[:, ::1] x, const float[:, ::1] h, float[:, ::1] out):
-        cdef Py_ssize_t b = x.shape[0], hidden = self.hh.out_features, i
-        cdef Py_ssize_t n_in = self.ih.in_features
-        if (x.shape[1] != n_in or h.shape[0] != b or h.shape[1] != hidden
-                or out.shape[0] != b or out.shape[1] != hidden):
-            raise ValueError("RNNCell: shape mismatch")
+    def step(self, const float[:, ::1] x, const float[:, ::1] h, const float[:, ::1] c,
+             float[:, ::1] h_out, float[:, ::1] c_out):
+        """One step; c and c_out are used by LSTM only (pass h and h_out otherwise)."""
+        cdef Py_ssize_t b = x.shape[0], hidden = self.hidden, rows = self.gates * self.hidden
+        check_states(b, hidden, [(h.shape[0], h.shape[1]), (c.shape[0], c.shape[1]),
+                                 (h_out.shape[0], h_out.shape[1]), (c_out.shape[0], c_out.shape[1])])
+        if x.shape[1] != self.input_size:
+            raise ValueError("Recurrent: input width mismatch")
         if b == 0 or hidden == 0:
             return
-        cdef float[::1] gi = np.empty(b * hidden, np.float32)
-        cdef uint8_t[::1] xq = np.empty(b * max(n_in, hidden), np.uint8)
-        cdef int32_t[::1] acc = np.empty(b * hidden, np.int32)
+        cdef float[::1] gi = np.empty(b * rows, np.float32)
+        cdef float[::1] gh = np.empty(b * rows, np.float32)
+        cdef uint8_t[::1] xq = np.empty(b * max(self.input_size, hidden), np.uint8)
+        cdef int32_t[::1] acc = np.empty(b * rows, np.int32)
         cdef int nan
-        cdef float v
         with nogil:
-            nan = self.ih.forward(&x[0, 0] if n_in else NULL, b, &gi[0], &xq[0] if n_in else NULL, &acc[0])
-            nan |= self.hh.forward(&h[0, 0], b, &out[0, 0], &xq[0], &acc[0])
+            nan = self.ih.forward(&x[0, 0] if self.input_size else NULL, b, &gi[0],
+                                  &xq[0] if self.input_size else NULL, &acc[0])
+            nan |= self.hh.forward(&h[0, 0], b, &gh[0], &xq[0], &acc[0])
             if not nan:
-                for i in range(b * hidden):
-                    v = (&out[0, 0])[i] + gi[i]
-                    if self.relu:
-                        (&out[0, 0])[i] = v if v > 0 else 0
-                    else:
-                        (&out[0, 0])[i] = tanhf(v)
+                gate_update(self.kind, &gi[0], &gh[0], &h[0, 0], &c[0, 0], &h_out[0, 0], &c_out[0, 0],
+                            b, hidden)
+        if nan:
+            raise ValueError("input contains NaN, which dynamic quantization cannot represent")
+
+    def sequence(self, const float[:, :, ::1] x, float[:, :, ::1] y, Py_ssize_t y_offset, bint reverse,
+                 float[:, ::1] h, float[:, ::1] c):
+        """Run over x [T, B, I]; write h_t into y[t, :, y_offset:y_offset+H].
+
+        h and c hold the initial state on entry and the final state on return.
+        """
+        cdef Py_ssize_t steps = x.shape[0], b = x.shape[1], hidden = self.hidden
+        cdef Py_ssize_t n_in = self.input_size, rows = self.gates * hidden, t, s, i
+        if x.shape[2] != n_in or y.shape[0] != steps or y.shape[1] != b or y_offset + hidden > y.shape[2]:
+            raise ValueError("Recurrent: sequence shape mismatch")
+        check_states(b, hidden, [(h.shape[0], h.shape[1]), (c.shape[0], c.shape[1])])
+        if steps == 0 or b == 0 or hidden == 0:
+            return
+        cdef bint whole = self.kind == LSTM or self.kind == GRU
+        cdef Py_ssize_t gi_rows = steps * b if whole else b
+        cdef float[::1] gi = np.empty(gi_rows * rows, np.float32)
+        cdef float[::1] gh = np.empty(b * rows, np.float32)
+        cdef float[::1] h_new = np.empty(b * hidden, np.float32)
+        cdef float[::1] c_new = np.empty(b * hidden, np.float32)
+        cdef uint8_t[::1] xq = np.empty(max(gi_rows * n_in, b * hidden), np.uint8)
+        cdef int32_t[::1] acc = np.empty(gi_rows * rows, np.int32)
+        cdef int nan = 0
+        cdef const float* gi_t
+        with nogil:
+            if whole:
+                nan = self.ih.forward(&x[0, 0, 0] if n_in else NULL, steps * b, &gi[0],
+                                      &xq[0] if n_in else NULL, &acc[0])
+            for s in range(steps):
+                if nan:
+                    break
+                t = steps - 1 - s if reverse else s
+                if whole:
+                    gi_t = &gi[t * b * rows]
+                else:
+                    nan = self.ih.forward(&x[t, 0, 0] if n_in else NULL, b, &gi[0],
+                                          &xq[0] if n_in else NULL, &acc[0])
+                    gi_t = &gi[0]
+                nan |= self.hh.forward(&h[0, 0], b, &gh[0], &xq[0], &acc[0])
+                gate_update(self.kind, gi_t, &gh[0], &h[0, 0], &c[0, 0], &h_new[0], &c_new[0], b, hidden)
+                memcpy(&h[0, 0], &h_new[0], b * hidden * sizeof(float))
+                if self.kind == LSTM:
+                    memcpy(&c[0, 0], &c_new[0], b * hidden * sizeof(float))
+                for i in range(b):
+                    memcpy(&y[t, i, y_offset], &h_new[i * hidden], hidden * sizeof(float))
         if nan:
             raise ValueError("input contains NaN, which dynamic quantization cannot represent")

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _kernels as K
 from .graph import Node
-from .ops import QUANT_DTYPES
+from .ops import QUANT_DTYPES, layer_prefix
 
 Step = Callable[..., tuple]
 
@@ -121,20 +121,82 @@ def _linear_dynamic(node: Node, c: Mapping[str, np.ndarray]) -> Step:
     return _rows(dynamic_linear(c, node.attrs["reduce_range"]), np.float32)
 
 
-def _rnn_cell_dynamic(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    rr = node.attrs["reduce_range"]
-    cell = K.RNNCell(
-        dynamic_linear(c, rr, "ih_"), dynamic_linear(c, rr, "hh_"), node.attrs["nonlinearity"] == "relu"
-    )
+def _recurrent_kind(op_kind: str, attrs: Mapping) -> str:
+    return f"rnn_{attrs['nonlinearity']}" if op_kind == "rnn" else op_kind
 
-    def step(x, h):
-        if x.shape[0] != h.shape[0]:
-            raise ValueError(f"x has batch {x.shape[0]} but h has batch {h.shape[0]}")
-        out = np.empty(h.shape, np.float32)
-        cell(x, h, out)
-        return (out,)
 
-    return step
+def _cell(op_kind: str) -> Callable[[Node, Mapping[str, np.ndarray]], Step]:
+    """rnn/lstm/gru_cell_dynamic: one step, states in and new states out."""
+
+    def prepare(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+        rr = node.attrs["reduce_range"]
+        cell = K.Recurrent(
+            _recurrent_kind(op_kind, node.attrs), dynamic_linear(c, rr, "ih_"), dynamic_linear(c, rr, "hh_")
+        )
+
+        def step(x, h, c_state=None):
+            c_in = h if c_state is None else c_state
+            if x.shape[0] != h.shape[0] or x.shape[0] != c_in.shape[0]:
+                raise ValueError(f"x has batch {x.shape[0]} but the state has batch {h.shape[0]}")
+            h_out = np.empty(h.shape, np.float32)
+            c_out = h_out if c_state is None else np.empty(h.shape, np.float32)
+            cell.step(x, h, c_in, h_out, c_out)
+            return (h_out,) if c_state is None else (h_out, c_out)
+
+        return step
+
+    return prepare
+
+
+def _sequence(op_kind: str) -> Callable[[Node, Mapping[str, np.ndarray]], Step]:
+    """rnn/lstm/gru_dynamic: every layer and direction, each time loop in compiled code."""
+    has_cell = op_kind == "lstm"
+
+    def prepare(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+        a = node.attrs
+        rr, layers, dirs = a["reduce_range"], a["num_layers"], 2 if a["bidirectional"] else 1
+        kind = _recurrent_kind(op_kind, a)
+        runs = [
+            [
+                K.Recurrent(
+                    kind,
+                    dynamic_linear(c, rr, layer_prefix(n, d == 1) + "ih_"),
+                    dynamic_linear(c, rr, layer_prefix(n, d == 1) + "hh_"),
+                )
+                for d in range(dirs)
+            ]
+            for n in range(layers)
+        ]
+        hidden = runs[0][0].hidden
+
+        def step(x, *states):
+            if a["batch_first"]:
+                x = x.transpose(1, 0, 2)
+            x = np.ascontiguousarray(x)
+            seq, batch = x.shape[:2]
+            given = iter(states)
+            h0 = next(given, None)
+            c0 = next(given, None) if has_cell else None
+            shape = (layers * dirs, batch, hidden)
+            for name, s in (("h0", h0), ("c0", c0)):
+                if s is not None and s.shape != shape:
+                    raise ValueError(f"{name} has shape {list(s.shape)}, expected {list(shape)}")
+            h_n = np.zeros(shape, np.float32) if h0 is None else h0.copy()
+            c_n = np.zeros(shape, np.float32) if c0 is None else c0.copy()
+            for n, layer in enumerate(runs):
+                y = np.empty((seq, batch, dirs * hidden), np.float32)
+                for d, run in enumerate(layer):
+                    i = n * dirs + d
+                    # h_n[i], c_n[i] start as the initial state and end as the final one
+                    run.sequence(x, y, d * hidden, d == 1, h_n[i], c_n[i] if has_cell else h_n[i])
+                x = y
+            if a["batch_first"]:
+                x = np.ascontiguousarray(x.transpose(1, 0, 2))
+            return (x, h_n, c_n) if has_cell else (x, h_n)
+
+        return step
+
+    return prepare
 
 
 def _relu(node: Node, c: Mapping[str, np.ndarray]) -> Step:
@@ -162,7 +224,8 @@ IMPLEMENTATIONS: dict[str, Callable[[Node, Mapping[str, np.ndarray]], Step]] = {
     "dequantize": _dequantize,
     "linear": _linear,
     "linear_dynamic": _linear_dynamic,
-    "rnn_cell_dynamic": _rnn_cell_dynamic,
+    **{f"{kind}_cell_dynamic": _cell(kind) for kind in ("rnn", "lstm", "gru")},
+    **{f"{kind}_dynamic": _sequence(kind) for kind in ("rnn", "lstm", "gru")},
     "relu": _relu,
     "add": _add,
     "flatten": _flatten,

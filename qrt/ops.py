@@ -14,6 +14,7 @@ infos or raises ``FormatError`` saying what is wrong.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -238,19 +239,88 @@ def _check_linear_dynamic(ins, consts, attrs):
     return [ValueInfo("float32", x.shape[:-1] + (n,))]
 
 
-def _check_rnn_cell_dynamic(ins, consts, attrs):
-    x, h = ins["x"], ins["h"]
-    if len(x.shape) != 2 or len(h.shape) != 2:
-        _fail(f"x and h must be 2-D [batch, features], got {x.describe()} and {h.describe()}")
-    hidden, n_in = _dynamic_weight(ins, consts, "ih_")
-    hidden_hh, k_hh = _dynamic_weight(ins, consts, "hh_")
-    if (hidden_hh, k_hh) != (hidden, hidden):
-        _fail(f"hh_weight must have shape [{hidden}, {hidden}], got {ins['hh_weight'].describe()}")
-    _dim_equals("x's feature size", x.shape[1], n_in)
-    _dim_equals("h's feature size", h.shape[1], hidden)
-    if None not in (x.shape[0], h.shape[0]) and x.shape[0] != h.shape[0]:
-        _fail(f"x has batch {x.shape[0]} but h has batch {h.shape[0]}")
-    return [ValueInfo("float32", h.shape)]
+def _recurrent_weights(ins, consts, prefix: str, gates: int, n_in) -> int:
+    """Check one direction's ih/hh weight sets against its input width n_in; return the hidden size."""
+    rows, hidden = _dynamic_weight(ins, consts, f"{prefix}hh_")
+    if rows != gates * hidden:
+        got = ins[f"{prefix}hh_weight"].describe()
+        _fail(f"{prefix}hh_weight must have shape [{gates} * hidden, hidden], got {got}")
+    rows_ih, k = _dynamic_weight(ins, consts, f"{prefix}ih_")
+    if rows_ih != rows:
+        _fail(f"{prefix}ih_weight has {rows_ih} rows, expected {rows} ({gates} x hidden {hidden})")
+    _dim_equals(f"the input width of {prefix or 'the cell'} (x's last dimension)", n_in, k)
+    return hidden
+
+
+def _check_cell(gates: int, states: tuple[str, ...]) -> Check:
+    """Check for a one-step cell: x [B, I] and states [B, H] -> new states [B, H]."""
+
+    def check(ins, consts, attrs):
+        x = ins["x"]
+        if len(x.shape) != 2:
+            _fail(f"x must be 2-D [batch, features], got {x.describe()}")
+        hidden = _recurrent_weights(ins, consts, "", gates, x.shape[1])
+        for name in states:
+            s = ins[name]
+            if len(s.shape) != 2:
+                _fail(f"{name} must be 2-D [batch, hidden], got {s.describe()}")
+            _dim_equals(f"{name}'s feature size", s.shape[1], hidden)
+            if None not in (x.shape[0], s.shape[0]) and x.shape[0] != s.shape[0]:
+                _fail(f"x has batch {x.shape[0]} but {name} has batch {s.shape[0]}")
+        return [ValueInfo("float32", (x.shape[0], hidden)) for _ in states]
+
+    return check
+
+
+MAX_LAYERS = 8
+_LAYER_PORT = re.compile(r"^(l\d+_(?:reverse_)?)")
+
+
+def layer_prefix(layer: int, reverse: bool) -> str:
+    """Port prefix of one layer direction of a sequence op: 'l0_', 'l0_reverse_', ..."""
+    return f"l{layer}_{'reverse_' if reverse else ''}"
+
+
+def _check_sequence(gates: int, states: tuple[str, ...]) -> Check:
+    """Check for a whole-sequence op: x [T, B, I] (or [B, T, I]) -> y, final states."""
+
+    def check(ins, consts, attrs):
+        x = ins["x"]
+        if len(x.shape) != 3:
+            _fail(f"x must be 3-D [seq, batch, features] (or batch first), got {x.describe()}")
+        layers, dirs = attrs["num_layers"], 2 if attrs["bidirectional"] else 1
+        if not 1 <= layers <= MAX_LAYERS:
+            _fail(f"num_layers must be in [1, {MAX_LAYERS}], got {layers}")
+        expected = {layer_prefix(n, d == 1) for n in range(layers) for d in range(dirs)}
+        for port in ins:
+            match = _LAYER_PORT.match(port)
+            if match and match.group(1) not in expected:
+                _fail(f"input {port!r} is beyond num_layers={layers}, bidirectional={attrs['bidirectional']}")
+        seq, batch = (x.shape[1], x.shape[0]) if attrs["batch_first"] else (x.shape[0], x.shape[1])
+        n_in, hidden = x.shape[2], None
+        for n in range(layers):
+            for d in range(dirs):
+                prefix = layer_prefix(n, d == 1)
+                for side in ("ih_", "hh_"):
+                    if f"{prefix}{side}weight" not in ins:
+                        _fail(f"missing input {prefix}{side}weight")
+                h = _recurrent_weights(ins, consts, prefix, gates, n_in)
+                if hidden is not None and h != hidden:
+                    _fail(f"{prefix}hh_weight has hidden size {h}, layer 0 has {hidden}")
+                hidden = h
+            n_in = dirs * hidden
+        state_shape = (layers * dirs, batch, hidden)
+        for name in states:
+            s = ins.get(f"{name}0")
+            if s is not None and (
+                len(s.shape) != 3
+                or any(a is not None and b is not None and a != b for a, b in zip(s.shape, state_shape))
+            ):
+                _fail(f"{name}0 must have shape [{layers * dirs}, batch, {hidden}], got {s.describe()}")
+        y_shape = (batch, seq, dirs * hidden) if attrs["batch_first"] else (seq, batch, dirs * hidden)
+        return [ValueInfo("float32", y_shape)] + [ValueInfo("float32", state_shape) for _ in states]
+
+    return check
 
 
 def _check_same_shape_float(ins, consts, attrs):
@@ -286,9 +356,9 @@ def _qparam_ports(prefix: str = "") -> tuple[Port, ...]:
     )
 
 
-def _dynamic_weight_ports(prefix: str = "") -> tuple[Port, ...]:
+def _dynamic_weight_ports(prefix: str = "", optional: bool = False) -> tuple[Port, ...]:
     return (
-        Port(f"{prefix}weight", ("int8", "float16"), const=True),
+        Port(f"{prefix}weight", ("int8", "float16"), optional=optional, const=True),
         Port(f"{prefix}weight_scale", _F32, optional=True, const=True),
         Port(f"{prefix}weight_zero_point", ("int32",), optional=True, const=True),
         Port(f"{prefix}bias", _F32, optional=True, const=True),
@@ -297,6 +367,19 @@ def _dynamic_weight_ports(prefix: str = "") -> tuple[Port, ...]:
 
 _QDTYPE = Attr("dtype", str, choices=tuple(QUANT_DTYPES), required=True)
 _REDUCE_RANGE = Attr("reduce_range", bool, default=True)
+
+# kind, gates per hidden unit, state names, extra attributes, formula
+_RECURRENT = (
+    ("rnn", 1, ("h",), (Attr("nonlinearity", str, default="tanh", choices=("tanh", "relu")),),
+     "h' = act(lin_ih(x) + lin_hh(h))"),
+    ("lstm", 4, ("h", "c"), (), "gates i, f, g, o; c' = f*c + i*g; h' = o*tanh(c')"),
+    ("gru", 3, ("h",), (), "gates r, z, n; n = tanh(i_n + r*h_n); h' = (h - n)*z + n"),
+)
+_SEQUENCE_ATTRS = (
+    Attr("num_layers", int, default=1),
+    Attr("bidirectional", bool, default=False),
+    Attr("batch_first", bool, default=False),
+)
 
 OPS: dict[str, OpSpec] = {
     op.name: op
@@ -348,18 +431,42 @@ OPS: dict[str, OpSpec] = {
             _check_linear_dynamic,
             (_REDUCE_RANGE,),
         ),
-        OpSpec(
-            "rnn_cell_dynamic",
-            "one Elman RNN step h' = act(lin_ih(x) + lin_hh(h)), both linears dynamic",
-            (
-                Port("x", _F32),
-                Port("h", _F32),
-                *_dynamic_weight_ports("ih_"),
-                *_dynamic_weight_ports("hh_"),
-            ),
-            ("h_next",),
-            _check_rnn_cell_dynamic,
-            (Attr("nonlinearity", str, default="tanh", choices=("tanh", "relu")), _REDUCE_RANGE),
+        *(
+            OpSpec(
+                f"{kind}_cell_dynamic",
+                f"one {kind.upper()} step in torch's gate order, both linears dynamic: {doc}",
+                (
+                    Port("x", _F32),
+                    *(Port(s, _F32) for s in states),
+                    *_dynamic_weight_ports("ih_"),
+                    *_dynamic_weight_ports("hh_"),
+                ),
+                tuple(f"{s}_next" for s in states),
+                _check_cell(gates, states),
+                attrs + (_REDUCE_RANGE,),
+            )
+            for kind, gates, states, attrs, doc in _RECURRENT
+        ),
+        *(
+            OpSpec(
+                f"{kind}_dynamic",
+                f"a whole {kind.upper()} sequence: num_layers, optional bidirectional, time loop compiled",
+                (
+                    Port("x", _F32),
+                    *(Port(f"{s}0", _F32, optional=True) for s in states),
+                    *(
+                        port
+                        for n in range(MAX_LAYERS)
+                        for reverse in (False, True)
+                        for side in ("ih_", "hh_")
+                        for port in _dynamic_weight_ports(layer_prefix(n, reverse) + side, optional=True)
+                    ),
+                ),
+                ("y",) + tuple(f"{s}_n" for s in states),
+                _check_sequence(gates, states),
+                attrs + _SEQUENCE_ATTRS + (_REDUCE_RANGE,),
+            )
+            for kind, gates, states, attrs, doc in _RECURRENT
         ),
         OpSpec("relu", "float32 max(x, 0)", (Port("x", _F32),), ("y",), _check_same_shape_float),
         OpSpec(
