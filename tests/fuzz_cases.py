@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import re
 import struct
@@ -123,6 +122,45 @@ def _op_models() -> dict[str, GraphBuilder]:
     b.output(b.node("flatten", {"x": b.input("x", "uint8", [None, 2, 3])}, {"start_dim": 1}))
     models["flatten"] = b
 
+    # Recurrent ops, where the registry has them: cells, and whole sequences.
+    def dyn(prefix: str, rows: int, cols: int, int8: bool) -> dict:
+        if not int8:
+            return {f"{prefix}weight": rng.standard_normal((rows, cols)).astype(np.float16)}
+        return {f"{prefix}weight": _w8(rng, rows, cols),
+                f"{prefix}weight_scale": rng.uniform(0.005, 0.05, rows).astype(np.float32),
+                f"{prefix}weight_zero_point": np.zeros(rows, np.int32),
+                f"{prefix}bias": rng.standard_normal(rows).astype(np.float32)}
+
+    for kind, gates, states in (("rnn", 1, ("h",)), ("lstm", 4, ("h", "c")), ("gru", 3, ("h",))):
+        hidden = 3
+        if f"{kind}_cell_dynamic" in OPS:
+            b = GraphBuilder()
+            ins = {"x": b.input("x", "float32", [None, 4])}
+            ins.update({st: b.input(st, "float32", [None, hidden]) for st in states})
+            ins.update(dyn("ih_", gates * hidden, 4, True) | dyn("hh_", gates * hidden, hidden, kind != "gru"))
+            attrs = {"reduce_range": False} | ({"nonlinearity": "relu"} if kind == "rnn" else {})
+            out = b.node(f"{kind}_cell_dynamic", ins, attrs)
+            b.output(*(out if isinstance(out, tuple) else (out,)))
+            models[f"{kind}_cell_dynamic"] = b
+        if f"{kind}_dynamic" in OPS:
+            # rnn: one layer; lstm: two layers, bidirectional; gru: batch first with an initial state
+            layers, dirs, batch_first = {"rnn": (1, 1, False), "lstm": (2, 2, False), "gru": (1, 1, True)}[kind]
+            b = GraphBuilder()
+            ins = {"x": b.input("x", "float32", [None, 5, 4] if batch_first else [5, None, 4])}
+            if kind == "gru":
+                ins["h0"] = b.input("h0", "float32", [layers * dirs, None, hidden])
+            n_in = 4
+            for n in range(layers):
+                for d in range(dirs):
+                    prefix = f"l{n}_{'reverse_' if d else ''}"
+                    ins.update(dyn(prefix + "ih_", gates * hidden, n_in, True))
+                    ins.update(dyn(prefix + "hh_", gates * hidden, hidden, n % 2 == 0))
+                n_in = dirs * hidden
+            out = b.node(f"{kind}_dynamic", ins, {"num_layers": layers, "bidirectional": dirs == 2,
+                                                  "batch_first": batch_first})
+            b.output(*out)
+            models[f"{kind}_dynamic"] = b
+
     # A chain through several ops, a stored tensor on a run-time port, and a tuple output.
     b = GraphBuilder()
     x = b.input("x", "float32", [None, 2, 2])
@@ -165,7 +203,12 @@ def seed_files() -> dict[str, bytes]:
 def split(data: bytes) -> tuple[dict, bytes]:
     """A well-formed file's header (parsed) and data section."""
     (n,) = struct.unpack("<Q", data[:8])
-    return json.loads(data[8 : 8 + n]), data[8 + n :]
+    header = json.loads(data[8 : 8 + n])
+    # Whether json.loads hits RecursionError depends on the stack depth; refusing deep headers
+    # here, as the loader does, keeps case generation deterministic.
+    if not qrt.format._depth_at_most(header, qrt.format.MAX_JSON_DEPTH):
+        raise ValueError("header nested too deeply to edit")
+    return header, data[8 + n :]
 
 
 def join(header: Any, body: bytes, fix_checksum: bool = False, raw: str | None = None) -> bytes:
@@ -234,7 +277,7 @@ def m_truncate(rnd: random.Random, data: bytes) -> bytes:
 
 def m_insert(rnd: random.Random, data: bytes) -> bytes:
     i = _pos(rnd, data)
-    junk = rnd.choice([b"\x00", b"\xff" * 3, b'"', b"{", b"]", b"\\u0000", os.urandom(rnd.randint(1, 64))])
+    junk = rnd.choice([b"\x00", b"\xff" * 3, b'"', b"{", b"]", b"\\u0000", rnd.randbytes(rnd.randint(1, 64))])
     return data[:i] + junk + data[i:]
 
 
@@ -453,7 +496,7 @@ def e_values(rnd, header, body):
     if scales and pick < 0.45:
         name = rnd.choice(scales)
         bad = rnd.choice([0.0, -0.0, -1.0, np.nan, np.inf, -np.inf, 1e-45, 1e-38, 3.4e38, 1e-30])
-        size = int(np.prod(header[name]["shape"]))
+        size = _size(header[name])
         vals = np.full(size, 0.1, np.float32)
         if size:
             vals[rnd.randrange(size)] = bad
@@ -461,11 +504,16 @@ def e_values(rnd, header, body):
     if zps and pick < 0.9:
         name = rnd.choice(zps)
         bad = rnd.choice([-129, -128, -1, 0, 127, 128, 255, 256, -(2**31), 2**31 - 1])
-        size = int(np.prod(header[name]["shape"]))
-        return _patch_tensor(header, body, name, np.full(size, bad, np.int64).astype(np.int32))
+        return _patch_tensor(header, body, name, np.full(_size(header[name]), bad, np.int64).astype(np.int32))
     name = rnd.choice(names)
     b, e = header[name]["data_offsets"]
-    return body[:b] + os.urandom(e - b) + body[e:]
+    return body[:b] + rnd.randbytes(min(max(e - b, 0), len(body))) + body[e:]
+
+
+def _size(entry: dict) -> int:
+    """Elements to write, from the bytes the entry spans (its shape may already be hostile)."""
+    b, e = entry["data_offsets"]
+    return max(0, min(e - b, 1 << 20)) // qrt.format.DTYPES[entry["dtype"]].itemsize
 
 
 def e_json_text(rnd, header, body):
@@ -537,7 +585,7 @@ def make_case(rnd: random.Random) -> tuple[str, bytes]:
 # ------------------------------------------------------------------ the property
 
 # ValueError reasons a model that loaded may give at run time (docs/FORMAT.md, "Run time").
-RUNTIME_REASONS = re.compile(r"NaN|shape|batch|reshape")
+RUNTIME_REASONS = re.compile(r"NaN|shape|batch|reshape|mismatch")
 MAX_RUN_ELEMENTS = 1_000_000  # a valid file may declare big inputs; the harness does not feed those
 
 
@@ -552,10 +600,10 @@ def random_inputs(model: qrt.Model, rnd: random.Random) -> list[np.ndarray] | No
             return None
         dt = np.dtype(spec.dtype)
         if dt.kind == "f":
-            a = (rng.standard_normal(shape) * rnd.choice([1e-5, 1.0, 100.0])).astype(dt)
+            a = np.asarray(rng.standard_normal(shape) * rnd.choice([1e-5, 1.0, 100.0]), dt)  # 0-d too
         else:
             info = np.iinfo(dt)
-            a = rng.integers(info.min, int(info.max) + 1, shape, dtype=dt)
+            a = np.asarray(rng.integers(info.min, int(info.max) + 1, shape, dtype=dt))
         arrays.append(a)
     return arrays
 
