@@ -21,7 +21,12 @@ def _backend(device: str):
         from . import cpu
 
         return cpu
-    raise ValueError(f"device must be 'cpu', got {device!r}")
+    if device == "cuda":
+        from . import gpu
+
+        gpu.require_cuda()  # says whether CuPy, the driver or a GPU is missing
+        return gpu
+    raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
 
 
 class Model:
@@ -32,7 +37,7 @@ class Model:
     """
 
     def __init__(self, path: str | os.PathLike, device: str = "cpu") -> None:
-        backend = _backend(device)
+        backend = self._backend = _backend(device)
         qfile = qformat.load_file(path)
         self.path = os.fspath(path)
         self.device = device
@@ -101,7 +106,8 @@ class Model:
                     f"got one array, the model takes {len(specs)} inputs {names}: pass a sequence or a dict"
                 )
             given = [inputs]
-        return [_check_input(s, a) for s, a in zip(specs, given)]
+        array_module = getattr(self._backend, "array_module", None)  # a backend taking device arrays
+        return [_check_input(s, a, array_module) for s, a in zip(specs, given)]
 
     def run(self, inputs: Inputs) -> Outputs:
         """Run the model: one array, a sequence in input order, or a dict by name.
@@ -109,7 +115,8 @@ class Model:
         Returns one array, or a tuple when the source model returned a tuple.
         """
         env: list[Any] = list(self._template)
-        for i, a in zip(self._in_slots, self._bind(inputs)):
+        given = self._bind(inputs)
+        for i, a in zip(self._in_slots, given):
             env[i] = a
         for node, step, args, outs in self._steps:
             try:
@@ -119,12 +126,15 @@ class Model:
             for i, r in zip(outs, results):
                 env[i] = r
         out = [env[s] if isinstance(s, int) else s.copy() for s in self._out_slots]
+        if hasattr(self._backend, "outputs_like"):  # device outputs back in the inputs' array library
+            out = self._backend.outputs_like(out, given)
         return tuple(out) if self._output_tuple else out[0]
 
 
-def _check_input(spec: ValueSpec, a: Any) -> np.ndarray:
+def _check_input(spec: ValueSpec, a: Any, array_module: Any = None) -> np.ndarray:
     want = np.dtype(spec.dtype)
-    if not isinstance(a, np.ndarray):
+    xp = np if isinstance(a, np.ndarray) else (array_module(a) if array_module else None)
+    if xp is None:
         raise ValueError(
             f"input {spec.name!r}: expected a numpy.ndarray of {spec.dtype}, got {type(a).__name__}"
         )
@@ -136,7 +146,7 @@ def _check_input(spec: ValueSpec, a: Any) -> np.ndarray:
     if a.ndim != len(spec.shape) or any(d is not None and d != g for d, g in zip(spec.shape, a.shape)):
         want_shape = "[" + ", ".join("?" if d is None else str(d) for d in spec.shape) + "]"
         raise ValueError(f"input {spec.name!r}: shape is {list(a.shape)}, expected {want_shape}")
-    return np.ascontiguousarray(a)
+    return xp.ascontiguousarray(a)
 
 
 def load(path: str | os.PathLike, device: str = "cpu") -> Model:

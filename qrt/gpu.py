@@ -1,0 +1,537 @@
+"""The CUDA backend: the CPU backend's ops as CuPy raw kernels (qrt/cuda/*.cu).
+
+Same interface as ``qrt.cpu``: ``prepare(node, consts)`` runs once per node at
+load time and uploads the node's weights; the step it returns takes the
+node's run-time inputs (CuPy or NumPy arrays) and returns CuPy arrays.
+Integers, and the floats of quantize, dequantize and the linear ops, are
+bit-identical to the CPU backend: every float step in the kernels names its
+rounding and the sources are compiled with ``--fmad=false``. The RNN cell's
+tanh is the GPU's and may differ from the CPU's in the last bit.
+
+The dynamic quantization of activations stays on the device (parameters in
+device memory, no synchronisation), so a NaN input cannot raise ValueError
+as on the CPU: dynamic linear and RNN outputs become NaN, quantize stores
+the type's minimum.
+
+CuPy is imported only when a CUDA model is loaded; ``import qrt`` never does.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .graph import Node
+from .ops import QUANT_DTYPES
+
+Step = Callable[..., tuple]
+
+SOURCE_DIR = Path(__file__).parent / "cuda"
+NVRTC_OPTIONS = ("--fmad=false", "-std=c++17")
+KP_ALIGN = 64  # inner size padding: the MMA kernel's k tile
+NP_ALIGN = 128  # weight rows padding: the MMA kernel's n tile
+SMALL_QUANT = 1 << 16  # inputs up to this many values are quantized by one block
+GEMV_MAX_ROWS = 8  # GEMM path for more rows (when the device has integer MMA)
+
+# None: choose per call; "gemv" or "mma" forces a path (tests compare the two).
+GEMM_PATH: str | None = None
+
+
+class CUDAUnavailableError(RuntimeError):
+    """device='cuda' was asked for but CuPy, the NVIDIA driver or a GPU is missing."""
+
+
+def _cupy():
+    import cupy
+
+    return cupy
+
+
+def require_cuda() -> None:
+    """Raise CUDAUnavailableError saying what is missing, or return if a GPU is usable."""
+    try:
+        import cupy
+    except ImportError as e:
+        raise CUDAUnavailableError(
+            "device='cuda' needs CuPy, which is not installed (pip install cupy-cuda12x); "
+            f"import failed with: {e}"
+        ) from None
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # CUDARuntimeError: no driver, driver too old, no device
+        text = str(e)
+        if "NoDevice" in text or "no CUDA-capable device" in text:
+            raise CUDAUnavailableError(f"device='cuda': no NVIDIA GPU found ({text})") from None
+        raise CUDAUnavailableError(f"device='cuda': no usable NVIDIA driver ({text})") from None
+    if count == 0:
+        raise CUDAUnavailableError("device='cuda': no NVIDIA GPU found (CuPy sees 0 devices)")
+
+
+# ---------------------------------------------------------------- arrays in and out
+
+
+def array_module(a: Any) -> Any:
+    """The array library owning ``a`` if this backend accepts it (numpy or cupy), else None."""
+    if isinstance(a, np.ndarray):
+        return np
+    cp = _cupy()
+    return cp if isinstance(a, cp.ndarray) else None
+
+
+def outputs_like(outputs: Sequence[Any], inputs: Sequence[Any]) -> list:
+    """Outputs in the inputs' array library: CuPy if any input is a CuPy array, else NumPy."""
+    cp = _cupy()
+    if any(isinstance(a, cp.ndarray) for a in inputs):
+        return [cp.asarray(o) for o in outputs]
+    return [cp.asnumpy(o) if isinstance(o, cp.ndarray) else o for o in outputs]
+
+
+def _dev(a: Any, dtype: Any = None) -> Any:
+    cp = _cupy()
+    return cp.ascontiguousarray(cp.asarray(a, dtype=dtype))
+
+
+# ---------------------------------------------------------------- kernel sources
+
+_lock = threading.Lock()
+_modules: dict[str, Any] = {}
+_elementwise: dict[str, Any] = {}
+
+
+def kernel_source(name: str) -> str:
+    """A .cu file with its local #include "..." files inlined (each once).
+
+    Inlined here rather than passed with -I so that CuPy's compile cache,
+    keyed on the source text, sees header changes too.
+    """
+    seen: set[str] = set()
+
+    def expand(file: str) -> str:
+        if file in seen:
+            return ""
+        seen.add(file)
+        text = re.sub(r"^#pragma once\s*$", "", (SOURCE_DIR / file).read_text(), flags=re.M)  # inlined once here
+        return re.sub(r'^#include "([^"]+)"\s*$', lambda m: expand(m.group(1)), text, flags=re.M)
+
+    return expand(name)
+
+
+def _kernel(source: str, name: str) -> Any:
+    with _lock:
+        mod = _modules.get(source)
+        if mod is None:
+            mod = _modules[source] = _cupy().RawModule(code=kernel_source(source), options=NVRTC_OPTIONS)
+    return mod.get_function(name)
+
+
+def _has_mma() -> bool:
+    """Integer mma.sync needs compute capability 8.0 or newer."""
+    return int(_cupy().cuda.Device().compute_capability) >= 80
+
+
+def _blocks(n: int, per_block: int = 256, cap: int = 4096) -> int:
+    return max(1, min(cap, -(-n // per_block)))
+
+
+def _round_up(v: int, a: int) -> int:
+    return -(-max(v, 1) // a) * a
+
+
+def _check_size(what: str, n: int) -> None:
+    if n >= 2**31:
+        raise ValueError(f"{what} has {n} elements; the CUDA kernels index with 32 bits")
+
+
+def _qparams_array(scale: float, zero_point: int) -> np.ndarray:
+    """A QParams struct (float scale, float inv, int zp, int nan) as 4 int32 words."""
+    s = np.float32(scale)
+    words = np.array([s, np.float32(1) / s], np.float32).view(np.int32)
+    return np.array([words[0], words[1], zero_point, 0], np.int32)
+
+
+# ---------------------------------------------------------------- dynamic quantization
+
+
+def quantize_dynamic(x: Any, kp: int, qmax: int) -> tuple[Any, Any]:
+    """quint8 q_x[m, kp] (zero-padded) and device QParams for float x[m, k]."""
+    cp = _cupy()
+    m, k = x.shape
+    _check_size("the quantized input", m * kp)
+    q = cp.empty((m, kp), cp.uint8)
+    params = cp.empty(4, cp.int32)
+    n = m * k
+    i32 = np.int32
+    if n == 0:  # as the CPU: scale 0, zero point 0, and all-zero q_x
+        q.fill(0)
+        params.fill(0)
+    elif n <= SMALL_QUANT:
+        args = (x, i32(m), i32(k), i32(kp), params, q)
+        _kernel("dynamic_quant.cu", "dq_small")((1,), (1024,), args + args + (i32(qmax),))
+    else:
+        parts = min(1024, -(-n // 2048))
+        part = cp.empty(3 * parts, cp.float32)
+        _kernel("dynamic_quant.cu", "dq_partial")((parts,), (256,), (x, np.uint32(n), part))
+        _kernel("dynamic_quant.cu", "dq_finish")(
+            (_blocks(m * kp, 1024, 2048),), (256,), (x, i32(m), i32(k), i32(kp), part, i32(parts), i32(qmax), params, q)
+        )
+    return q, params
+
+
+def quantize_dynamic_pair(x: Any, kx: int, h: Any, kh: int, qmax: int) -> tuple[Any, Any, Any, Any]:
+    """quantize_dynamic of two small tensors (an RNN step's x and h) in one launch."""
+    cp = _cupy()
+    if not (0 < x.size <= SMALL_QUANT and 0 < h.size <= SMALL_QUANT):
+        return (*quantize_dynamic(x, kx, qmax), *quantize_dynamic(h, kh, qmax))
+    i32 = np.int32
+    qx, px = cp.empty((x.shape[0], kx), cp.uint8), cp.empty(4, cp.int32)
+    qh, ph = cp.empty((h.shape[0], kh), cp.uint8), cp.empty(4, cp.int32)
+    _kernel("dynamic_quant.cu", "dq_small")(
+        (2,),
+        (1024,),
+        (x, i32(x.shape[0]), i32(x.shape[1]), i32(kx), px, qx, h, i32(h.shape[0]), i32(h.shape[1]), i32(kh), ph, qh,
+         i32(qmax)),
+    )
+    return qx, px, qh, ph
+
+
+def _row_sums(q: Any) -> Any:
+    cp = _cupy()
+    m, kp = q.shape
+    sums = cp.empty(m, cp.int32)
+    _kernel("dynamic_quant.cu", "row_sums_u8")((_blocks(m, 1, 4096),), (256,), (q, np.int32(m), np.int32(kp), sums))
+    return sums
+
+
+# ---------------------------------------------------------------- layers
+
+
+class Int8Weights:
+    """A qint8 weight set on the device: padded to [Np, Kp], row sums, scales, bias."""
+
+    def __init__(self, weight: np.ndarray, scale: Any, zero_point: Any, bias: Any) -> None:
+        cp = _cupy()
+        n, k = weight.shape
+        self.n, self.k = n, k
+        self.kp = _round_up(k, KP_ALIGN)
+        padded = np.zeros((_round_up(n, NP_ALIGN), self.kp), np.int8)
+        padded[:n, :k] = weight
+        self.w = cp.asarray(padded)
+        self.wsum = cp.asarray(np.asarray(weight).sum(axis=1, dtype=np.int32))
+        zp = np.ascontiguousarray(np.broadcast_to(np.asarray(zero_point, np.int32), (n,)))
+        self.has_wzp = bool(np.any(zp != 0))
+        self.wzp = cp.asarray(zp)
+        self.s_w = cp.asarray(np.ascontiguousarray(np.broadcast_to(np.asarray(scale, np.float32), (n,))))
+        self.has_bias = bias is not None
+        self.bias = cp.asarray(np.ascontiguousarray(bias, np.float32)) if bias is not None else cp.zeros(1, cp.float32)
+        self.dummy_i32 = cp.zeros(1, cp.int32)
+        self.dummy_f32 = cp.zeros(1, cp.float32)
+
+    def xsum(self, q: Any) -> Any:
+        return _row_sums(q) if self.has_wzp else self.dummy_i32
+
+    def float_epilogue(self, xsum: Any, params: Any) -> tuple:
+        """Kernel arguments of the EPI_FLOAT epilogue (gemm_common.cuh Epilogue)."""
+        i32, f = np.int32, self.dummy_f32
+        return (i32(self.k), self.wsum, self.wzp, xsum, i32(self.has_wzp), params, self.s_w, self.bias,
+                i32(self.has_bias), f, f, np.float32(0), i32(0), i32(0))
+
+
+def gemm(x_q: Any, m: int, w: Int8Weights, y: Any, epilogue: tuple, requant: bool) -> None:
+    """y[m, n] = epilogue(exact int32 q_x @ q_w.T), by GEMV (dp4a) or tensor-core MMA."""
+    path = GEMM_PATH or ("gemv" if m <= GEMV_MAX_ROWS or not _has_mma() else "mma")
+    kind = "requant" if requant else "float"
+    args = (x_q, np.int32(m), np.int32(w.kp), w.w, np.int32(w.n), y) + epilogue
+    if path == "gemv":
+        mb = 1 if m == 1 else 2 if m == 2 else 4 if m <= 4 else 8
+        grid = (-(-w.n // 8), min(-(-m // mb), 65535))
+        _kernel("gemm_s8.cu", f"gemv_{kind}_{mb}")(grid, (256,), args)
+    elif path == "mma":
+        if -(-m // 128) > 65535:
+            raise ValueError(f"{m} rows is more than the CUDA GEMM's grid allows")
+        _kernel("gemm_s8.cu", f"gemm_{kind}")((w.w.shape[0] // 128, -(-m // 128)), (256,), args)
+    else:
+        raise ValueError(f"GEMM_PATH must be None, 'gemv' or 'mma', got {path!r}")
+
+
+class DynamicLinearInt8:
+    """Dynamic quantized linear with qint8 weights, x quantized on the device per call."""
+
+    def __init__(self, weight: np.ndarray, scale: Any, zero_point: Any, bias: Any, reduce_range: bool) -> None:
+        self.w = Int8Weights(weight, scale, zero_point, bias)
+        self.qmax = 127 if reduce_range else 255
+        self.in_features, self.out_features = self.w.k, self.w.n
+
+    def __call__(self, x: Any) -> Any:
+        cp = _cupy()
+        m = x.shape[0]
+        y = cp.empty((m, self.w.n), cp.float32)
+        if m == 0 or self.w.n == 0:
+            return y
+        q, params = quantize_dynamic(x, self.w.kp, self.qmax)
+        gemm(q, m, self.w, y, self.w.float_epilogue(self.w.xsum(q), params), requant=False)
+        return y
+
+
+class DynamicLinearFP16:
+    """Float16-weight linear: fbgemm's fma chain order and 512-block tail quirk."""
+
+    def __init__(self, weight: np.ndarray, bias: Any) -> None:
+        cp = _cupy()
+        n, k = weight.shape
+        self.in_features, self.out_features = k, n
+        bits = np.ascontiguousarray(np.asarray(weight, np.float16).T).view(np.uint16)
+        self.w_t = cp.asarray(bits)  # [k, n]: a warp's loads at each k are contiguous
+        self.has_bias = bias is not None
+        self.bias = cp.asarray(np.ascontiguousarray(bias, np.float32)) if bias is not None else cp.zeros(1, cp.float32)
+
+    def __call__(self, x: Any) -> Any:
+        cp = _cupy()
+        m, k = x.shape
+        n = self.out_features
+        y = cp.empty((m, n), cp.float32)
+        if m and n:
+            i32 = np.int32
+            _kernel("linear_fp16.cu", "linear_fp16")(
+                (-(-n // 128), min(m, 65535)), (128,),
+                (x, i32(m), i32(k), self.w_t, i32(n), self.bias, i32(self.has_bias), y),
+            )
+        return y
+
+
+def dynamic_linear(c: Mapping[str, np.ndarray], reduce_range: bool, prefix: str = "") -> Any:
+    """The device layer for a dynamic linear weight set (prefix: 'ih_', 'hh_', ...)."""
+    w = c[f"{prefix}weight"]
+    if w.dtype == np.int8:
+        return DynamicLinearInt8(
+            w, c[f"{prefix}weight_scale"], c[f"{prefix}weight_zero_point"], c.get(f"{prefix}bias"), reduce_range
+        )
+    return DynamicLinearFP16(w, c.get(f"{prefix}bias"))
+
+
+class StaticLinear:
+    """Static quantized linear (+ReLU), requantized in the GEMM epilogue as the CPU does."""
+
+    def __init__(self, c: Mapping[str, np.ndarray], relu: bool) -> None:
+        cp = _cupy()
+        w_scale = c["weight_scale"]
+        bias = c.get("bias")
+        self.w = Int8Weights(c["weight"], w_scale, c["weight_zero_point"], None)
+        n = self.w.n
+        x_scale, y_scale = np.float32(c["x_scale"]), np.float32(c["y_scale"])
+        # The same float32 host arithmetic as qrt._kernels.StaticLinear.
+        a_w = (x_scale * np.broadcast_to(np.asarray(w_scale, np.float32), (n,))).astype(np.float32)
+        b = np.ascontiguousarray(bias if bias is not None else np.zeros(n), dtype=np.float32)
+        self.mult = cp.asarray(np.ascontiguousarray(a_w / y_scale, dtype=np.float32))
+        self.bias = cp.asarray(b)
+        self.bias_q = cp.asarray((b / a_w).astype(np.float32))
+        self.bias_inv = np.float32(1.0 / np.float64(a_w[0])) if n else np.float32(0)
+        self.bias_mode = 0 if bias is None else (2 if np.ndim(w_scale) == 1 else 1)
+        self.params = cp.asarray(_qparams_array(x_scale, int(c["x_zero_point"])))
+        self.y_zp = int(c["y_zero_point"])
+        self.lo = self.y_zp if relu else 0  # ReLU is the lower clamp at the zero point
+        self.in_features, self.out_features = self.w.k, n
+
+    def __call__(self, x: Any) -> Any:
+        cp = _cupy()
+        m, k = x.shape
+        y = cp.empty((m, self.w.n), cp.uint8)
+        if m == 0 or self.w.n == 0:
+            return y
+        if k != self.w.kp:  # the kernels read whole 64-byte k tiles: pad with zeros
+            _check_size("the padded input", m * self.w.kp)
+            padded = cp.zeros((m, self.w.kp), cp.uint8)
+            padded[:, :k] = x
+            x = padded
+        i32, w = np.int32, self.w
+        epilogue = (i32(w.k), w.wsum, w.wzp, w.xsum(x), i32(w.has_wzp), self.params, w.dummy_f32, self.bias,
+                    i32(self.bias_mode), self.mult, self.bias_q, self.bias_inv, i32(self.y_zp), i32(self.lo))
+        gemm(x, m, w, y, epilogue, requant=True)
+        return y
+
+
+class RNNCell:
+    """One dynamic Elman RNN step; int8 weights run as two launches (quantize x and h, fused step)."""
+
+    def __init__(self, ih: Any, hh: Any, relu: bool) -> None:
+        self.ih, self.hh = ih, hh
+        self.act = "relu" if relu else "tanh"
+        self.fused = isinstance(ih, DynamicLinearInt8) and isinstance(hh, DynamicLinearInt8)
+
+    def __call__(self, x: Any, h: Any) -> Any:
+        cp = _cupy()
+        b, hidden = h.shape
+        out = cp.empty((b, hidden), cp.float32)
+        if b == 0 or hidden == 0:
+            return out
+        if not self.fused:
+            gi, gh = self.ih(x), self.hh(h)
+            n = np.uint32(gi.size)
+            _kernel("rnn_cell.cu", f"rnn_act_{self.act}")((_blocks(gi.size),), (256,), (gh, gi, out, n))
+            return out
+        wi, wh = self.ih.w, self.hh.w
+        qx, px, qh, ph = quantize_dynamic_pair(x, wi.kp, h, wh.kp, self.ih.qmax)
+        mb = 1 if b == 1 else 2 if b == 2 else 4 if b <= 4 else 8
+        args = ()
+        for q, p, w in ((qx, px, wi), (qh, ph, wh)):
+            args += (q, np.int32(w.kp), w.w, np.int32(w.k), w.wsum, w.wzp, w.xsum(q), np.int32(w.has_wzp), p, w.s_w,
+                     w.bias, np.int32(w.has_bias))
+        args += (np.int32(b), np.int32(hidden), out)
+        grid = (-(-hidden // 8), min(-(-b // mb), 65535))
+        _kernel("rnn_cell.cu", f"rnn_step_{self.act}_{mb}")(grid, (256,), args)
+        return out
+
+
+# ---------------------------------------------------------------- ops
+
+
+def _quantize_per_tensor(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    scale, zp = np.float32(c["scale"]), np.int32(c["zero_point"])
+    dtype = QUANT_DTYPES[node.attrs["dtype"]]
+
+    def step(x):
+        cp = _cupy()
+        x = _dev(x, np.float32)
+        _check_size("x", x.size)
+        y = cp.empty(x.shape, dtype)
+        if x.size:
+            fn = _kernel("quantize.cu", f"quantize_per_tensor_{dtype}")
+            fn((_blocks(x.size),), (256,), (x, np.uint32(x.size), scale, zp, y))
+        return (y,)
+
+    return step
+
+
+def _channel_args(shape: tuple, axis: int) -> tuple:
+    return np.uint32(shape[axis]), np.uint32(math.prod(shape[axis + 1 :]))
+
+
+def _per_channel_params(c: Mapping[str, np.ndarray]) -> tuple[Any, Any]:
+    return _dev(np.ascontiguousarray(c["scale"], np.float32)), _dev(np.ascontiguousarray(c["zero_point"], np.int32))
+
+
+def _quantize_per_channel(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    scale, zp = _per_channel_params(c)
+    dtype, axis = QUANT_DTYPES[node.attrs["dtype"]], node.attrs["axis"]
+
+    def step(x):
+        cp = _cupy()
+        x = _dev(x, np.float32)
+        _check_size("x", x.size)
+        y = cp.empty(x.shape, dtype)
+        if x.size:
+            channels, inner = _channel_args(x.shape, axis)
+            fn = _kernel("quantize.cu", f"quantize_per_channel_{dtype}")
+            fn((_blocks(x.size),), (256,), (x, np.uint32(x.size), channels, inner, scale, zp, y))
+        return (y,)
+
+    return step
+
+
+def _dequantize(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    axis = node.attrs["axis"]
+    if axis is None:
+        scale, zp = np.float32(c["scale"]), np.int32(c["zero_point"])
+    else:
+        scale, zp = _per_channel_params(c)
+
+    def step(x):
+        cp = _cupy()
+        x = _dev(x)
+        _check_size("x", x.size)
+        y = cp.empty(x.shape, cp.float32)
+        if x.size:
+            n = np.uint32(x.size)
+            if axis is None:
+                fn = _kernel("quantize.cu", f"dequantize_per_tensor_{x.dtype}")
+                fn((_blocks(x.size),), (256,), (x, n, scale, zp, y))
+            else:
+                channels, inner = _channel_args(x.shape, axis)
+                fn = _kernel("quantize.cu", f"dequantize_per_channel_{x.dtype}")
+                fn((_blocks(x.size),), (256,), (x, n, channels, inner, scale, zp, y))
+        return (y,)
+
+    return step
+
+
+def _rows(layer: Any, x_dtype: Any) -> Step:
+    """Apply a [rows, in] -> [rows, out] layer to x of any rank >= 1."""
+
+    def step(x):
+        x = _dev(x, x_dtype)
+        lead = x.shape[:-1]
+        y = layer(x.reshape(-1, layer.in_features))
+        return (y.reshape(lead + (layer.out_features,)),)
+
+    return step
+
+
+def _linear(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    return _rows(StaticLinear(c, node.attrs["relu"]), np.uint8)
+
+
+def _linear_dynamic(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    return _rows(dynamic_linear(c, node.attrs["reduce_range"]), np.float32)
+
+
+def _rnn_cell_dynamic(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    rr = node.attrs["reduce_range"]
+    cell = RNNCell(dynamic_linear(c, rr, "ih_"), dynamic_linear(c, rr, "hh_"), node.attrs["nonlinearity"] == "relu")
+
+    def step(x, h):
+        if x.shape[0] != h.shape[0]:
+            raise ValueError(f"x has batch {x.shape[0]} but h has batch {h.shape[0]}")
+        return (cell(_dev(x, np.float32), _dev(h, np.float32)),)
+
+    return step
+
+
+def _relu(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    def step(x):
+        with _lock:
+            fn = _elementwise.get("relu")
+            if fn is None:
+                # np.maximum(x, 0) as numpy computes it: NaN kept, -0.0 -> +0.0
+                fn = _elementwise["relu"] = _cupy().ElementwiseKernel(
+                    "float32 x", "float32 y", "y = (x > 0.0f || x != x) ? x : 0.0f", "qrt_relu"
+                )
+        return (fn(_dev(x, np.float32)),)
+
+    return step
+
+
+def _add(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    def step(a, b):
+        if a.shape != b.shape:  # no broadcasting: free dimensions must agree
+            raise ValueError(f"operands have shapes {a.shape} and {b.shape}")
+        return (_dev(a, np.float32) + _dev(b, np.float32),)  # one IEEE add: nothing to fuse
+
+    return step
+
+
+def _flatten(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    start = node.attrs["start_dim"]
+    return lambda x: (_dev(x).reshape(x.shape[:start] + (math.prod(x.shape[start:]),)),)
+
+
+IMPLEMENTATIONS: dict[str, Callable[[Node, Mapping[str, np.ndarray]], Step]] = {
+    "quantize_per_tensor": _quantize_per_tensor,
+    "quantize_per_channel": _quantize_per_channel,
+    "dequantize": _dequantize,
+    "linear": _linear,
+    "linear_dynamic": _linear_dynamic,
+    "rnn_cell_dynamic": _rnn_cell_dynamic,
+    "relu": _relu,
+    "add": _add,
+    "flatten": _flatten,
+}
+
+
+def prepare(node: Node, consts: Mapping[str, np.ndarray]) -> Step:
+    """Upload a node's constants once; return its step over run-time inputs."""
+    return IMPLEMENTATIONS[node.op](node, consts)
