@@ -1,0 +1,657 @@
+"""The .qrt container: round trip, safetensors compatibility, and one corrupt file per way to be wrong.
+
+Each corrupt file is made by editing a valid one (tests/fuzz_cases.py has the
+surgery helpers); every edit that is not about the checksum recomputes it, so
+the file reaches the check under test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+import re
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fuzz_cases import get_graph, join, seed_files, set_graph, split
+
+import qrt
+from qrt import format as qformat
+from qrt.builder import GraphBuilder
+from qrt.ops import OPS
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "FORMAT.md"
+
+
+def write(tmp_path: Path, data: bytes, name: str = "m.qrt") -> Path:
+    p = tmp_path / name
+    p.write_bytes(data)
+    return p
+
+
+def rejects(tmp_path: Path, data: bytes, match: str) -> None:
+    p = write(tmp_path, data)
+    with pytest.raises(qrt.FormatError, match=match):
+        qformat.load_file(p)
+    with pytest.raises(qrt.FormatError, match=match):
+        qrt.load(p)
+
+
+def edited(seed: str, fn, fix_checksum: bool = True) -> bytes:
+    """Edit a seed file's parsed header in place (fn may return a new data section)."""
+    header, body = split(seed_files()[seed])
+    new_body = fn(header)
+    return join(header, new_body if isinstance(new_body, bytes) else body, fix_checksum=fix_checksum)
+
+
+def graph_edited(seed: str, fn) -> bytes:
+    def edit(header):
+        g = get_graph(header)
+        fn(g)
+        set_graph(header, g)
+
+    return edited(seed, edit)
+
+
+def raw_header(text: str | bytes, body: bytes = b"") -> bytes:
+    hb = text.encode() if isinstance(text, str) else text
+    return struct.pack("<Q", len(hb)) + hb + body
+
+
+def valid_meta(body: bytes = b"", graph: str = "{}") -> dict:
+    return {
+        "qrt.version": "1",
+        "qrt.producer": "test",
+        "qrt.data_sha256": hashlib.sha256(body).hexdigest(),
+        "qrt.graph": graph,
+    }
+
+
+def set_tensor(header: dict, body: bytes, name: str, values) -> bytes:
+    t = header[name]
+    b, e = t["data_offsets"]
+    raw = np.asarray(values, dtype=qformat.DTYPES[t["dtype"]]).tobytes()
+    assert len(raw) == e - b
+    return body[:b] + raw + body[e:]
+
+
+# ------------------------------------------------------------------ round trip and compatibility
+
+
+def _builder() -> GraphBuilder:
+    rng = np.random.default_rng(1)
+    b = GraphBuilder()
+    x = b.input("x", "float32", [None, 5])
+    y = b.node("linear_dynamic", {
+        "x": x, "weight": rng.integers(-128, 128, (3, 5)).astype(np.int8),
+        "weight_scale": np.array([0.1, 0.2, 0.3], np.float32), "weight_zero_point": np.zeros(3, np.int32),
+        "bias": np.array([1, 2, 3], np.float32),
+    })
+    z = b.node("linear_dynamic", {"x": y, "weight": rng.standard_normal((2, 3)).astype(np.float16)})
+    b.tensor("extra.u8", np.arange(7, dtype=np.uint8))  # odd size, stored but unused
+    b.output(y, z)
+    return b
+
+
+def test_round_trip(tmp_path):
+    b = _builder()
+    p = tmp_path / "m.qrt"
+    b.save(p, metadata={"producer": "unit test", "note": "hello"})
+    f = qformat.load_file(p)
+    assert set(f.tensors) == set(b.tensors)
+    for name, a in b.tensors.items():
+        got = f.tensors[name]
+        assert got.dtype == a.dtype and got.shape == a.shape
+        np.testing.assert_array_equal(got, a)
+    assert json.loads(f.metadata["qrt.graph"]) == json.loads(json.dumps(b.graph()))
+    assert f.metadata["qrt.producer"] == "unit test" and f.metadata["note"] == "hello"
+    assert f.version == 1 and f.metadata["qrt.version"] == "1"
+    assert [n.op for n in f.graph.nodes] == ["linear_dynamic", "linear_dynamic"]
+    assert [s.name for s in f.graph.outputs] == ["linear_dynamic_0", "linear_dynamic_1"]
+    assert f.graph.output_tuple
+    # and it runs
+    out = qrt.load(p).run(np.ones((2, 5), np.float32))
+    assert isinstance(out, tuple) and out[0].shape == (2, 3) and out[1].shape == (2, 2)
+
+
+def test_writer_layout(tmp_path):
+    """Widest items first, no gaps, header padded with spaces to a multiple of 8."""
+    data = qformat.encode(_builder().graph(), _builder().tensors)
+    (n,) = struct.unpack("<Q", data[:8])
+    assert (8 + n) % 8 == 0 and data[8 + n - 1 : 8 + n] in (b" ", b"}")
+    header = json.loads(data[8 : 8 + n])
+    spans = sorted((v["data_offsets"], qformat.DTYPES[v["dtype"]].itemsize) for k, v in header.items()
+                   if k != "__metadata__")
+    assert spans[0][0][0] == 0 and spans[-1][0][1] == len(data) - 8 - n
+    for (a, sa), (b, sb) in zip(spans, spans[1:]):
+        assert a[1] == b[0] and sa >= sb
+        assert b[0] % sb == 0
+    assert header["__metadata__"]["qrt.data_sha256"] == hashlib.sha256(data[8 + n :]).hexdigest()
+
+
+def test_safetensors_reads_qrt(tmp_path):
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    from safetensors import safe_open
+
+    b = _builder()
+    p = tmp_path / "m.qrt"
+    b.save(p)
+    loaded = safetensors_numpy.load_file(str(p))
+    assert set(loaded) == set(b.tensors)
+    for name, a in b.tensors.items():
+        assert loaded[name].dtype == a.dtype
+        np.testing.assert_array_equal(loaded[name], a)
+    with safe_open(str(p), framework="numpy") as f:
+        meta = f.metadata()
+        assert meta["qrt.version"] == "1"
+        assert json.loads(meta["qrt.graph"])["output_structure"] == "tuple"
+        np.testing.assert_array_equal(f.get_tensor("extra.u8"), np.arange(7, dtype=np.uint8))
+
+
+def test_qrt_reads_safetensors_written_tensors(tmp_path):
+    """A file written by the safetensors package, with qrt metadata, loads: the layouts agree."""
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    b = GraphBuilder()
+    b.output(b.node("relu", {"x": b.input("x", "float32", [None, 2])}))
+    tensors = {"pad": np.arange(3, dtype=np.int8), "w": np.ones((2, 2), np.float32)}
+    p = tmp_path / "st.qrt"
+    safetensors_numpy.save_file(tensors, str(p), metadata={})
+    header, body = split(p.read_bytes())
+    header["__metadata__"] = valid_meta(body, json.dumps(b.graph()))
+    p.write_bytes(join(header, body))
+    f = qformat.load_file(p)
+    np.testing.assert_array_equal(f.tensors["w"], tensors["w"])
+
+
+def test_file_is_memory_mapped(tmp_path):
+    p = tmp_path / "m.qrt"
+    _builder().save(p)
+    f = qformat.load_file(p)
+    for t in f.tensors.values():
+        base = t
+        while isinstance(base, np.ndarray) and base.base is not None:
+            base = base.base
+        if isinstance(base, memoryview):  # np.frombuffer keeps a memoryview of the buffer it was given
+            base = base.obj
+        assert isinstance(base, mmap.mmap), f"tensor is backed by {type(base).__name__}, not the mapping"
+        assert not t.flags.writeable
+
+
+def test_misaligned_tensors_from_a_foreign_writer_load(tmp_path):
+    """A writer that puts a float32 tensor at an odd offset: readers must accept it."""
+    b = GraphBuilder()
+    b.output(b.node("add", {"a": b.input("x", "float32", [2]), "b": "w"}))
+    w = np.array([1.5, -2.25], np.float32)
+    body = b"\x07" + w.tobytes() + b"\x00\x00\x00"
+    header = {
+        "__metadata__": valid_meta(body, json.dumps(b.graph())),
+        "odd": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]},
+        "w": {"dtype": "F32", "shape": [2], "data_offsets": [1, 9]},
+        "tail": {"dtype": "U8", "shape": [3], "data_offsets": [9, 12]},
+    }
+    text = json.dumps(header)
+    text += " " * (-(8 + len(text)) % 8)  # data section 8-aligned, so "w" at offset 1 is misaligned
+    p = write(tmp_path, join(None, body, raw=text))
+    assert (8 + len(text) + 1) % 4 != 0
+    f = qformat.load_file(p)
+    np.testing.assert_array_equal(f.tensors["w"], w)
+    assert f.tensors["w"].flags.aligned
+    np.testing.assert_array_equal(qrt.load(p).run(np.zeros(2, np.float32)), w)
+
+
+def test_big_endian_and_noncontiguous_tensors_are_written_little_endian(tmp_path):
+    b = GraphBuilder()
+    b.output(b.node("add", {"a": b.input("x", "float32", [2, 2]), "b": "w"}))
+    w = np.arange(4, dtype=">f4").reshape(2, 2).T
+    b.tensor("w", w)
+    p = tmp_path / "m.qrt"
+    b.save(p)
+    f = qformat.load_file(p)
+    assert f.tensors["w"].dtype == np.dtype("<f4")
+    np.testing.assert_array_equal(f.tensors["w"], w)
+
+
+def _doc_section(text: str, op: str) -> str:
+    """The text under the '### ...' heading that names op in backquotes."""
+    for part in text.split("\n### ")[1:]:
+        heading, _, body = part.partition("\n")
+        if f"`{op}`" in heading:
+            return body.split("\n## ", 1)[0]
+    raise AssertionError(f"docs/FORMAT.md has no '### ' heading naming `{op}`")
+
+
+def test_doc_covers_every_op_port_and_attribute():
+    text = DOC.read_text()
+    for op in OPS.values():
+        body = _doc_section(text, op.name)
+        for p in op.inputs:
+            # sequence ops have one port per layer and direction: documented as l<n>_[reverse_]...
+            name = re.sub(r"^l\d+_(reverse_)?", "l<n>_[reverse_]", p.name)
+            assert f"`{name}`" in body, f"FORMAT.md, {op.name}: port {name} missing"
+        for a in op.attrs:
+            assert f"`{a.name}`" in body, f"FORMAT.md, {op.name}: attribute {a.name} missing"
+        for o in op.outputs:
+            assert f"`{o}`" in body, f"FORMAT.md, {op.name}: output {o} missing"
+    for code in qformat.DTYPES:
+        assert f"`{code}`" in text
+    assert f"{qformat.MAX_HEADER_BYTES:,}" in text and str(qformat.MAX_JSON_DEPTH) in text
+
+
+# ------------------------------------------------------------------ the container
+
+
+def test_empty_file(tmp_path):
+    rejects(tmp_path, b"", "0 bytes, too short")
+
+
+def test_short_file(tmp_path):
+    rejects(tmp_path, b"\x10\x00\x00", "3 bytes, too short")
+
+
+def test_header_length_huge(tmp_path):
+    rejects(tmp_path, struct.pack("<Q", 2**63) + b"{}", "exceeds the limit of 100000000")
+
+
+def test_header_length_past_eof(tmp_path):
+    rejects(tmp_path, struct.pack("<Q", 1000) + b"{}", "runs past the end of the 10-byte file")
+
+
+def test_not_utf8(tmp_path):
+    rejects(tmp_path, raw_header(b'{"\xff": 1}'), "not valid UTF-8")
+
+
+def test_malformed_json(tmp_path):
+    rejects(tmp_path, raw_header('{"__metadata__": '), "header: malformed JSON")
+
+
+def test_deeply_nested_json(tmp_path):
+    rejects(tmp_path, raw_header("[" * 100_000 + "]" * 100_000), "nested deeper than 64")
+    meta = json.dumps(valid_meta())
+    rejects(tmp_path, raw_header('{"__metadata__": ' + meta + ', "x": ' + "[" * 65 + "]" * 65 + "}"), "deeper than 64")
+
+
+def test_duplicate_json_keys(tmp_path):
+    meta = json.dumps(valid_meta())
+    rejects(tmp_path, raw_header('{"__metadata__": ' + meta + ', "__metadata__": ' + meta + "}"),
+            "duplicate JSON key '__metadata__'")
+
+
+def test_nonstandard_json_constant(tmp_path):
+    header, body = split(seed_files()["linear_dynamic"])
+    text = json.dumps(header).replace('"shape": [', '"shape": [NaN, ', 1)
+    rejects(tmp_path, join(None, body, raw=text), "non-standard JSON constant NaN")
+
+
+def test_header_not_an_object(tmp_path):
+    rejects(tmp_path, raw_header("[1, 2]"), "must be a JSON object, got list")
+
+
+def test_missing_metadata(tmp_path):
+    rejects(tmp_path, raw_header("{}"), "no __metadata__")
+
+
+def test_metadata_not_strings(tmp_path):
+    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].update({"qrt.producer": 3})),
+            "__metadata__ must be an object whose values are strings")
+    rejects(tmp_path, edited("relu", lambda h: h.update({"__metadata__": []})), "__metadata__ must be an object")
+
+
+def test_missing_version(tmp_path):
+    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].pop("qrt.version")), "no 'qrt.version'")
+
+
+def test_newer_version(tmp_path):
+    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].update({"qrt.version": "2"})),
+            r"format version 2 is newer than this qrt reads \(\[1\]\): upgrade qrt")
+
+
+@pytest.mark.parametrize("v", ["0", "1.0", " 1", "\u00b9", "\u0661", "1" * 5000, ""])
+def test_bad_version(tmp_path, v):
+    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].update({"qrt.version": v})),
+            "is not a version number|version 0 is not supported")
+
+
+@pytest.mark.parametrize("key", ["qrt.producer", "qrt.data_sha256", "qrt.graph"])
+def test_missing_metadata_key(tmp_path, key):
+    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].pop(key), fix_checksum=False), f"lacks '{key}'")
+
+
+@pytest.mark.parametrize("code", ["F64", "BF16", "i8", "", 8, None])
+def test_bad_dtype(tmp_path, code):
+    rejects(tmp_path, edited("linear_dynamic", lambda h: h["linear_dynamic_0.weight"].update({"dtype": code})),
+            "linear_dynamic_0.weight'.*unsupported dtype")
+
+
+@pytest.mark.parametrize("shape,match", [
+    ([-4, 6], "non-negative integers, got -4"),
+    ([True, 6], "non-negative integers, got True"),
+    ([4.0, 6], "non-negative integers, got 4.0"),
+    ([1] * 9, "at most 8 dimensions"),
+    ([2**62, 2**62], "2\\*\\*63 bytes or more"),
+    ([2**30, 2**30], "holds 24 bytes but shape"),
+    ([0, 2**63], "2\\*\\*63 bytes or more"),
+    ([0, 2**40, 2**40], "2\\*\\*63 bytes or more"),
+    ("4x6", "must be a list"),
+])
+def test_bad_shape(tmp_path, shape, match):
+    rejects(tmp_path, edited("linear_dynamic", lambda h: h["linear_dynamic_0.weight"].update({"shape": shape})),
+            match)
+
+
+def _offsets(name: str, fn):
+    def edit(h):
+        h[name]["data_offsets"] = fn(h[name]["data_offsets"], h)
+
+    return edit
+
+
+def test_offsets_past_end(tmp_path):
+    rejects(tmp_path, edited("linear_dynamic", _offsets("linear_dynamic_0.weight", lambda o, h: [o[0], 10**6])),
+            r"data_offsets \[\d+, 1000000\] lie outside the data section")
+
+
+def test_offsets_reversed(tmp_path):
+    rejects(tmp_path, edited("linear_dynamic", _offsets("linear_dynamic_0.weight", lambda o, h: [o[1], o[0]])),
+            "lie outside the data section")
+
+
+def test_offsets_negative_or_not_integers(tmp_path):
+    rejects(tmp_path, edited("linear_dynamic", _offsets("linear_dynamic_0.weight", lambda o, h: [-1, o[1] - 1])),
+            "lie outside")
+    rejects(tmp_path, edited("linear_dynamic", _offsets("linear_dynamic_0.weight", lambda o, h: [o[0], float(o[1])])),
+            "data_offsets must be two integers")
+
+
+def test_offsets_overlapping(tmp_path):
+    # give the weight the same bytes as the bias: same size (24 bytes) so only the overlap is wrong
+    def edit(h):
+        w, bias = h["linear_dynamic_0.weight"], h["linear_dynamic_0.bias"]
+        w["dtype"], w["shape"] = "F32", [4]
+        w["data_offsets"] = list(bias["data_offsets"])
+
+    rejects(tmp_path, edited("linear_dynamic", edit), "and 'linear_dynamic_0.*overlap")
+
+
+def test_byte_length_disagrees_with_shape(tmp_path):
+    rejects(tmp_path, edited("linear_dynamic", lambda h: h["linear_dynamic_0.weight"].update({"shape": [4, 5]})),
+            r"holds 24 bytes but shape \[4, 5\] of I8 needs 20")
+
+
+def test_tensor_entry_malformed(tmp_path):
+    rejects(tmp_path, edited("relu", lambda h: h.update({"t": {"dtype": "U8", "shape": [0]}})),
+            "tensor 't': entry must have exactly dtype, shape and data_offsets")
+    rejects(tmp_path, edited("relu", lambda h: h.update({"t": [1]})), "entry must have exactly")
+
+
+def test_tensor_name_too_long(tmp_path):
+    rejects(tmp_path, edited("relu", lambda h: h.update({"n" * 257: {"dtype": "U8", "shape": [0],
+                                                                      "data_offsets": [0, 0]}})),
+            "a tensor name must have 1 to 256 characters, has 257")
+
+
+def test_checksum_mismatch(tmp_path):
+    header, body = split(seed_files()["linear_dynamic"])
+    body = body[:-1] + bytes([body[-1] ^ 1])
+    rejects(tmp_path, join(header, body), "data section checksum mismatch: header says [0-9a-f]{64}, data hashes")
+
+
+def test_checksum_malformed(tmp_path):
+    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].update(
+        {"qrt.data_sha256": h["__metadata__"]["qrt.data_sha256"].upper()}), fix_checksum=False),
+        "qrt.data_sha256 must be 64 lowercase hex digits")
+
+
+def test_data_after_tensors_is_covered_by_the_checksum(tmp_path):
+    data = seed_files()["relu"] + b"trailing"
+    rejects(tmp_path, data, "checksum mismatch")
+
+
+def test_directory_and_fifo_are_refused(tmp_path):
+    with pytest.raises(qrt.FormatError, match="not a regular file"):
+        qformat.load_file(tmp_path)
+    fifo = tmp_path / "pipe.qrt"
+    os.mkfifo(fifo)
+    with pytest.raises(qrt.FormatError, match="not a regular file"):  # and no hang waiting for a writer
+        qformat.load_file(fifo)
+
+
+def test_missing_file_is_an_oserror(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        qformat.load_file(tmp_path / "absent.qrt")
+
+
+# ------------------------------------------------------------------ the graph
+
+
+def test_graph_malformed_json(tmp_path):
+    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].update({"qrt.graph": "{"})), "graph: malformed JSON")
+
+
+def test_graph_duplicate_key(tmp_path):
+    def edit(h):
+        h["__metadata__"]["qrt.graph"] = h["__metadata__"]["qrt.graph"][:-1] + ', "outputs": []}'
+
+    rejects(tmp_path, edited("relu", edit), "graph: duplicate JSON key 'outputs'")
+
+
+def test_graph_not_an_object(tmp_path):
+    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].update({"qrt.graph": "[]"})),
+            "graph: graph: must be a JSON object, got list")
+
+
+def test_graph_unknown_key(tmp_path):
+    rejects(tmp_path, graph_edited("relu", lambda g: g.update({"version": 2})), r"unknown key\(s\) \['version'\]")
+
+
+def test_graph_missing_key(tmp_path):
+    rejects(tmp_path, graph_edited("relu", lambda g: g.pop("output_structure")),
+            r"missing key\(s\) \['output_structure'\]")
+
+
+def test_node_unknown_key(tmp_path):
+    rejects(tmp_path, graph_edited("relu", lambda g: g["nodes"][0].update({"device": "gpu"})),
+            r"nodes\[0\]: unknown key\(s\) \['device'\]")
+
+
+def test_unknown_op(tmp_path):
+    rejects(tmp_path, graph_edited("relu", lambda g: g["nodes"][0].update({"op": "conv2d"})),
+            "node 'relu_0': unknown op 'conv2d'")
+
+
+def test_unknown_port(tmp_path):
+    rejects(tmp_path, graph_edited("relu", lambda g: g["nodes"][0]["inputs"].update({"y": "x"})),
+            r"node 'relu_0' \(relu\): unknown input 'y'; relu takes \['x'\]")
+
+
+def test_missing_port(tmp_path):
+    rejects(tmp_path, graph_edited("add", lambda g: g["nodes"][0]["inputs"].pop("b")),
+            r"node 'add_0' \(add\): missing input 'b'")
+
+
+def test_wrong_output_count(tmp_path):
+    rejects(tmp_path, graph_edited("relu", lambda g: g["nodes"][0].update({"outputs": ["a", "b"]})),
+            r"relu has 1 output\(s\), got 2")
+
+
+def test_undefined_value(tmp_path):
+    rejects(tmp_path, graph_edited("relu", lambda g: g["nodes"][0]["inputs"].update({"x": "nowhere"})),
+            "input 'x' refers to undefined value 'nowhere'")
+    rejects(tmp_path, graph_edited("relu", lambda g: g.update({"outputs": ["nowhere"]})),
+            "outputs: refers to undefined value 'nowhere'")
+
+
+def test_bad_value_name(tmp_path):
+    rejects(tmp_path, graph_edited("relu", lambda g: g["nodes"][0]["inputs"].update({"x": "v" * 257})),
+            "a name must be a string of 1 to 256 characters")
+    rejects(tmp_path, graph_edited("relu", lambda g: g["nodes"][0]["inputs"].update({"x": 3})),
+            "a name must be a string")
+
+
+def test_duplicate_value_names(tmp_path):
+    rejects(tmp_path, graph_edited("relu", lambda g: g["nodes"][0].update({"outputs": ["x"]})),
+            "value 'x' is already defined as input 'x'")
+    rejects(tmp_path, graph_edited("linear_dynamic", lambda g: g["nodes"][0].update(
+        {"outputs": ["linear_dynamic_0.bias"]})), "already defined as tensor 'linear_dynamic_0.bias'")
+    rejects(tmp_path, graph_edited("relu", lambda g: g["inputs"].append(dict(g["inputs"][0]))),
+            "value 'x' is already defined as input 'x'")
+
+
+def test_duplicate_node_names(tmp_path):
+    def edit(g):
+        n = dict(g["nodes"][0])
+        n["outputs"] = ["other"]
+        g["nodes"].append(n)
+
+    rejects(tmp_path, graph_edited("relu", edit), "node 'relu_0': duplicate node name")
+
+
+def test_cycle(tmp_path):
+    def edit(g):
+        first = dict(g["nodes"][0], name="r1", outputs=["y1"])
+        first["inputs"] = {"x": "y2"}
+        second = dict(g["nodes"][0], name="r2", outputs=["y2"])
+        second["inputs"] = {"x": "y1"}
+        g["nodes"] = [first, second]
+        g["outputs"] = ["y2"]
+
+    rejects(tmp_path, graph_edited("relu", edit), r"the graph has a cycle through \['r1', 'r2'\]")
+    rejects(tmp_path, graph_edited("relu", lambda g: g["nodes"][0]["inputs"].update({"x": "relu_0"})),
+            r"cycle through \['relu_0'\]")
+
+
+def test_bad_attrs_wrong_type(tmp_path):
+    rejects(tmp_path, graph_edited("flatten", lambda g: g["nodes"][0]["attrs"].update({"start_dim": True})),
+            "attribute 'start_dim' must be int, got True")
+    rejects(tmp_path, graph_edited("linear", lambda g: g["nodes"][0]["attrs"].update({"relu": 1})),
+            "attribute 'relu' must be bool, got 1")
+
+
+def test_bad_attrs_axis_out_of_range(tmp_path):
+    rejects(tmp_path, graph_edited("quantize_per_channel", lambda g: g["nodes"][0]["attrs"].update({"axis": 2})),
+            "axis 2 is out of range for x of rank 2")
+    rejects(tmp_path, graph_edited("dequantize_per_channel", lambda g: g["nodes"][0]["attrs"].update({"axis": -1})),
+            "axis -1 is out of range")
+    rejects(tmp_path, graph_edited("flatten", lambda g: g["nodes"][0]["attrs"].update({"start_dim": 3})),
+            "start_dim 3 is out of range for x of rank 3")
+
+
+def test_bad_attrs_choice(tmp_path):
+    rejects(tmp_path, graph_edited("quantize_per_tensor", lambda g: g["nodes"][0]["attrs"].update(
+        {"dtype": "quint16"})), r"attribute 'dtype' must be one of \['quint8', 'qint8', 'qint32'\], got 'quint16'")
+    rejects(tmp_path, graph_edited("rnn_cell_dynamic", lambda g: g["nodes"][0]["attrs"].update(
+        {"nonlinearity": "sigmoid"})), "attribute 'nonlinearity' must be one of")
+
+
+def test_bad_attrs_unknown_and_missing(tmp_path):
+    rejects(tmp_path, graph_edited("relu", lambda g: g["nodes"][0].update({"attrs": {"inplace": True}})),
+            "unknown attribute 'inplace'")
+    rejects(tmp_path, graph_edited("quantize_per_channel", lambda g: g["nodes"][0]["attrs"].pop("axis")),
+            "missing attribute 'axis'")
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.0, -0.5, float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("seed,name", [
+    ("quantize_per_tensor", "quantize_per_tensor_0.scale"),
+    ("quantize_per_channel", "quantize_per_channel_0.scale"),
+    ("linear", "linear_0.weight_scale"),
+    ("linear", "linear_0.y_scale"),
+    ("rnn_cell_dynamic", "rnn_cell_dynamic_0.ih_weight_scale"),
+])
+def test_bad_scale(tmp_path, bad, seed, name):
+    def edit(h):
+        body = split(seed_files()[seed])[1]
+        size = int(np.prod(h[name]["shape"]))
+        vals = np.full(size, 0.1, np.float32)
+        vals[-1] = bad
+        return set_tensor(h, body, name, vals)
+
+    port = name.split(".", 1)[1]
+    rejects(tmp_path, edited(seed, edit), f"{port} must be finite and > 0")
+
+
+@pytest.mark.parametrize("seed,name,bad,rng", [
+    ("quantize_per_tensor", "quantize_per_tensor_0.zero_point", 256, r"\[0, 255\] for uint8"),
+    ("quantize_per_tensor", "quantize_per_tensor_0.zero_point", -1, r"\[0, 255\] for uint8"),
+    ("quantize_per_channel", "quantize_per_channel_0.zero_point", 128, r"\[-128, 127\] for int8"),
+    ("linear", "linear_0.weight_zero_point", -129, r"\[-128, 127\] for int8"),
+    ("dequantize", "dequantize_0.zero_point", 300, r"\[0, 255\] for uint8"),
+])
+def test_zero_point_out_of_range(tmp_path, seed, name, bad, rng):
+    def edit(h):
+        body = split(seed_files()[seed])[1]
+        return set_tensor(h, body, name, np.full(int(np.prod(h[name]["shape"])), bad, np.int32))
+
+    rejects(tmp_path, edited(seed, edit), f"zero_point must lie in {rng}")
+
+
+def test_wrong_weight_shape(tmp_path):
+    # a consistent [6, 4] weight where [4, 6] is needed: x has 6 features
+    rejects(tmp_path, edited("linear_dynamic", lambda h: h["linear_dynamic_0.weight"].update({"shape": [6, 4]})),
+            "x's last dimension is 6, expected 4|weight_scale|bias must have shape")
+    rejects(tmp_path, edited("linear_dynamic", lambda h: h["linear_dynamic_0.weight"].update({"shape": [24]})),
+            r"weight must be 2-D \[out, in\], got int8\[24\]")
+
+
+def test_qparam_shape_mismatch(tmp_path):
+    rejects(tmp_path, edited("quantize_per_channel", lambda h: h["quantize_per_channel_0.scale"].update(
+        {"shape": [2, 2]})), r"scale has shape \[2, 2\] but zero_point has \[4\]")
+
+
+def test_int8_weight_without_quantization_parameters(tmp_path):
+    rejects(tmp_path, graph_edited("linear_dynamic", lambda g: g["nodes"][0]["inputs"].pop("weight_scale")),
+            "int8 weight needs weight_scale and weight_zero_point")
+
+
+def test_wrong_dtype_on_a_port(tmp_path):
+    rejects(tmp_path, graph_edited("linear", lambda g: g["nodes"][0]["inputs"].update(
+        {"weight": "linear_0.bias"})), r"input 'weight' \('linear_0.bias'\) has dtype float32, expected int8")
+
+
+def test_const_port_fed_by_a_non_tensor(tmp_path):
+    def edit(g):
+        g["inputs"].append({"name": "s", "dtype": "float32", "shape": []})
+        g["nodes"][0]["inputs"]["scale"] = "s"
+
+    rejects(tmp_path, graph_edited("quantize_per_tensor", edit), r"input 'scale' \('s'\) must be a stored tensor")
+
+
+def test_bad_input_spec(tmp_path):
+    rejects(tmp_path, graph_edited("relu", lambda g: g["inputs"][0].update({"dtype": "float64"})),
+            r"inputs\[0\]: dtype must be one of")
+    rejects(tmp_path, graph_edited("relu", lambda g: g["inputs"][0].update({"shape": [-1, 3]})),
+            r"inputs\[0\].shape: dimensions must be integers in \[0, 2\*\*63 - 1\] or null, got -1")
+    rejects(tmp_path, graph_edited("relu", lambda g: g["inputs"][0].update({"shape": [None] * 9})),
+            "rank 9 exceeds the maximum of 8")
+
+
+@pytest.mark.parametrize("structure,outputs,match", [
+    ("list", None, "must be 'single' or 'tuple', got 'list'"),
+    (None, None, "must be 'single' or 'tuple', got None"),
+    ("single", ["relu_0", "x"], "'single' needs exactly one output, got 2"),
+    ("tuple", [], "a model needs at least one output"),
+])
+def test_bad_output_structure(tmp_path, structure, outputs, match):
+    def edit(g):
+        g["output_structure"] = structure
+        if outputs is not None:
+            g["outputs"] = outputs
+
+    rejects(tmp_path, graph_edited("relu", edit), match)
+
+
+def test_error_messages_stay_short_for_huge_values(tmp_path):
+    data = graph_edited("relu", lambda g: g["nodes"][0].update({"op": "z" * 1_000_000}))
+    p = write(tmp_path, data)
+    with pytest.raises(qrt.FormatError) as e:
+        qformat.load_file(p)
+    assert len(str(e.value)) < 1000 and re.search("unknown op 'zzz", str(e.value))
+
+
+def test_every_seed_model_is_valid(tmp_path):
+    for name, data in seed_files().items():
+        f = qformat.load_file(write(tmp_path, data, name + ".qrt"))
+        assert f.graph.nodes, name
