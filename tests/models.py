@@ -67,3 +67,8 @@ def make_convnet() -> ConvNet:
 
 def make_broken() -> MLP:
     raise RuntimeError("this factory always fails")
+
+
+def make_mlp_wide() -> MLP:
+    """Same layer names as make_mlp, different input width: a checkpoint of make_mlp does not fit."""
+    return MLP(n_in=40)

@@ -19,6 +19,7 @@ import importlib
 import inspect
 import os
 import pickle
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -105,6 +106,12 @@ def load_factory(spec: str) -> Any:
     return obj
 
 
+def _pickled_globals(message: str) -> str:
+    """The classes the weights-only loader refused, from its message, for the user."""
+    found = sorted(set(re.findall(r"Unsupported global: GLOBAL ([\w.]+)", message)))
+    return f" (it refers to {', '.join(found)})" if found else ""
+
+
 def load_model(checkpoint: str, model: str | None, trust_checkpoint: bool) -> nn.Module:
     """The model to convert: factory + state_dict, or (trusted) a whole pickled module."""
     if not os.path.isfile(checkpoint):
@@ -116,8 +123,8 @@ def load_model(checkpoint: str, model: str | None, trust_checkpoint: bool) -> nn
         if not trust_checkpoint:
             raise ConvertError(
                 f"checkpoint {checkpoint!r} is a pickled object, not a plain state_dict; loading it would run "
-                "arbitrary code from the file. Pass --trust-checkpoint only if you trust where it came from "
-                f"(weights-only loader said: {str(e).splitlines()[0][:200]})"
+                "arbitrary code from the file. Pass --trust-checkpoint only if you trust where it came from"
+                + _pickled_globals(str(e))
             ) from None
         whole = True
     except Exception as e:

@@ -141,6 +141,14 @@ _IDENTITY_MODULES = (nn.Identity, nn.Dropout)
 FLOAT_MODULES = (nn.ReLU, nn.Flatten, *_IDENTITY_MODULES)
 FLOAT_METHODS = ("relu", "flatten", "dequantize", "contiguous")
 
+# convert_fx runs these ops on the quantized tensor itself when they sit between a dequantize and a
+# quantize, keeping the input's scale and zero point and dropping that quantize (torch 2.13
+# _lower_to_native_backend: is_copy_node, is_general_tensor_shape_node, is_default_node). Its observed
+# qparams are ignored, so the lowering must ignore them too. Exact types, as torch matches them.
+_NATIVE_COPY_MODULES = (nn.ReLU, nn.Dropout)
+_NATIVE_COPY_FUNCS = (F.relu, torch.flatten)
+_NATIVE_COPY_METHODS = ("relu", "contiguous")
+
 
 def _fn_name(fn: Any) -> str:
     mod = getattr(fn, "__module__", None) or ""
@@ -195,8 +203,6 @@ class _Lowerer:
         if isinstance(v, _DynDeq):
             # A dynamic quantize/dequantize pair outside a dynamic op is dropped, as convert_fx does.
             return v.source.name
-        if isinstance(v, _Quant):
-            return self.float_of(_Deq(v), where)
         raise LoweringError(f"node {where.name!r}: needs a float tensor, got {type(v).__name__.strip('_')}")
 
     def const(self, v: Any, where: torch.fx.Node, what: str) -> Any:
@@ -239,6 +245,10 @@ class _Lowerer:
         s32, z = np.float32(s), int(zp)
         if isinstance(x, _PendingLinear):
             return self.emit_static_linear(x, s32, z)
+        kept = self.native_copy_input(node.args[0])
+        if kept is not None:
+            # relu / flatten / identity of a quint8 value at its own qparams is exact: max(q, zp) or q.
+            s32, z = kept.scale, kept.zero_point
         out = self.b.node(
             "quantize_per_tensor",
             {"x": self.float_of(x, node), "scale": s32, "zero_point": np.int32(z)},
@@ -246,6 +256,21 @@ class _Lowerer:
             name=self.name(node.name),
         )
         return _Quant(out, s32, z)
+
+    def native_copy_input(self, src: Any) -> _Quant | None:
+        """The quantized input of a dequantize -> copy op -> quantize chain, as convert_fx matches it."""
+        if not isinstance(src, torch.fx.Node) or not src.args or not isinstance(src.args[0], torch.fx.Node):
+            return None
+        copy_op = (
+            (src.op == "call_module" and type(self.modules[src.target]) in _NATIVE_COPY_MODULES)
+            or (src.op == "call_function" and src.target in _NATIVE_COPY_FUNCS)
+            or (src.op == "call_method" and src.target in _NATIVE_COPY_METHODS)
+        )
+        dq = src.args[0]
+        if not copy_op or not (dq.op == "call_method" and dq.target == "dequantize"):
+            return None
+        v = self.env[dq]
+        return v.q if isinstance(v, _Deq) else None
 
     def emit_static_linear(self, p: _PendingLinear, y_scale: np.float32, y_zp: int) -> _Quant:
         layer, x = p.layer, p.x
@@ -316,7 +341,18 @@ class _Lowerer:
             return self.flatten(node, node.args[0], module.start_dim)
         raise AssertionError(f"unclassified module {node.target}")
 
-    def relu(self, node: torch.fx.Node, x: Any) -> _Float:
+    def relu(self, node: torch.fx.Node, x: Any) -> _Float | _Quant:
+        if isinstance(x, _Quant):
+            # A quantized tensor's relu (native models) keeps its qparams: max(q, zp), which
+            # dequantize -> relu -> quantize at the same qparams computes exactly.
+            y = self.b.node("relu", {"x": self.float_of(_Deq(x), node)}, name=self.name(node.name))
+            q = self.b.node(
+                "quantize_per_tensor",
+                {"x": y, "scale": np.float32(x.scale), "zero_point": np.int32(x.zero_point)},
+                {"dtype": "quint8"},
+                name=self.name(f"{node.name}_quantize"),
+            )
+            return _Quant(q, x.scale, x.zero_point)
         return _Float(self.b.node("relu", {"x": self.float_of(x, node)}, name=self.name(node.name)))
 
     def flatten(self, node: torch.fx.Node, x: Any, start_dim: int = 0, end_dim: int = -1) -> _Float:
@@ -325,14 +361,18 @@ class _Lowerer:
                 f"node {node.name!r}: flatten(start_dim={start_dim}, end_dim={end_dim}) is not supported; "
                 "qrt flattens from a non-negative start_dim to the end"
             )
-        x = self.float_of(self.arg(x), node)
+        x = self.arg(x)
+        if isinstance(x, _Quant):  # flattening a quantized tensor keeps its qparams
+            y = self.b.node("flatten", {"x": x.name}, {"start_dim": start_dim}, name=self.name(node.name))
+            return _Quant(y, x.scale, x.zero_point)
+        x = self.float_of(x, node)
         return _Float(self.b.node("flatten", {"x": x}, {"start_dim": start_dim}, name=self.name(node.name)))
 
     def add(self, node: torch.fx.Node) -> _Float:
         if len(node.args) != 2 or node.kwargs:
             raise LoweringError(f"node {node.name!r}: only a + b of two tensors is supported")
         a, b = (self.arg(v) for v in node.args)
-        if not all(isinstance(v, (_Float, _Deq, _DynDeq, _Quant)) for v in (a, b)):
+        if not all(isinstance(v, (_Float, _Deq, _DynDeq)) for v in (a, b)):
             raise LoweringError(f"node {node.name!r}: only a + b of two tensors is supported")
         ins = {"a": self.float_of(a, node), "b": self.float_of(b, node)}
         return _Float(self.b.node("add", ins, name=self.name(node.name)))
