@@ -17,6 +17,7 @@ import argparse
 import hashlib
 import importlib
 import inspect
+import json
 import os
 import pickle
 import re
@@ -338,8 +339,9 @@ def convert(
         gm = qrt_backend.to_reference(prepared, the_rules)
         used_mode = mode
 
+    layers: dict[str, str] = {}
     try:
-        builder = qlower.lower(gm, qrt_backend.describe, shapes)
+        builder = qlower.lower(gm, qrt_backend.describe, shapes, layers)
     except (qlower.LoweringError, qrt_backend.FrontEndError) as e:
         raise ConvertError(str(e)) from None
 
@@ -349,7 +351,12 @@ def convert(
         "converter.checkpoint_sha256": _sha256(checkpoint),
         "converter.mode": used_mode,
         "converter.rules": the_rules.name,
+        # module path -> qrt value, and the calibration used: `qrt compare` rebuilds PyTorch's model from them.
+        "converter.layers": json.dumps(layers, separators=(",", ":")),
     }
+    if used_mode == "static":
+        metadata["converter.calib_sha256"] = _sha256(os.fspath(calib))
+        metadata["converter.calib_batch_size"] = str(calib_batch_size)
     if not prequantized:
         metadata["converter.weights"] = "float16" if weight_dtype == "float16" else (the_rules.weights or weights)
     try:

@@ -177,6 +177,7 @@ class _Lowerer:
         self.env: dict[torch.fx.Node, Any] = {}
         self.dequantized: dict[str, str] = {}  # quantized value -> its dequantize node's output
         self.modules = dict(gm.named_modules())
+        self.layers: dict[str, str] = {}  # module path -> the qrt value holding its output
 
     # -- helpers
 
@@ -330,7 +331,10 @@ class _Lowerer:
         layer = self.describe(module)
         if layer is not None:
             args = [self.arg(a) for a in node.args]
-            return LOWERINGS[layer.pattern](self, node, layer, *args)
+            out = LOWERINGS[layer.pattern](self, node, layer, *args)
+            # Recorded so that `qrt compare` can match qrt values to PyTorch modules layer by layer.
+            self.layers[str(node.target)] = out.name
+            return out
         if isinstance(module, _IDENTITY_MODULES):
             return self.arg(node.args[0])
         if isinstance(module, nn.ReLU):
@@ -481,10 +485,20 @@ def find_unsupported(
 
 
 def lower(
-    gm: torch.fx.GraphModule, describe: Describe, input_shapes: Sequence[Sequence[int]]
+    gm: torch.fx.GraphModule,
+    describe: Describe,
+    input_shapes: Sequence[Sequence[int]],
+    layers: dict[str, str] | None = None,
 ) -> GraphBuilder:
-    """Lower a quantized fx graph into a qrt GraphBuilder (not yet saved)."""
+    """Lower a quantized fx graph into a qrt GraphBuilder (not yet saved).
+
+    ``layers``, if given, is filled with module path -> the qrt value holding that module's output.
+    """
     bad = find_unsupported(gm, describe)
     if bad:
         raise LoweringError("qrt cannot run: " + "; ".join(bad))
-    return _Lowerer(gm, describe, input_shapes).run()
+    lowerer = _Lowerer(gm, describe, input_shapes)
+    builder = lowerer.run()
+    if layers is not None:
+        layers.update(lowerer.layers)
+    return builder
