@@ -312,12 +312,33 @@ def encode(
     return struct.pack("<Q", len(header)) + header + data
 
 
+def _mode_for(path: str) -> int:
+    """Permission bits for a new file at path: the existing file's, else 0666 less the umask."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        pass
+    try:  # Linux: read the umask without changing it (os.umask is process-wide and racy)
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def write_atomic(path: str | os.PathLike, data: bytes) -> None:
     """Write bytes to path so that readers see the old file or the whole new one."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".qrt-", suffix=".tmp", dir=folder)
     try:
+        # mkstemp makes the file 0600; give it what open() would have (or the replaced file's mode)
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, _mode_for(path))
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
