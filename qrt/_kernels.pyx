@@ -116,7 +116,11 @@ def dequantize_per_channel(const qint_t[:, :, ::1] q, const float[::1] scale,
 # ------------------------------------------------------------ dynamic quantization of activations
 
 cdef int min_max(const float* x, Py_ssize_t n, float* lo, float* hi) noexcept nogil:
-    """Float min and max over n values; returns 1 if any is NaN."""
+    """Float min and max over n values; returns 1 if any is NaN or infinite.
+
+    torch's parameter choice has no defined result for those (its zero point
+    becomes a cast of NaN), so qrt refuses them rather than copy undefined behaviour.
+    """
     cdef float mn = x[0], mx = x[0], v
     cdef bint nan = False
     cdef Py_ssize_t i
@@ -126,7 +130,7 @@ cdef int min_max(const float* x, Py_ssize_t n, float* lo, float* hi) noexcept no
         mn = v if v < mn else mn
         mx = v if v > mx else mx
     lo[0], hi[0] = mn, mx
-    return nan
+    return nan or isinf(mn) or isinf(mx)
 
 
 cdef void choose_qparams(float lo, float hi, bint reduce_range, float* scale, int32_t* zero_point) noexcept nogil:
@@ -168,7 +172,7 @@ cdef void choose_qparams(float lo, float hi, bint reduce_range, float* scale, in
 
 cdef int quantize_activations(const float* x, Py_ssize_t n, bint reduce_range,
                               uint8_t* q, float* scale, int32_t* zero_point) noexcept nogil:
-    """Choose (scale, zp) from x's range and quantize x to quint8; returns 1 on NaN."""
+    """Choose (scale, zp) from x's range and quantize x to quint8; returns 1 on NaN or infinity."""
     cdef float lo, hi, inv, zpf
     cdef int nan = 0
     cdef Py_ssize_t i
@@ -305,7 +309,7 @@ cdef class DynamicLinear:
 
     cdef int forward(self, const float* x, Py_ssize_t m, float* y,
                      uint8_t* xq, int32_t* acc) noexcept nogil:
-        """y[m, n] from x[m, k]; scratch xq[m*k], acc[m*n]. Returns 1 if x holds NaN."""
+        """y[m, n] from x[m, k]; scratch xq[m*k], acc[m*n]. Returns 1 if x holds NaN or infinity."""
         cdef Py_ssize_t n = self.out_features, k = self.in_features, i, j
         cdef float s_x
         cdef int32_t zp_x
@@ -340,7 +344,7 @@ cdef class DynamicLinear:
                                &y[0, 0] if m and self.out_features else NULL,
                                &xq[0] if xq.shape[0] else NULL, &acc[0] if acc.shape[0] else NULL)
         if nan:
-            raise ValueError("input contains NaN, which dynamic quantization cannot represent")
+            raise ValueError("input contains NaN or infinity, which dynamic quantization cannot represent")
 
 
 cdef class StaticLinear:
@@ -528,7 +532,7 @@ cdef class Recurrent:
                 gate_update(self.kind, &gi[0], &gh[0], &h[0, 0], &c[0, 0], &h_out[0, 0], &c_out[0, 0],
                             b, hidden)
         if nan:
-            raise ValueError("input contains NaN, which dynamic quantization cannot represent")
+            raise ValueError("input contains NaN or infinity, which dynamic quantization cannot represent")
 
     def sequence(self, const float[:, :, ::1] x, float[:, :, ::1] y, Py_ssize_t y_offset, bint reverse,
                  float[:, ::1] h, float[:, ::1] c):
@@ -575,4 +579,4 @@ cdef class Recurrent:
                 for i in range(b):
                     memcpy(&y[t, i, y_offset], &h_new[i * hidden], hidden * sizeof(float))
         if nan:
-            raise ValueError("input contains NaN, which dynamic quantization cannot represent")
+            raise ValueError("input contains NaN or infinity, which dynamic quantization cannot represent")
