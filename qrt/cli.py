@@ -1,0 +1,957 @@
+"""The qrt command line: inspect, run, bench and compare .qrt models.
+
+    qrt inspect model.qrt [--json]
+    qrt run model.qrt --input x.npy [--output y.npz] [--device cuda]
+    qrt bench model.qrt --batch 8 --seconds 5 [--threads 4] [--device cuda]
+    qrt compare model.qrt --checkpoint model.pt --model mypkg.models:make_mlp [--plot layers.png]
+
+Every error is one line on stderr, ``qrt COMMAND: error: ...``, with exit
+status 2. The runtime never imports torch: ``compare`` imports it and the
+converter only when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import __version__
+from . import format as qformat
+from .errors import FormatError
+from .graph import Graph, Node, ValueSpec
+from .model import Model
+from .ops import OPS, ValueInfo
+
+EXIT_ERROR = 2
+SEQUENCE_OPS = ("rnn_dynamic", "lstm_dynamic", "gru_dynamic")
+
+
+class CLIError(Exception):
+    """A user-facing failure: the message is printed as it is, and qrt exits with status 2."""
+
+
+# ------------------------------------------------------------ shared helpers
+
+
+def _check_path(path: str, what: str = "model file") -> None:
+    if not os.path.exists(path):
+        raise CLIError(f"{what} {path!r} does not exist")
+    if os.path.isdir(path):
+        raise CLIError(f"{what} {path!r} is a directory")
+
+
+def _load_file(path: str) -> qformat.QrtFile:
+    _check_path(path)
+    try:
+        return qformat.load_file(path)
+    except FormatError as e:
+        raise CLIError(f"{path} is not a valid .qrt model: {e}") from None
+    except OSError as e:
+        raise CLIError(f"cannot read {path!r}: {e.strerror or e}") from None
+
+
+def _load_model(path: str, device: str = "cpu") -> Model:
+    _check_path(path)
+    try:
+        return Model(path, device)
+    except FormatError as e:
+        raise CLIError(f"{path} is not a valid .qrt model: {e}") from None
+    except OSError as e:
+        raise CLIError(f"cannot read {path!r}: {e.strerror or e}") from None
+    except RuntimeError as e:  # qrt.gpu.CUDAUnavailableError: CuPy, the driver or a GPU is missing
+        raise CLIError(str(e)) from None
+
+
+def _describe(shape: Sequence) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _read_array_file(path: str) -> np.ndarray:
+    _check_path(path, "input file")
+    try:
+        a = np.load(path, allow_pickle=False)
+    except Exception as e:  # ValueError (pickled / not .npy), OSError
+        raise CLIError(f"cannot read {path!r} as a .npy array: {e}") from None
+    if not isinstance(a, np.ndarray):
+        a.close()
+        raise CLIError(f"{path!r} is an .npz archive: pass it with --inputs")
+    return a
+
+
+def _read_npz(path: str) -> dict[str, np.ndarray]:
+    _check_path(path, "inputs file")
+    try:
+        z = np.load(path, allow_pickle=False)
+        if isinstance(z, np.ndarray):
+            raise CLIError(f"{path!r} is a single .npy array: pass it with --input")
+        with z:
+            return {k: z[k] for k in z.files}
+    except CLIError:
+        raise
+    except Exception as e:  # not a zip / npy, pickled arrays, I/O errors
+        raise CLIError(f"cannot read {path!r} as an .npz archive: {e}") from None
+
+
+def _gather_inputs(specs: Sequence[ValueSpec], single: Sequence[str] | None, npz: str | None) -> dict:
+    """Inputs by name from --input [NAME=]FILE.npy (repeatable) or --inputs FILE.npz."""
+    names = [s.name for s in specs]
+    given: dict[str, np.ndarray] = {}
+    if npz is not None:
+        arrays = _read_npz(npz)
+        if len(arrays) == 1 and len(names) == 1:
+            arrays = {names[0]: next(iter(arrays.values()))}  # one array: its name does not matter
+        given.update(arrays)
+    for item in single or []:
+        name, sep, path = item.partition("=")
+        if not sep:
+            if len(names) != 1:
+                raise CLIError(f"the model takes {len(names)} inputs {names}: pass --input NAME=FILE.npy for each")
+            name, path = names[0], item
+        given[name] = _read_array_file(path)
+    unknown = [k for k in given if k not in names]
+    missing = [n for n in names if n not in given]
+    if unknown or missing:
+        raise CLIError(
+            f"inputs do not fit the model: it takes {names}"
+            + (f"; missing {missing}" if missing else "")
+            + (f"; unknown {unknown}" if unknown else "")
+        )
+    return given
+
+
+def _run(model: Model, inputs: Mapping[str, Any]) -> Any:
+    try:
+        return model.run(dict(inputs))
+    except ValueError as e:  # wrong dtype / shape, named by the runtime
+        raise CLIError(f"inputs do not fit the model: {e}") from None
+
+
+def _output_list(model: Model, out: Any) -> list:
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+def _time_axis(graph: Graph) -> dict[str, int]:
+    """Input name -> its time axis, for inputs read as the x of a whole-sequence op."""
+    axes = {}
+    inputs = {s.name for s in graph.inputs}
+    for node in graph.nodes:
+        x = node.inputs.get("x")
+        if node.op in SEQUENCE_OPS and x in inputs:
+            axes[x] = 1 if node.attrs["batch_first"] else 0
+    return axes
+
+
+def random_inputs(graph: Graph, batch: int, seq: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs of the model's dtypes and shapes: free time dimensions = seq, other free ones = batch."""
+    rng = np.random.default_rng(seed)
+    time_axes = _time_axis(graph)
+    out = {}
+    for spec in graph.inputs:
+        shape = tuple(
+            (seq if time_axes.get(spec.name) == i else batch) if d is None else d for i, d in enumerate(spec.shape)
+        )
+        dtype = np.dtype(spec.dtype)
+        if dtype.kind == "f":
+            a = rng.standard_normal(shape).astype(dtype)
+        else:
+            info = np.iinfo(dtype)
+            a = rng.integers(max(info.min, -128), min(info.max, 255) + 1, size=shape, dtype=dtype)
+        out[spec.name] = a
+    return out
+
+
+# ------------------------------------------------------------ inspect
+
+
+def _qparam_summary(scale: np.ndarray, zp: np.ndarray) -> str:
+    if scale.ndim == 0:
+        return f"s={float(scale):.6g} z={int(zp)}"
+    return f"per-channel[{scale.size}] s={float(scale.min()):.3g}..{float(scale.max()):.3g}"
+
+
+def quantization_summary(node: Node, tensors: Mapping[str, np.ndarray]) -> list[str]:
+    """One short phrase per quantized operand of a node: weights, activations, output."""
+    parts = []
+    ins = node.inputs
+    for port, value in ins.items():
+        if port.endswith("weight") and value in tensors:
+            prefix = port[: -len("weight")]
+            w = tensors[value]
+            if w.dtype == np.float16:
+                parts.append(f"{prefix}weight f16")
+            else:
+                s, z = tensors[ins[f"{port}_scale"]], tensors[ins[f"{port}_zero_point"]]
+                parts.append(f"{prefix}weight i8 {_qparam_summary(s, z)}")
+        elif port.endswith("scale") and not port.endswith("weight_scale") and value in tensors:
+            prefix = port[: -len("scale")]
+            zp = tensors[ins[f"{prefix}zero_point"]]
+            parts.append(f"{prefix.rstrip('_') or node.op.split('_')[0]} {_qparam_summary(tensors[value], zp)}")
+    if "dtype" in node.attrs:
+        parts.insert(0, node.attrs["dtype"])
+    if node.op.endswith("_dynamic"):
+        parts.append("x quantized per call" + (" (reduce_range)" if node.attrs.get("reduce_range") else ""))
+    if len(parts) > 4:  # whole-sequence ops carry one weight set per layer and direction
+        parts = parts[:3] + [f"+{len(parts) - 3} more"]
+    return parts
+
+
+def _value_json(name: str, info: ValueInfo) -> dict:
+    return {"name": name, "dtype": info.dtype, "shape": list(info.shape)}
+
+
+def inspect_report(path: str) -> dict:
+    """Everything `qrt inspect` shows, as plain JSON-able data."""
+    qfile = _load_file(path)
+    g, tensors = qfile.graph, qfile.tensors
+    meta = dict(qfile.metadata)
+    nodes = []
+    for n in g.nodes:
+        op = OPS[n.op]
+        runtime = {p: v for p, v in n.inputs.items() if not op.port(p).const}
+        nodes.append(
+            {
+                "name": n.name,
+                "op": n.op,
+                "inputs": {p: _value_json(v, g.values[v]) for p, v in runtime.items()},
+                "outputs": [_value_json(o, g.values[o]) for o in n.outputs],
+                "attrs": dict(n.attrs),
+                "quantization": quantization_summary(n, tensors),
+            }
+        )
+    by_dtype: dict[str, int] = {}
+    for t in tensors.values():
+        by_dtype[t.dtype.name] = by_dtype.get(t.dtype.name, 0) + t.nbytes
+    return {
+        "file": path,
+        "file_bytes": os.path.getsize(path),
+        "format_version": qfile.version,
+        "producer": meta.get(qformat.META_PRODUCER),
+        # load_file refuses a file whose data does not hash to the header's checksum.
+        "checksum": {"algorithm": "sha256", "status": "ok", "value": meta[qformat.META_CHECKSUM]},
+        "metadata": {k: v for k, v in meta.items() if k not in qformat.RESERVED_META},
+        "inputs": [_value_json(s.name, ValueInfo(s.dtype, s.shape)) for s in g.inputs],
+        "outputs": [_value_json(s.name, ValueInfo(s.dtype, s.shape)) for s in g.outputs],
+        "output_structure": "tuple" if g.output_tuple else "single",
+        "nodes": nodes,
+        "tensors": [
+            {"name": k, "dtype": t.dtype.name, "shape": list(t.shape), "bytes": int(t.nbytes)}
+            for k, t in tensors.items()
+        ],
+        "bytes_by_dtype": dict(sorted(by_dtype.items())),
+        "tensor_bytes": sum(by_dtype.values()),
+    }
+
+
+def _io(values: Sequence[dict]) -> str:
+    return ", ".join(f"{v['name']}: {v['dtype']}{_describe(v['shape'])}" for v in values)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    r = inspect_report(args.model)
+    if args.json:
+        print(json.dumps(r, indent=2))
+        return 0
+    print(f"{r['file']}: {_human_bytes(r['file_bytes'])}, qrt format v{r['format_version']}, producer {r['producer']}")
+    print(f"checksum: {r['checksum']['status']} (sha256 {r['checksum']['value'][:16]}...)")
+    for k, v in r["metadata"].items():
+        print(f"  {k}: {v if len(v) <= 100 else v[:97] + '...'}")
+    print(f"inputs:  {_io(r['inputs'])}")
+    print(f"outputs: {_io(r['outputs'])} ({r['output_structure']})")
+    print(f"\nnodes ({len(r['nodes'])}, in execution order):")
+    rows = []
+    for n in r["nodes"]:
+        ins = ", ".join(f"{p}={v['dtype']}{_describe(v['shape'])}" for p, v in n["inputs"].items())
+        outs = ", ".join(f"{v['dtype']}{_describe(v['shape'])}" for v in n["outputs"])
+        rows.append([n["name"], n["op"], ins, outs, "; ".join(n["quantization"])])
+    print(_table(["name", "op", "inputs", "outputs", "quantization"], rows))
+    print(f"\ntensors ({len(r['tensors'])}):")
+    rows = [[t["name"], t["dtype"], _describe(t["shape"]), t["bytes"]] for t in r["tensors"]]
+    print(_table(["name", "dtype", "shape", "bytes"], rows))
+    print("\nbytes by dtype:")
+    total = r["tensor_bytes"]
+    rows = [[k, v, f"{100 * v / total:.1f}%" if total else "-"] for k, v in r["bytes_by_dtype"].items()]
+    rows.append(["total", total, _human_bytes(total)])
+    print(_table(["dtype", "bytes", "share"], rows))
+    return 0
+
+
+# ------------------------------------------------------------ run
+
+
+def _format_output(name: str, a: Any) -> str:
+    a = np.asarray(a)
+    body = np.array2string(a, threshold=40, edgeitems=3, precision=6)
+    return f"{name}: {a.dtype}{list(a.shape)}\n{body}"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if not args.input and args.inputs is None:
+        raise CLIError("give the inputs: --input FILE.npy (or NAME=FILE.npy, repeated) or --inputs FILE.npz")
+    if args.output is not None:
+        folder = os.path.dirname(os.path.abspath(args.output))
+        if not os.path.isdir(folder):
+            raise CLIError(f"cannot write {args.output!r}: directory {folder!r} does not exist")
+    model = _load_model(args.model, args.device)
+    inputs = _gather_inputs(model.inputs, args.input, args.inputs)
+    outs = _output_list(model, _run(model, inputs))
+    named = {s.name: np.asarray(o) for s, o in zip(model.outputs, outs)}
+    if args.output is None:
+        for name, a in named.items():
+            print(_format_output(name, a))
+        return 0
+    try:
+        if args.output.endswith(".npy"):
+            if len(named) != 1:
+                raise CLIError(f"the model has {len(named)} outputs {list(named)}: write them to an .npz file")
+            np.save(args.output, next(iter(named.values())))
+        else:
+            with open(args.output, "wb") as f:  # np.savez would append .npz to another suffix
+                np.savez(f, **named)
+    except OSError as e:
+        raise CLIError(f"cannot write {args.output!r}: {e.strerror or e}") from None
+    shapes = ", ".join(f"{k}: {a.dtype}{list(a.shape)}" for k, a in named.items())
+    print(f"wrote {args.output} ({shapes})")
+    return 0
+
+
+# ------------------------------------------------------------ bench
+
+
+class Progress:
+    """A one-line progress bar on stderr (no dependency), redrawn at most 10 times a second."""
+
+    def __init__(self, label: str, total: float, enabled: bool = True, width: int = 30) -> None:
+        self.label, self.total, self.enabled, self.width = label, total, enabled, width
+        self.last = 0.0
+        # Redrawing with \r only makes sense on a terminal; a log gets the final line alone.
+        self.live = enabled and sys.stderr.isatty()
+
+    def update(self, done: float, note: str = "", force: bool = False) -> None:
+        now = time.perf_counter()
+        if not self.enabled or (not force and (not self.live or now - self.last < 0.1)):
+            return
+        self.last = now
+        frac = min(max(done / self.total, 0.0), 1.0) if self.total > 0 else 1.0
+        filled = int(round(frac * self.width))
+        bar = "#" * filled + "." * (self.width - filled)
+        sys.stderr.write(f"\r{self.label:<9} [{bar}] {100 * frac:5.1f}% {note}")
+        sys.stderr.flush()
+
+    def close(self, note: str = "") -> None:
+        if self.enabled:
+            self.update(self.total, note, force=True)
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def _timed_loop(
+    run_once: Callable[[], None], seconds: float, min_runs: int, label: str, progress: bool
+) -> list[float]:
+    """Run until `seconds` have passed and at least `min_runs` runs are done; per-run latencies in seconds."""
+    bar = Progress(label, seconds, progress)
+    times: list[float] = []
+    start = time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        run_once()
+        t1 = time.perf_counter()
+        times.append(t1 - t0)
+        elapsed = t1 - start
+        bar.update(elapsed, f"{elapsed:.1f}/{seconds:g} s, {len(times)} runs")
+        if elapsed >= seconds and len(times) >= min_runs:
+            break
+    bar.close(f"{time.perf_counter() - start:.1f} s, {len(times)} runs")
+    return times
+
+
+def _set_threads(threads: int | None) -> int | None:
+    if threads is None:
+        return None
+    if threads < 1:
+        raise CLIError(f"--threads must be at least 1, got {threads}")
+    import qrt
+
+    setter = getattr(qrt, "set_num_threads", None)
+    if setter is None:
+        raise CLIError("--threads needs qrt.set_num_threads, which this build of qrt does not have yet")
+    setter(threads)
+    return threads
+
+
+def _device_runner(model: Model, inputs: dict, device: str) -> Callable[[], None]:
+    """One timed call. On the GPU the inputs live on the device and each run waits for the GPU to finish."""
+    if device != "cuda":
+        return lambda: model.run(inputs)
+    import cupy
+
+    dev_inputs = {k: cupy.asarray(v) for k, v in inputs.items()}
+    stream = cupy.cuda.get_current_stream()
+
+    def run_once() -> None:
+        model.run(dev_inputs)
+        stream.synchronize()
+
+    return run_once
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    if args.batch < 1 or args.seq < 1:
+        raise CLIError("--batch and --seq must be at least 1")
+    if args.seconds <= 0 or args.warmup < 0:
+        raise CLIError("--seconds must be positive and --warmup non-negative")
+    threads = _set_threads(args.threads)
+    model = _load_model(args.model, args.device)
+    if args.inputs is not None or args.input:
+        inputs = _gather_inputs(model.inputs, args.input, args.inputs)
+        source = "given"
+    else:
+        inputs = random_inputs(model.graph, args.batch, args.seq, args.seed)
+        source = "random"
+    _run(model, inputs)  # checks the inputs fit, with a clear message, before timing anything
+    run_once = _device_runner(model, inputs, args.device)
+    progress = not args.quiet
+    if args.warmup > 0:
+        _timed_loop(run_once, args.warmup, 3, "warm-up", progress)
+    times = np.array(_timed_loop(run_once, args.seconds, args.min_runs, "measuring", progress))
+    time_axes = _time_axis(model.graph)
+    # Samples per run: the size of the first input's batch dimension (its first free, non-time dimension).
+    first = model.inputs[0]
+    batch_axis = next(
+        (i for i, d in enumerate(first.shape) if d is None and time_axes.get(first.name) != i), None
+    )
+    samples = int(np.shape(inputs[first.name])[batch_axis]) if batch_axis is not None else 1
+    ms = times * 1e3
+    result = {
+        "model": args.model,
+        "device": args.device,
+        "threads": threads,
+        "inputs": {k: {"dtype": str(np.asarray(v).dtype), "shape": list(np.shape(v))} for k, v in inputs.items()},
+        "input_source": source,
+        "runs": int(times.size),
+        "samples_per_run": samples,
+        "latency_ms": {
+            "mean": float(ms.mean()),
+            "min": float(ms.min()),
+            "p50": float(np.percentile(ms, 50)),
+            "p90": float(np.percentile(ms, 90)),
+            "p99": float(np.percentile(ms, 99)),
+            "max": float(ms.max()),
+        },
+        "runs_per_s": float(times.size / times.sum()),
+        "samples_per_s": float(samples * times.size / times.sum()),
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    shapes = ", ".join(f"{k}: {v['dtype']}{v['shape']}" for k, v in result["inputs"].items())
+    print(f"{args.model} on {args.device}, threads {threads or 'default'}, {source} inputs {shapes}")
+    lat = result["latency_ms"]
+    print(f"runs: {result['runs']} in {times.sum():.2f} s")
+    print(
+        f"latency ms: p50 {lat['p50']:.4f}  p90 {lat['p90']:.4f}  p99 {lat['p99']:.4f}  "
+        f"(mean {lat['mean']:.4f}, min {lat['min']:.4f}, max {lat['max']:.4f})"
+    )
+    print(
+        f"throughput: {result['runs_per_s']:.1f} runs/s, {result['samples_per_s']:.1f} samples/s "
+        f"(batch {samples})"
+    )
+    return 0
+
+
+# ------------------------------------------------------------ compare
+
+
+def sqnr_db(reference: np.ndarray, x: np.ndarray) -> float:
+    """Signal-to-quantization-noise ratio of x against reference, in dB (inf when identical)."""
+    ref = reference.astype(np.float64)
+    noise = float(np.sum((x.astype(np.float64) - ref) ** 2))
+    signal = float(np.sum(ref**2))
+    if noise == 0.0:
+        return math.inf
+    if signal == 0.0:
+        return -math.inf
+    return 10.0 * math.log10(signal / noise)
+
+
+def _import_torch_side() -> tuple[Any, Any, Any]:
+    """torch, tools.convert and tools.qrt_backend, imported only for `compare`."""
+    try:
+        import torch
+    except ImportError:
+        raise CLIError("qrt compare needs PyTorch: pip install 'qrt[torch]'") from None
+    try:
+        from tools import convert, qrt_backend
+    except ImportError:
+        # A source checkout run without installing: the converter sits beside the qrt package.
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        if os.path.isfile(os.path.join(root, "tools", "convert.py")) and root not in sys.path:
+            sys.path.insert(0, root)
+        try:
+            from tools import convert, qrt_backend
+        except ImportError as e:
+            raise CLIError(
+                "qrt compare needs the converter (tools/ in the qrt source tree) and PyTorch: "
+                f"run it from a qrt checkout with pip install 'qrt[torch]' ({e})"
+            ) from None
+    return torch, convert, qrt_backend
+
+
+def _layer_map(model: Model) -> dict[str, str]:
+    """Module path -> qrt value holding its output, as the converter recorded it."""
+    text = model.metadata.get("converter.layers")
+    if text is not None:
+        try:
+            layers = json.loads(text)
+        except ValueError:
+            raise CLIError(f"{model.path}: metadata converter.layers is not valid JSON") from None
+        return {k: v for k, v in layers.items() if v in model.graph.values}
+    # Files from older converters: nodes are named after their fx node, the module path with '.' -> '_'.
+    return {n.name: n.outputs[0] for n in model.graph.nodes if n.op in ("linear", "linear_dynamic")}
+
+
+def _producer_of(graph: Graph, value: str) -> Node | None:
+    for n in graph.nodes:
+        if value in n.outputs:
+            return n
+    return None
+
+
+def _dequantize_qrt(graph: Graph, tensors: Mapping[str, np.ndarray], value: str, a: np.ndarray) -> np.ndarray:
+    """A qrt value as float: integers dequantized with the qparams of the node that produced them."""
+    if a.dtype.kind == "f":
+        return a.astype(np.float32)
+    node = _producer_of(graph, value)
+    while node is not None and node.op == "flatten":  # flatten keeps its input's qparams
+        node = _producer_of(graph, node.inputs["x"])
+    port = {"linear": "y_", "quantize_per_tensor": ""}.get(node.op if node else "")
+    if port is None:
+        raise CLIError(f"cannot tell the scale of quantized value {value!r}")
+    scale = tensors[node.inputs[f"{port}scale"]]
+    zp = tensors[node.inputs[f"{port}zero_point"]]
+    return ((a.astype(np.int32) - zp.astype(np.int32)).astype(np.float32) * scale).astype(np.float32)
+
+
+def _with_outputs(qfile: qformat.QrtFile, extra: Sequence[str], folder: str) -> Model:
+    """The same model with `extra` values added to its outputs (through the public file format)."""
+    graph = json.loads(qfile.metadata[qformat.META_GRAPH])
+    graph["outputs"] = list(graph["outputs"]) + [v for v in extra]
+    graph["output_structure"] = "tuple"
+    meta = {k: v for k, v in qfile.metadata.items() if k not in qformat.RESERVED_META}
+    path = os.path.join(folder, "layers.qrt")
+    qformat.save(path, graph, qfile.tensors, meta)
+    return Model(path)
+
+
+def _torch_value(t: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    """(float values, integer representation or None) of a torch output."""
+    if isinstance(t, (tuple, list)):
+        t = t[0]
+    if t.is_quantized:
+        return t.dequantize().numpy(), t.int_repr().numpy()
+    return t.detach().float().numpy(), None
+
+
+def _agreement(ref: np.ndarray | None, ref_int: np.ndarray | None, x: np.ndarray, x_int: np.ndarray | None) -> dict:
+    if ref is None:
+        return {}
+    if ref.shape != x.shape:
+        return {"note": f"shapes differ: qrt {list(x.shape)}, torch {list(ref.shape)}"}
+    out = {"max_abs_error": float(np.max(np.abs(x - ref))) if x.size else 0.0, "sqnr_db": sqnr_db(ref, x)}
+    if ref_int is not None and x_int is not None:
+        out["identical"] = float(np.mean(ref_int.astype(np.int64) == x_int.astype(np.int64))) if x.size else 1.0
+        out["identical_of"] = "integers"
+    else:
+        out["identical"] = float(np.mean(ref == x)) if x.size else 1.0
+        out["identical_of"] = "floats"
+    return out
+
+
+def _capture(torch: Any, module: Any, paths: Sequence[str], inputs: Sequence[Any]) -> tuple[Any, dict]:
+    """Run module on inputs, recording the outputs of the submodules at paths."""
+    modules = dict(module.named_modules())
+    seen: dict[str, Any] = {}
+    hooks = []
+    for p in paths:
+        if p in modules:
+            hooks.append(modules[p].register_forward_hook(lambda m, i, o, p=p: seen.__setitem__(p, o)))
+    try:
+        with torch.no_grad():
+            out = module(*inputs)
+    except Exception as e:
+        raise CLIError(f"the PyTorch model does not run on these inputs: {type(e).__name__}: {e}") from None
+    finally:
+        for h in hooks:
+            h.remove()
+    return out, seen
+
+
+def _warn(msg: str) -> None:
+    print(f"qrt compare: warning: {msg}", file=sys.stderr)
+
+
+def _torch_models(args: argparse.Namespace, model: Model, torch: Any, convert: Any, backend: Any, names: list):
+    """(PyTorch's quantized model, the float model with fused modules or None, the float model or None)."""
+    meta = model.metadata
+    mode = meta.get("converter.mode")
+    if mode is None:
+        raise CLIError(
+            f"{args.model_file} has no converter.mode metadata: compare needs a model written by tools/convert.py"
+        )
+    try:
+        rules = convert.startup_rules(args.rules)
+        net = convert.load_model(args.checkpoint, args.model, args.trust_checkpoint)
+    except convert.ConvertError as e:
+        raise CLIError(str(e)) from None
+    if meta.get("converter.rules") not in (None, rules.name):
+        raise CLIError(
+            f"{args.model_file} was converted with rules {meta['converter.rules']!r}, not {rules.name!r}: "
+            "pass the same --rules FILE"
+        )
+    if meta.get("converter.checkpoint_sha256") not in (None, convert._sha256(args.checkpoint)):
+        _warn(f"{args.checkpoint} is not the checkpoint {args.model_file} was converted from")
+    if mode == "prequantized":
+        return net, None, None
+    wanted = meta.get("converter.weights", "per-tensor")
+    weight_dtype, weights = ("float16", "per-tensor") if wanted == "float16" else ("qint8", wanted)
+    example = [torch.zeros((1, *s.shape[1:]), dtype=torch.float32) for s in model.inputs]
+    try:
+        prepared = backend.prepare(net, rules, mode, weight_dtype, weights, example)
+    except Exception as e:
+        raise CLIError(f"cannot quantize the PyTorch model ({type(e).__name__}: {e})") from None
+    if mode == "static":
+        if args.calib is None:
+            raise CLIError(
+                f"{args.model_file} is statically quantized: "
+                "pass --calib with the calibration data it was converted with"
+            )
+        try:
+            data = convert.load_calibration(args.calib, names)
+        except convert.ConvertError as e:
+            raise CLIError(str(e)) from None
+        if meta.get("converter.calib_sha256") not in (None, convert._sha256(args.calib)):
+            _warn(f"{args.calib} is not the calibration data {args.model_file} was converted with")
+        batch = int(meta.get("converter.calib_batch_size", 32))
+        n = next(iter(data.values())).shape[0]
+        batches = ([torch.from_numpy(data[k][i : i + batch]) for k in names] for i in range(0, n, batch))
+        backend.calibrate(prepared, batches)
+    return backend.to_native(prepared, rules), prepared, net
+
+
+def compare_report(args: argparse.Namespace) -> dict:
+    torch, convert, backend = _import_torch_side()
+    model = _load_model(args.model_file)
+    qfile = _load_file(args.model_file)
+    names = [s.name for s in model.inputs]
+    if args.inputs is not None:
+        inputs = _gather_inputs(model.inputs, None, args.inputs)
+    else:
+        inputs = random_inputs(model.graph, args.batch, args.seq, args.seed)
+    _run(model, inputs)  # fit check with the runtime's own message
+    native, fused_float, float_net = _torch_models(args, model, torch, convert, backend, names)
+
+    layers = _layer_map(model)
+    order = {v: i for i, n in enumerate(model.graph.nodes) for v in n.outputs}
+    layers = dict(sorted(layers.items(), key=lambda kv: order.get(kv[1], -1)))
+    with tempfile.TemporaryDirectory(prefix="qrt-compare-") as folder:
+        traced = _with_outputs(qfile, list(layers.values()), folder)
+        qrt_all = list(traced.run(dict(inputs)))
+    n_out = len(model.outputs)
+    qrt_outputs, qrt_layers = qrt_all[:n_out], dict(zip(layers, qrt_all[n_out:]))
+
+    t_inputs = [torch.from_numpy(np.ascontiguousarray(inputs[n])) for n in names]
+    t_out, t_layers = _capture(torch, native, list(layers), t_inputs)
+    f_layers: dict = {}
+    f_out = None
+    if fused_float is not None:
+        _, f_layers = _capture(torch, fused_float, list(layers), t_inputs)
+        f_out, _ = _capture(torch, float_net, [], t_inputs)
+
+    rows = []
+    for path, value in layers.items():
+        node = _producer_of(model.graph, value)
+        x_raw = np.asarray(qrt_layers[path])
+        x = _dequantize_qrt(model.graph, qfile.tensors, value, x_raw)
+        x_int = x_raw if x_raw.dtype.kind in "iu" else None
+        row = {"layer": path, "qrt_value": value, "op": node.op if node else "?", "dtype": str(x_raw.dtype)}
+        if path in t_layers:
+            row["vs_torch_quantized"] = _agreement(*_torch_value(t_layers[path]), x, x_int)
+        else:
+            row["vs_torch_quantized"] = {"note": f"no module {path!r} in PyTorch's quantized model"}
+        if path in f_layers:
+            row["vs_float"] = _agreement(_torch_value(f_layers[path])[0], None, x, None)
+        rows.append(row)
+
+    def as_list(o: Any) -> list:
+        return list(o) if isinstance(o, (tuple, list)) else [o]
+
+    outputs = []
+    for i, spec in enumerate(model.outputs):
+        x = np.asarray(qrt_outputs[i]).astype(np.float32)
+        row = {"output": spec.name, "vs_torch_quantized": _agreement(*_torch_value(as_list(t_out)[i]), x, None)}
+        if f_out is not None:
+            row["vs_float"] = _agreement(_torch_value(as_list(f_out)[i])[0], None, x, None)
+        outputs.append(row)
+    return {
+        "model": args.model_file,
+        "mode": model.metadata.get("converter.mode"),
+        "inputs": {k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in inputs.items()},
+        "layers": rows,
+        "outputs": outputs,
+    }
+
+
+def _fmt(v: Any, kind: str) -> str:
+    if v is None:
+        return "-"
+    if kind == "db":
+        return "exact" if v == math.inf else f"{v:.1f}"
+    if kind == "pct":
+        return f"{100 * v:.2f}%"
+    return f"{v:.3g}"
+
+
+def _print_compare(r: dict) -> None:
+    shapes = ", ".join(f"{k}: {v['dtype']}{v['shape']}" for k, v in r["inputs"].items())
+    print(f"{r['model']} ({r['mode']}), inputs {shapes}")
+    print("qrt against PyTorch's quantized model (same rules) and against the float model, layer by layer:\n")
+    headers = ["layer", "qrt value", "op", "dtype", "max|err| q", "SQNR q dB", "identical", "max|err| f", "SQNR f dB"]
+    rows, notes = [], []
+    for row in r["layers"] + r["outputs"]:
+        q, f = row.get("vs_torch_quantized", {}), row.get("vs_float", {})
+        for part in (q, f):
+            if "note" in part:
+                notes.append(f"{row.get('layer', row.get('output'))}: {part['note']}")
+        name = row["layer"] if "layer" in row else f"output {row['output']}"
+        rows.append(
+            [
+                name,
+                row.get("qrt_value", ""),
+                row.get("op", ""),
+                row.get("dtype", "float32"),
+                _fmt(q.get("max_abs_error"), "g"),
+                _fmt(q.get("sqnr_db"), "db"),
+                _fmt(q.get("identical"), "pct") + (" int" if q.get("identical_of") == "integers" else ""),
+                _fmt(f.get("max_abs_error"), "g"),
+                _fmt(f.get("sqnr_db"), "db"),
+            ]
+        )
+    print(_table(headers, rows))
+    print(
+        "\nq: against PyTorch's quantized model; f: against the float model (the quantization error itself).\n"
+        "identical: share of equal elements (integers for quantized layers, 'int'; exact floats otherwise)."
+    )
+    for n in notes:
+        print(f"note: {n}")
+
+
+def plot_compare(r: dict, path: str) -> None:
+    """Per-layer figures: SQNR against both references, identical share, max abs error."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only: no display needed
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise CLIError("--plot needs matplotlib: pip install matplotlib") from None
+    rows = r["layers"]
+    labels = [row["layer"] for row in rows]
+    xs = np.arange(len(rows))
+
+    def series(ref: str, key: str) -> np.ndarray:
+        return np.array([row.get(ref, {}).get(key, np.nan) for row in rows], dtype=float)
+
+    sq_q, sq_f = series("vs_torch_quantized", "sqnr_db"), series("vs_float", "sqnr_db")
+    finite = np.concatenate([sq_q[np.isfinite(sq_q)], sq_f[np.isfinite(sq_f)]])
+    cap = (float(finite.max()) if finite.size else 0.0) + 20.0  # where "exact" (inf) is drawn
+    fig, axes = plt.subplots(3, 1, figsize=(max(6.0, 0.9 * len(rows) + 3), 9), sharex=True)
+    w = 0.38
+    axes[0].bar(xs - w / 2, np.where(np.isinf(sq_q), cap, sq_q), w, label="vs PyTorch quantized")
+    axes[0].bar(xs + w / 2, np.where(np.isinf(sq_f), cap, sq_f), w, label="vs float")
+    for i in np.flatnonzero(np.isinf(sq_q)):
+        axes[0].text(xs[i] - w / 2, cap, "exact", ha="center", va="bottom", fontsize=8)
+    axes[0].set_ylabel("SQNR (dB)")
+    axes[0].set_ylim(min(0.0, float(finite.min()) if finite.size else 0.0), cap * 1.25 + 1)  # room for labels
+    axes[0].legend(fontsize=8, loc="upper right", ncol=2)
+    axes[0].set_title(f"qrt layer by layer: {os.path.basename(r['model'])} ({r['mode']})")
+    axes[1].bar(xs, 100 * series("vs_torch_quantized", "identical"), 0.6, color="tab:green")
+    axes[1].set_ylabel("identical to PyTorch (%)")
+    axes[1].set_ylim(0, 105)
+    err_q, err_f = series("vs_torch_quantized", "max_abs_error"), series("vs_float", "max_abs_error")
+    axes[2].bar(xs - w / 2, err_q, w, label="vs PyTorch quantized")
+    axes[2].bar(xs + w / 2, err_f, w, label="vs float")
+    if np.nanmax(np.concatenate([err_q, err_f, [0.0]])) > 0:
+        axes[2].set_yscale("symlog", linthresh=1e-6)
+    axes[2].set_ylabel("max |error|")
+    axes[2].legend(fontsize=8)
+    axes[2].set_xticks(xs, labels, rotation=30, ha="right")
+    fig.tight_layout()
+    try:
+        fig.savefig(path, format="png", dpi=100)
+    except OSError as e:
+        raise CLIError(f"cannot write {path!r}: {e.strerror or e}") from None
+    finally:
+        plt.close(fig)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    _check_path(args.checkpoint, "checkpoint")
+    if args.plot is not None and not os.path.isdir(os.path.dirname(os.path.abspath(args.plot))):
+        raise CLIError(f"cannot write {args.plot!r}: its directory does not exist")
+    r = compare_report(args)
+    if args.json:
+        print(json.dumps(r, indent=2, default=str))
+    else:
+        _print_compare(r)
+    if args.plot is not None:
+        plot_compare(r, args.plot)
+        if not args.json:
+            print(f"wrote {args.plot}")
+    return 0
+
+
+# ------------------------------------------------------------ argument parsing
+
+EXAMPLES = {
+    "inspect": """examples:
+  qrt inspect model.qrt                 # header, nodes, tensors, bytes by dtype
+  qrt inspect model.qrt --json | jq .nodes""",
+    "run": """examples:
+  qrt run model.qrt --input x.npy                      # print the outputs
+  qrt run model.qrt --inputs in.npz --output out.npz   # arrays by input name -> outputs by name
+  qrt run step.qrt --input x=x.npy --input h=h.npy --device cuda""",
+    "bench": """examples:
+  qrt bench model.qrt                              # batch 1, random inputs, 3 s
+  qrt bench model.qrt --batch 64 --seconds 10 --threads 4
+  qrt bench lstm.qrt --batch 8 --seq 100 --device cuda
+  qrt bench model.qrt --inputs in.npz --json""",
+    "compare": """examples:
+  qrt compare model.qrt --checkpoint model.pt --model mypkg.models:make_mlp
+  qrt compare static.qrt --checkpoint model.pt --model mypkg.models:make_mlp --calib calib.npz --plot layers.png
+  qrt compare model.qrt --checkpoint model.pt --model mypkg.models:make_mlp --inputs in.npz --json
+
+needs PyTorch (pip install 'qrt[torch]') and the converter (tools/ of a qrt checkout); --plot needs matplotlib.""",
+}
+
+
+def _add_inputs(p: argparse.ArgumentParser, single: bool = True) -> None:
+    if single:
+        p.add_argument(
+            "--input", action="append", metavar="[NAME=]FILE.npy", help="one input array; NAME= when several"
+        )
+    p.add_argument("--inputs", metavar="FILE.npz", help="input arrays by name (a single array for one input)")
+
+
+def _add_shape_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--batch", type=int, default=1, help="size of free batch dimensions of random inputs (1)")
+    p.add_argument("--seq", type=int, default=16, help="size of free time dimensions of sequence inputs (16)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (0)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="qrt",
+        description="qrt: inspect, run, time and check quantized models (.qrt files).",
+        epilog="run 'qrt COMMAND --help' for a command's options and examples; docs/USER_GUIDE.md has the rest.",
+        formatter_class=fmt,
+    )
+    parser.add_argument("--version", action="version", version=f"qrt {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser(
+        "inspect", help="what a model file holds", epilog=EXAMPLES["inspect"], formatter_class=fmt,
+        description="Format version, producer, checksum, nodes, tensors, inputs and outputs of a .qrt file.",
+    )
+    p.add_argument("model", metavar="MODEL.qrt")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser(
+        "run", help="run a model on arrays from files", epilog=EXAMPLES["run"], formatter_class=fmt,
+        description="Run a model on .npy / .npz inputs; print the outputs or write them to .npz (or .npy).",
+    )
+    p.add_argument("model", metavar="MODEL.qrt")
+    _add_inputs(p)
+    p.add_argument("-o", "--output", metavar="OUT.npz", help="write the outputs here, by output name")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "bench", help="latency percentiles and throughput", epilog=EXAMPLES["bench"], formatter_class=fmt,
+        description="Warm up, then run the model repeatedly: latency p50 / p90 / p99 and throughput. "
+        "Random inputs of the model's shapes and dtypes unless given.",
+    )
+    p.add_argument("model", metavar="MODEL.qrt")
+    _add_inputs(p)
+    _add_shape_flags(p)
+    p.add_argument("--threads", type=int, help="kernel threads (qrt.set_num_threads)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--seconds", type=float, default=3.0, help="measuring time (3)")
+    p.add_argument("--warmup", type=float, default=0.5, help="warm-up time in seconds (0.5)")
+    p.add_argument("--min-runs", type=int, default=10, help="measure at least this many runs (10)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser(
+        "compare", help="layer-by-layer agreement with PyTorch", epilog=EXAMPLES["compare"], formatter_class=fmt,
+        description="Run the model in qrt and in PyTorch (quantized by the same rules, and in float), "
+        "and print each layer's max abs error, SQNR and share of identical integers.",
+    )
+    p.add_argument("model_file", metavar="MODEL.qrt")
+    p.add_argument("--checkpoint", required=True, metavar="CKPT", help="the checkpoint the model was converted from")
+    p.add_argument("--model", metavar="package.module:factory", help="builds the float nn.Module (state_dict)")
+    p.add_argument("--inputs", metavar="FILE.npz", help="input arrays by name (random when absent)")
+    _add_shape_flags(p)
+    p.add_argument("--calib", metavar="CALIB.npz", help="the calibration data of a static model")
+    p.add_argument("--rules", metavar="RULES.py", help="the rules file the model was converted with")
+    p.add_argument("--trust-checkpoint", action="store_true", help="allow a pickled whole-module checkpoint")
+    p.add_argument("--plot", metavar="OUT.png", help="draw the per-layer figures (needs matplotlib)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_compare)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `qrt` console script and `python -m qrt`; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_ERROR
+    try:
+        return args.func(args)
+    except CLIError as e:
+        print(f"qrt {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except BrokenPipeError:  # `qrt inspect --json | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except KeyboardInterrupt:
+        print(f"qrt {args.command}: interrupted", file=sys.stderr)
+        return 130
