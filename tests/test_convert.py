@@ -407,3 +407,35 @@ def test_input_shape_count_and_format(tmp_path, mlp_ckpt):
     with pytest.raises(ConvertError, match=r"does not run on inputs.*\[1, 36\]"):
         convert(mlp_ckpt, tmp_path / "m.qrt", model="models:make_mlp", input_shapes=["1,36"])
     assert _files(tmp_path) == []
+
+
+def _rules_file(path, name: str, schemes: dict) -> str:
+    path.write_text(
+        "import dataclasses\nfrom tools.rules import DEFAULT_RULES\n"
+        f"RULES = dataclasses.replace(DEFAULT_RULES, name={name!r}, module_schemes={schemes!r})\n"
+    )
+    return str(path)
+
+
+def test_rules_per_module_scheme(tmp_path, mlp_ckpt):
+    """One layer with float16 weights, one per-channel, the rest per-tensor, against quantize_dynamic."""
+    rules = _rules_file(tmp_path / "mixed.py", "mixed", {"fc3": "float16", "fc2": "per-channel"})
+    out = tmp_path / "mixed.qrt"
+    convert(mlp_ckpt, out, model="models:make_mlp", input_shapes=["1,37"], rules=rules)
+    spec = {"fc1": default_dynamic_qconfig, "fc2": per_channel_dynamic_qconfig, "fc3": float16_dynamic_qconfig}
+    want = quantize_dynamic(models.make_mlp().eval(), spec)
+    assert want.fc3.weight().dtype == torch.float32 and want.fc2.weight().qscheme() == torch.per_channel_affine
+    x = inputs(np.random.default_rng(10), 6, 37)
+    with torch.no_grad():
+        np.testing.assert_array_equal(qrt.run(out, x), want(torch.from_numpy(x)).numpy())
+
+
+def test_rules_keep_float_layer_qrt_cannot_run(tmp_path, mlp_ckpt):
+    """qrt has no float Linear op: keeping one in float is refused, naming that module only."""
+    rules = _rules_file(tmp_path / "float.py", "float-head", {"fc3": "float"})
+    with pytest.raises(ConvertError, match=r"module 'fc3' \(torch.nn.modules.linear.Linear\)") as e:
+        convert(mlp_ckpt, tmp_path / "m.qrt", model="models:make_mlp", input_shapes=["1,37"], rules=rules)
+    assert "fc1" not in str(e.value) and not (tmp_path / "m.qrt").exists()
+    missing = _rules_file(tmp_path / "missing.py", "missing", {"decoder": "per-channel"})
+    with pytest.raises(ConvertError, match="module 'decoder', which the model does not have"):
+        convert(mlp_ckpt, tmp_path / "m.qrt", model="models:make_mlp", input_shapes=["1,37"], rules=missing)
