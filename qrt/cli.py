@@ -617,11 +617,7 @@ def _warn(msg: str) -> None:
 def _torch_models(args: argparse.Namespace, model: Model, torch: Any, convert: Any, backend: Any, names: list):
     """(PyTorch's quantized model, the float model with fused modules or None, the float model or None)."""
     meta = model.metadata
-    mode = meta.get("converter.mode")
-    if mode is None:
-        raise CLIError(
-            f"{args.model_file} has no converter.mode metadata: compare needs a model written by tools/convert.py"
-        )
+    mode = meta["converter.mode"]
     try:
         rules = convert.startup_rules(args.rules)
         net = convert.load_model(args.checkpoint, args.model, args.trust_checkpoint)
@@ -644,11 +640,6 @@ def _torch_models(args: argparse.Namespace, model: Model, torch: Any, convert: A
     except Exception as e:
         raise CLIError(f"cannot quantize the PyTorch model ({type(e).__name__}: {e})") from None
     if mode == "static":
-        if args.calib is None:
-            raise CLIError(
-                f"{args.model_file} is statically quantized: "
-                "pass --calib with the calibration data it was converted with"
-            )
         try:
             data = convert.load_calibration(args.calib, names)
         except convert.ConvertError as e:
@@ -663,15 +654,25 @@ def _torch_models(args: argparse.Namespace, model: Model, torch: Any, convert: A
 
 
 def compare_report(args: argparse.Namespace) -> dict:
-    torch, convert, backend = _import_torch_side()
+    # Everything that needs no PyTorch is checked first: importing it takes seconds.
     model = _load_model(args.model_file)
     qfile = _load_file(args.model_file)
+    mode = model.metadata.get("converter.mode")
+    if mode is None:
+        raise CLIError(
+            f"{args.model_file} has no converter.mode metadata: compare needs a model written by tools/convert.py"
+        )
+    if mode == "static" and args.calib is None:
+        raise CLIError(
+            f"{args.model_file} is statically quantized: pass --calib with the calibration data it was converted with"
+        )
     names = [s.name for s in model.inputs]
     if args.inputs is not None:
         inputs = _gather_inputs(model.inputs, None, args.inputs)
     else:
         inputs = random_inputs(model.graph, args.batch, args.seq, args.seed)
     _run(model, inputs)  # fit check with the runtime's own message
+    torch, convert, backend = _import_torch_side()
     native, fused_float, float_net = _torch_models(args, model, torch, convert, backend, names)
 
     layers = _layer_map(model)

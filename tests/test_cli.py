@@ -1,0 +1,321 @@
+"""The qrt command line, driven as a user drives it: `python -m qrt ...` in a subprocess.
+
+Models come from the converter (tools/convert.py) on the small models of tests/models.py, and one
+whole-sequence LSTM is written by hand (GraphBuilder) for bench's --seq.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import models
+import numpy as np
+import pytest
+import torch
+
+import qrt
+from qrt.builder import GraphBuilder
+from tools.convert import convert
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.join(ROOT, "tests")
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def qrt_cli(*args: str, pythonpath: tuple[str, ...] = (), timeout: float = 120) -> subprocess.CompletedProcess:
+    """`python -m qrt ARGS` from the tests folder (where the model factories live)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*pythonpath, ROOT, TESTS])}
+    return subprocess.run(
+        [sys.executable, "-m", "qrt", *args], cwd=TESTS, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def fails(result: subprocess.CompletedProcess, *phrases: str) -> None:
+    """A clean failure: status 2, one error line naming the problem, no traceback."""
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "error:" in result.stderr and "Traceback" not in result.stderr, result.stderr
+    for p in phrases:
+        assert p in result.stderr, result.stderr
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, str]:
+    d = tmp_path_factory.mktemp("cli")
+    f = {k: str(d / k) for k in ("mlp.pt", "rnn.pt", "calib.npz", "dyn.qrt", "static.qrt", "rnn.qrt", "lstm.qrt")}
+    torch.save(models.make_mlp().state_dict(), f["mlp.pt"])
+    torch.save(models.make_step_rnn_tanh().state_dict(), f["rnn.pt"])
+    rng = np.random.default_rng(0)
+    np.savez(f["calib.npz"], x=rng.standard_normal((64, 37)).astype(np.float32))
+    convert(f["mlp.pt"], f["dyn.qrt"], model="models:make_mlp", input_shapes=["1,37"])
+    convert(f["mlp.pt"], f["static.qrt"], model="models:make_mlp", mode="static", calib=f["calib.npz"])
+    convert(f["rnn.pt"], f["rnn.qrt"], model="models:make_step_rnn_tanh", input_shapes=["1,12", "1,32"])
+
+    # A whole-sequence LSTM with free time and batch dimensions: [T, B, 6] -> [T, B, 8].
+    b = GraphBuilder()
+    x = b.input("x", "float32", [None, None, 6])
+    w = {"l0_ih_weight": rng.standard_normal((32, 6)), "l0_hh_weight": rng.standard_normal((32, 8))}
+    y, _, _ = b.node("lstm_dynamic", {"x": x, **{k: v.astype(np.float16) for k, v in w.items()}}, name="lstm")
+    b.output(y)
+    b.save(f["lstm.qrt"])
+
+    np.save(d / "x.npy", rng.standard_normal((3, 37)).astype(np.float32))
+    np.save(d / "x_int.npy", np.zeros((3, 37), np.int32))
+    np.save(d / "x_wide.npy", np.zeros((3, 40), np.float32))
+    np.savez(d / "in.npz", x=np.load(d / "x.npy"))
+    np.savez(d / "rnn_in.npz", x=rng.standard_normal((4, 12)).astype(np.float32), h=np.zeros((4, 32), np.float32))
+    with open(f["dyn.qrt"], "rb") as src:
+        data = bytearray(src.read())
+    (d / "truncated.qrt").write_bytes(bytes(data[:100]))
+    data[-1] ^= 0xFF  # a flipped bit in the weights: the checksum no longer matches
+    (d / "corrupt.qrt").write_bytes(bytes(data))
+    (d / "text.npy").write_text("not an array")
+    f.update({k: str(d / k) for k in ("x.npy", "x_int.npy", "x_wide.npy", "in.npz", "rnn_in.npz")})
+    f.update({k: str(d / k) for k in ("truncated.qrt", "corrupt.qrt", "text.npy")})
+    f["dir"] = str(d)
+    return f
+
+
+# ------------------------------------------------------------ help
+
+
+def test_help_lists_commands_and_each_command_has_examples():
+    top = qrt_cli("--help")
+    assert top.returncode == 0
+    for command in ("inspect", "run", "bench", "compare"):
+        assert command in top.stdout
+        r = qrt_cli(command, "--help")
+        assert r.returncode == 0, r.stderr
+        assert "examples:" in r.stdout and f"qrt {command} " in r.stdout
+    bare = qrt_cli()
+    assert bare.returncode == 2 and "usage: qrt" in bare.stderr
+    assert qrt_cli("frobnicate").returncode == 2
+
+
+def test_runtime_commands_do_not_import_torch(files):
+    code = (
+        "import sys\nfrom qrt.cli import main\n"
+        f"assert main(['inspect', {files['static.qrt']!r}]) == 0\n"
+        f"assert main(['run', {files['static.qrt']!r}, '--input', {files['x.npy']!r}]) == 0\n"
+        f"assert main(['bench', {files['static.qrt']!r}, '--seconds', '0.05', '--warmup', '0', '-q']) == 0\n"
+        "assert 'torch' not in sys.modules, 'the runtime imported torch'\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+# ------------------------------------------------------------ inspect
+
+
+def test_inspect_shows_header_nodes_tensors_and_bytes(files):
+    r = qrt_cli("inspect", files["static.qrt"])
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "qrt format v1" in out and "producer qrt tools/convert.py" in out
+    assert "checksum: ok" in out
+    assert "inputs:  x: float32[?, 37]" in out
+    for name, op in (("quantize_per_tensor", "quantize_per_tensor"), ("fc1", "linear"), ("relu", "relu")):
+        assert any(line.split()[:2] == [name, op] for line in out.splitlines()), out
+    assert "weight i8 s=" in out  # quantization summary of the static linears
+    assert "fc1.weight" in out and "[48, 37]" in out
+    assert "bytes by dtype" in out and "int8" in out
+
+
+def test_inspect_json_is_complete_and_consistent(files):
+    r = qrt_cli("inspect", files["dyn.qrt"], "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    model = qrt.load(files["dyn.qrt"])
+    assert report["format_version"] == 1 and report["checksum"]["status"] == "ok"
+    assert report["inputs"] == [{"name": "x", "dtype": "float32", "shape": [None, 37]}]
+    assert [n["op"] for n in report["nodes"]] == [n.op for n in model.graph.nodes]
+    fc2 = next(n for n in report["nodes"] if n["name"] == "fc2")
+    assert fc2["inputs"]["x"]["shape"] == [None, 48] and fc2["outputs"][0]["shape"] == [None, 48]
+    assert any("weight i8" in q for q in fc2["quantization"])
+    assert report["metadata"]["converter.mode"] == "dynamic"
+    total = report["tensor_bytes"]
+    assert sum(t["bytes"] for t in report["tensors"]) == total == sum(report["bytes_by_dtype"].values())
+    assert report["bytes_by_dtype"]["int8"] == 37 * 48 + 48 * 48 + 48 * 10
+
+
+# ------------------------------------------------------------ run
+
+
+def test_run_prints_outputs_and_writes_them(files, tmp_path):
+    expected = qrt.run(files["static.qrt"], np.load(files["x.npy"]))
+    printed = qrt_cli("run", files["static.qrt"], "--input", files["x.npy"])
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout.startswith("fc3_dequantize: float32[3, 10]")
+
+    out = str(tmp_path / "out.npz")
+    r = qrt_cli("run", files["static.qrt"], "--inputs", files["in.npz"], "--output", out)
+    assert r.returncode == 0, r.stderr
+    with np.load(out) as z:
+        np.testing.assert_array_equal(z["fc3_dequantize"], expected)
+
+
+def test_run_multi_input_model_by_name(files, tmp_path):
+    inputs = dict(np.load(files["rnn_in.npz"]))
+    y, h = qrt.run(files["rnn.qrt"], inputs)
+    np.save(tmp_path / "x.npy", inputs["x"])
+    np.save(tmp_path / "h.npy", inputs["h"])
+    out = str(tmp_path / "out.npz")
+    by_name = ["--input", f"x={tmp_path / 'x.npy'}", "--input", f"h={tmp_path / 'h.npy'}"]
+    for how in (["--inputs", files["rnn_in.npz"]], by_name):
+        r = qrt_cli("run", files["rnn.qrt"], *how, "-o", out)
+        assert r.returncode == 0, r.stderr
+        with np.load(out) as z:
+            np.testing.assert_array_equal(z["head"], y)
+            np.testing.assert_array_equal(z["cell"], h)
+
+
+@pytest.mark.parametrize(
+    "args, phrases",
+    [
+        (["run", "{dir}/missing.qrt", "--input", "{x.npy}"], ["does not exist"]),
+        (["run", "{dir}", "--input", "{x.npy}"], ["is a directory"]),
+        (["inspect", "{truncated.qrt}"], ["not a valid .qrt model", "runs past the end"]),
+        (["inspect", "{corrupt.qrt}"], ["not a valid .qrt model", "checksum mismatch"]),
+        (["bench", "{corrupt.qrt}"], ["checksum mismatch"]),
+        (["run", "{static.qrt}"], ["give the inputs"]),
+        (["run", "{static.qrt}", "--input", "{x_int.npy}"], ["inputs do not fit", "dtype is int32, expected float32"]),
+        (["run", "{static.qrt}", "--input", "{x_wide.npy}"], ["shape is [3, 40], expected [?, 37]"]),
+        (["run", "{static.qrt}", "--input", "{dir}/missing.npy"], ["input file", "does not exist"]),
+        (["run", "{static.qrt}", "--input", "{text.npy}"], ["cannot read", ".npy array"]),
+        (["run", "{static.qrt}", "--input", "{in.npz}"], ["pass it with --inputs"]),
+        (["run", "{static.qrt}", "--inputs", "{x.npy}"], ["pass it with --input"]),
+        (["run", "{static.qrt}", "--inputs", "{rnn_in.npz}"], ["inputs do not fit", "unknown ['h']"]),
+        (["run", "{rnn.qrt}", "--input", "{x.npy}"], ["takes 2 inputs", "NAME=FILE.npy"]),
+        (["run", "{rnn.qrt}", "--input", "x={x.npy}"], ["missing ['h']"]),
+        (["run", "{static.qrt}", "--input", "{x.npy}", "-o", "{dir}/nowhere/out.npz"], ["does not exist"]),
+        (["bench", "{rnn.qrt}", "--inputs", "{in.npz}"], ["missing ['h']"]),
+        (["bench", "{static.qrt}", "--batch", "0"], ["at least 1"]),
+        (["compare", "{dyn.qrt}", "--checkpoint", "{dir}/missing.pt", "--model", "models:make_mlp"], ["checkpoint"]),
+        (["compare", "{static.qrt}", "--checkpoint", "{mlp.pt}", "--model", "m:f"], ["statically", "--calib"]),
+        (["compare", "{lstm.qrt}", "--checkpoint", "{mlp.pt}", "--model", "m:f"], ["written by tools/convert.py"]),
+        (["compare", "{dyn.qrt}", "--checkpoint", "{mlp.pt}", "--inputs", "{rnn_in.npz}"], ["unknown ['h']"]),
+    ],
+)
+def test_errors_are_one_clear_line_and_status_2(files, args, phrases):
+    # {name} -> a path from the fixture (str.format would read the dots in "x.npy" as attributes)
+    fails(qrt_cli(*[re.sub(r"\{([^}]+)\}", lambda m: files[m.group(1)], a) for a in args]), *phrases)
+
+
+# ------------------------------------------------------------ bench
+
+
+def test_bench_reports_percentiles_and_throughput(files):
+    r = qrt_cli("bench", files["static.qrt"], "--batch", "4", "--seconds", "0.3", "--warmup", "0.05", "--json")
+    assert r.returncode == 0, r.stderr
+    b = json.loads(r.stdout)
+    assert b["inputs"] == {"x": {"dtype": "float32", "shape": [4, 37]}} and b["input_source"] == "random"
+    assert b["runs"] >= 10 and b["samples_per_run"] == 4
+    lat = b["latency_ms"]
+    assert 0 < lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
+    assert b["samples_per_s"] == pytest.approx(4 * b["runs_per_s"])
+    assert "measuring" in r.stderr and "100.0%" in r.stderr  # the progress bar's last state
+
+    text = qrt_cli("bench", files["rnn.qrt"], "--seconds", "0.2", "--warmup", "0", "-q")
+    assert text.returncode == 0, text.stderr
+    assert "random inputs x: float32[1, 12], h: float32[1, 32]" in text.stdout
+    assert "p50" in text.stdout and "p99" in text.stdout and "samples/s" in text.stdout
+    assert text.stderr == ""  # --quiet: no progress bar
+
+
+def test_bench_sequence_model_uses_seq_for_free_time_dims(files):
+    r = qrt_cli("bench", files["lstm.qrt"], "--batch", "3", "--seq", "5", "--seconds", "0.1", "--warmup", "0", "-q",
+                "--json")
+    assert r.returncode == 0, r.stderr
+    b = json.loads(r.stdout)
+    assert b["inputs"]["x"]["shape"] == [5, 3, 6] and b["samples_per_run"] == 3
+
+
+def test_bench_threads_and_cuda(files):
+    r = qrt_cli("bench", files["static.qrt"], "--threads", "2", "--seconds", "0.1", "--warmup", "0", "-q")
+    if hasattr(qrt, "set_num_threads"):
+        assert r.returncode == 0 and "threads 2" in r.stdout, r.stderr
+    else:
+        fails(r, "--threads needs qrt.set_num_threads")
+    fails(qrt_cli("bench", files["static.qrt"], "--threads", "0"), "at least 1")
+
+    r = qrt_cli("bench", files["dyn.qrt"], "--device", "cuda", "--seconds", "0.2", "--warmup", "0", "-q")
+    gpu = False
+    if importlib.util.find_spec("cupy") is not None:
+        import cupy
+
+        try:
+            gpu = cupy.cuda.runtime.getDeviceCount() > 0
+        except Exception:
+            gpu = False
+    if gpu:
+        assert r.returncode == 0 and "on cuda" in r.stdout, r.stderr
+    else:
+        fails(r, "device='cuda'")
+
+
+# ------------------------------------------------------------ compare
+
+
+def _compare_json(*args: str) -> dict:
+    r = qrt_cli("compare", *args, "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_compare_dynamic_layer_by_layer_with_plot(files, tmp_path):
+    png = str(tmp_path / "layers.png")
+    r = qrt_cli("compare", files["dyn.qrt"], "--checkpoint", files["mlp.pt"], "--model", "models:make_mlp",
+                "--batch", "32", "--plot", png)
+    assert r.returncode == 0, r.stderr
+    rows = {line.split()[0]: line.split() for line in r.stdout.splitlines() if line[:3] in ("fc1", "fc2", "fc3")}
+    assert set(rows) == {"fc1", "fc2", "fc3"}
+    assert rows["fc1"][1] == "fc1_relu"  # the fused Linear+ReLU's output is the relu's
+    for cells in rows.values():
+        assert cells[4:7] == ["0", "exact", "100.00%"], cells  # bit-exact against PyTorch's quantized model
+    assert f"wrote {png}" in r.stdout
+
+    with open(png, "rb") as f:
+        assert f.read(8) == PNG_SIGNATURE
+    import matplotlib.image
+
+    image = matplotlib.image.imread(png)
+    assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+
+
+def test_compare_static_with_its_calibration_matches_integers(files):
+    base = [files["static.qrt"], "--checkpoint", files["mlp.pt"], "--model", "models:make_mlp"]
+    r = _compare_json(*base, "--calib", files["calib.npz"], "--inputs", files["in.npz"])
+    assert r["mode"] == "static" and [row["layer"] for row in r["layers"]] == ["fc1", "fc2", "fc3"]
+    for row in r["layers"]:
+        q, f = row["vs_torch_quantized"], row["vs_float"]
+        assert row["dtype"] == "uint8" and q["identical_of"] == "integers"
+        assert q["identical"] == 1.0 and q["max_abs_error"] == 0.0 and q["sqnr_db"] == math.inf
+        assert 15 < f["sqnr_db"] < 80 and f["max_abs_error"] > 0  # the quantization error itself
+    (out,) = r["outputs"]
+    assert out["vs_torch_quantized"]["max_abs_error"] == 0.0 and math.isfinite(out["vs_float"]["sqnr_db"])
+
+
+def test_compare_recurrent_cell_within_last_bits(files):
+    r = _compare_json(files["rnn.qrt"], "--checkpoint", files["rnn.pt"], "--model", "models:make_step_rnn_tanh",
+                      "--batch", "8")
+    cell = next(row for row in r["layers"] if row["layer"] == "cell")
+    assert cell["op"] == "rnn_cell_dynamic"
+    assert cell["vs_torch_quantized"]["max_abs_error"] <= 3e-7  # torch's tanh is not correctly rounded
+    assert cell["vs_float"]["sqnr_db"] < cell["vs_torch_quantized"]["sqnr_db"]
+
+
+def test_compare_wrong_checkpoint_and_missing_torch(files, tmp_path):
+    # A checkpoint that does not fit the factory: the converter's own message.
+    fails(qrt_cli("compare", files["dyn.qrt"], "--checkpoint", files["rnn.pt"], "--model", "models:make_mlp"),
+          "does not fit the model")
+    # Without PyTorch, compare says how to get it (a stand-in torch package that cannot be imported).
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('no torch in this environment')\n")
+    fails(qrt_cli("compare", files["dyn.qrt"], "--checkpoint", files["mlp.pt"], "--model", "models:make_mlp",
+                  pythonpath=(str(fake.parent),)), "pip install 'qrt[torch]'")
