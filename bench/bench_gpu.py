@@ -6,7 +6,9 @@ Dynamic int8 linear at batch 1 and 512 for 1024x1024 and 4096x4096 (qrt,
 input quantization included) against torch float16 and float32 nn.Linear and
 torch._int_mm (int8 x int8 -> int32) alone and plus qrt's input quantization;
 the 100-step RNN cell loop (input 128, hidden 256 and 1024, batch 1 and 32)
-against torch's float16 nn.RNNCell stepped in a loop and nn.RNN (cuDNN).
+against torch's float16 nn.RNNCell stepped in a loop and nn.RNN (cuDNN);
+100-step LSTM and GRU sequences (qrt's lstm/gru_dynamic time loop, same
+sizes) against torch's float16 nn.LSTM / nn.GRU (cuDNN).
 
 Every figure is the median over 21 samples, each timed with CUDA events
 around enough calls to last >= 2 ms, after warm-up. Ratios are torch time /
@@ -175,7 +177,46 @@ def bench_rnn(quick: bool) -> list[dict]:
     return rows
 
 
-def report(lin: list[dict], rnn: list[dict], peak: float, peak_src: str) -> str:
+def _sequence_row(kind: str, hidden: int, batch: int, run, tl, steps: int, n_in: int, samples: int,
+                  rng: np.random.Generator) -> dict:
+    xs = cp.asarray(rng.normal(0, 1, (steps, batch, n_in)).astype(np.float32))
+    xs16 = torch.as_tensor(xs, device="cuda").half()
+
+    def qrt_seq():  # as the op does per call: fresh states and output
+        h = cp.zeros((batch, hidden), cp.float32)
+        c = cp.zeros((batch, hidden), cp.float32) if kind == "lstm" else h
+        y = cp.empty((steps, batch, hidden), cp.float32)
+        run.sequence(xs, y, 0, False, h, c)
+        return y
+
+    row = {"kind": kind, "hidden": hidden, "batch": batch}
+    with torch.no_grad():
+        row["qrt"] = median_ms(qrt_seq, samples)
+        row["torch_cudnn_fp16"] = median_ms(lambda: tl(xs16), samples)
+    return row
+
+
+def bench_sequence(quick: bool) -> list[dict]:
+    """qrt's whole-sequence LSTM/GRU loop (input projection once, then per step) against cuDNN fp16."""
+    rng = np.random.default_rng(2)
+    steps, n_in, samples = 100, 128, 7 if quick else 21
+    rows = []
+    for kind, tlayer in (("lstm", torch.nn.LSTM), ("gru", torch.nn.GRU)):
+        gates = gpu.GATES[kind]
+        for hidden in (256, 1024):
+            _, q_ih, s_ih = quantized_weight(gates * hidden, n_in, rng)
+            _, q_hh, s_hh = quantized_weight(gates * hidden, hidden, rng)
+            b_ih, b_hh = (rng.normal(0, 0.1, gates * hidden).astype(np.float32) for _ in range(2))
+            z = np.zeros(gates * hidden, np.int32)
+            run = gpu.Recurrent(kind, gpu.DynamicLinearInt8(q_ih, s_ih, z, b_ih, True),
+                                gpu.DynamicLinearInt8(q_hh, s_hh, z, b_hh, True))
+            tl = tlayer(n_in, hidden).cuda().half()
+            for batch in (1, 32):
+                rows.append(_sequence_row(kind, hidden, batch, run, tl, steps, n_in, samples, rng))
+    return rows
+
+
+def report(lin: list[dict], rnn: list[dict], peak: float, peak_src: str, seqs: list[dict]) -> str:
     props = cp.cuda.runtime.getDeviceProperties(0)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
     out = [
@@ -201,6 +242,13 @@ def report(lin: list[dict], rnn: list[dict], peak: float, peak_src: str) -> str:
             f"| {r['torch_rnn_cudnn']:.3f} | {r['torch_cell_fp16'] / r['qrt']:.2f} "
             f"| {r['torch_rnn_cudnn'] / r['qrt']:.2f} |"
         )
+    out += ["", "| 100 steps, input 128 | batch | qrt ms | qrt us/step | torch fp16 cuDNN ms | cuDNN/qrt |",
+            "|---|---|---|---|---|---|"]
+    for r in seqs:
+        out.append(
+            f"| {r['kind'].upper()} hidden {r['hidden']} | {r['batch']} | {r['qrt']:.3f} | {r['qrt'] * 10:.1f} "
+            f"| {r['torch_cudnn_fp16']:.3f} | {r['torch_cudnn_fp16'] / r['qrt']:.2f} |"
+        )
     big1 = next(r for r in lin if r["size"] == 4096 and r["batch"] == 1)
     big512 = next(r for r in lin if r["size"] == 4096 and r["batch"] == 512)
     out += [
@@ -223,7 +271,7 @@ def main() -> None:
     args = ap.parse_args()
     gpu.require_cuda()
     peak, src = peak_gbs(args.peak_gbs)
-    text = report(bench_linear(args.quick, peak), bench_rnn(args.quick), peak, src)
+    text = report(bench_linear(args.quick, peak), bench_rnn(args.quick), peak, src, bench_sequence(args.quick))
     print(text)
     if args.markdown:
         args.markdown.write_text(text + "\n")

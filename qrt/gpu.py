@@ -5,8 +5,10 @@ load time and uploads the node's weights; the step it returns takes the
 node's run-time inputs (CuPy or NumPy arrays) and returns CuPy arrays.
 Integers, and the floats of quantize, dequantize and the linear ops, are
 bit-identical to the CPU backend: every float step in the kernels names its
-rounding and the sources are compiled with ``--fmad=false``. The RNN cell's
-tanh is the GPU's and may differ from the CPU's in the last bit.
+rounding and the sources are compiled with ``--fmad=false``. The recurrent
+cells' tanh and exp are the GPU's and may differ from the CPU's in the last
+bit (<= 3e-7 per step; free-running sequences then drift by up to a
+quantization step).
 
 The dynamic quantization of activations stays on the device (parameters in
 device memory, no synchronisation), so a NaN input cannot raise ValueError
@@ -28,7 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .graph import Node
-from .ops import QUANT_DTYPES
+from .ops import QUANT_DTYPES, layer_prefix
 
 Step = Callable[..., tuple]
 
@@ -158,13 +160,30 @@ def _qparams_array(scale: float, zero_point: int) -> np.ndarray:
 # ---------------------------------------------------------------- dynamic quantization
 
 
-def quantize_dynamic(x: Any, kp: int, qmax: int) -> tuple[Any, Any]:
-    """quint8 q_x[m, kp] (zero-padded) and device QParams for float x[m, k]."""
+MAX_PARTS = 1024  # dq_partial blocks at most
+
+
+def dq_workspace(m: int, kp: int) -> tuple[Any, Any, Any]:
+    """Buffers for quantize_dynamic of m rows (q, params, partials), for a time loop to reuse."""
+    cp = _cupy()
+    _check_size("the quantized input", m * kp)
+    return cp.empty((m, kp), cp.uint8), cp.empty(4, cp.int32), cp.empty(3 * MAX_PARTS, cp.float32)
+
+
+def quantize_dynamic(x: Any, kp: int, qmax: int, ws: tuple | None = None) -> tuple[Any, Any]:
+    """quint8 q_x[m, kp] (zero-padded) and device QParams for float x[m, k].
+
+    ws: buffers from dq_workspace(m, kp), reused instead of allocated (the
+    kernels are stream-ordered, so reuse across steps is safe).
+    """
     cp = _cupy()
     m, k = x.shape
-    _check_size("the quantized input", m * kp)
-    q = cp.empty((m, kp), cp.uint8)
-    params = cp.empty(4, cp.int32)
+    if ws is None:
+        _check_size("the quantized input", m * kp)
+        q, params, part = cp.empty((m, kp), cp.uint8), cp.empty(4, cp.int32), None
+    else:
+        q, params, part = ws
+        assert q.shape == (m, kp), "workspace for another shape"
     n = m * k
     i32 = np.int32
     if n == 0:  # as the CPU: scale 0, zero point 0, and all-zero q_x
@@ -174,8 +193,9 @@ def quantize_dynamic(x: Any, kp: int, qmax: int) -> tuple[Any, Any]:
         args = (x, i32(m), i32(k), i32(kp), params, q)
         _kernel("dynamic_quant.cu", "dq_small")((1,), (1024,), args + args + (i32(qmax),))
     else:
-        parts = min(1024, -(-n // 2048))
-        part = cp.empty(3 * parts, cp.float32)
+        parts = min(MAX_PARTS, -(-n // 2048))
+        if part is None:
+            part = cp.empty(3 * parts, cp.float32)
         _kernel("dynamic_quant.cu", "dq_partial")((parts,), (256,), (x, np.uint32(n), part))
         _kernel("dynamic_quant.cu", "dq_finish")(
             (_blocks(m * kp, 1024, 2048),), (256,), (x, i32(m), i32(k), i32(kp), part, i32(parts), i32(qmax), params, q)
@@ -200,10 +220,10 @@ def quantize_dynamic_pair(x: Any, kx: int, h: Any, kh: int, qmax: int) -> tuple[
     return qx, px, qh, ph
 
 
-def _row_sums(q: Any) -> Any:
+def _row_sums(q: Any, sums: Any = None) -> Any:
     cp = _cupy()
     m, kp = q.shape
-    sums = cp.empty(m, cp.int32)
+    sums = cp.empty(m, cp.int32) if sums is None else sums
     _kernel("dynamic_quant.cu", "row_sums_u8")((_blocks(m, 1, 4096),), (256,), (q, np.int32(m), np.int32(kp), sums))
     return sums
 
@@ -232,8 +252,8 @@ class Int8Weights:
         self.dummy_i32 = cp.zeros(1, cp.int32)
         self.dummy_f32 = cp.zeros(1, cp.float32)
 
-    def xsum(self, q: Any) -> Any:
-        return _row_sums(q) if self.has_wzp else self.dummy_i32
+    def xsum(self, q: Any, sums: Any = None) -> Any:
+        return _row_sums(q, sums) if self.has_wzp else self.dummy_i32
 
     def float_epilogue(self, xsum: Any, params: Any) -> tuple:
         """Kernel arguments of the EPI_FLOAT epilogue (gemm_common.cuh Epilogue)."""
@@ -267,14 +287,21 @@ class DynamicLinearInt8:
         self.qmax = 127 if reduce_range else 255
         self.in_features, self.out_features = self.w.k, self.w.n
 
-    def __call__(self, x: Any) -> Any:
+    def workspace(self, m: int) -> tuple:
+        """Buffers for calls on m rows, so that a time loop allocates nothing per step."""
+        cp = _cupy()
+        return dq_workspace(m, self.w.kp), cp.empty(m, cp.int32) if self.w.has_wzp else None
+
+    def __call__(self, x: Any, y: Any = None, ws: tuple | None = None) -> Any:
+        """y[m, n] (written into y when given, a C-contiguous float32 array) from float x[m, k]."""
         cp = _cupy()
         m = x.shape[0]
-        y = cp.empty((m, self.w.n), cp.float32)
+        y = cp.empty((m, self.w.n), cp.float32) if y is None else y
         if m == 0 or self.w.n == 0:
             return y
-        q, params = quantize_dynamic(x, self.w.kp, self.qmax)
-        gemm(q, m, self.w, y, self.w.float_epilogue(self.w.xsum(q), params), requant=False)
+        dq_ws, sums = ws if ws is not None else (None, None)
+        q, params = quantize_dynamic(x, self.w.kp, self.qmax, dq_ws)
+        gemm(q, m, self.w, y, self.w.float_epilogue(self.w.xsum(q, sums), params), requant=False)
         return y
 
 
@@ -290,11 +317,14 @@ class DynamicLinearFP16:
         self.has_bias = bias is not None
         self.bias = cp.asarray(np.ascontiguousarray(bias, np.float32)) if bias is not None else cp.zeros(1, cp.float32)
 
-    def __call__(self, x: Any) -> Any:
+    def workspace(self, m: int) -> None:
+        return None  # one kernel, no temporaries
+
+    def __call__(self, x: Any, y: Any = None, ws: Any = None) -> Any:
         cp = _cupy()
         m, k = x.shape
         n = self.out_features
-        y = cp.empty((m, n), cp.float32)
+        y = cp.empty((m, n), cp.float32) if y is None else y
         if m and n:
             i32 = np.int32
             _kernel("linear_fp16.cu", "linear_fp16")(
@@ -370,9 +400,7 @@ class RNNCell:
         if b == 0 or hidden == 0:
             return out
         if not self.fused:
-            gi, gh = self.ih(x), self.hh(h)
-            n = np.uint32(gi.size)
-            _kernel("rnn_cell.cu", f"rnn_act_{self.act}")((_blocks(gi.size),), (256,), (gh, gi, out, n))
+            gate_update(f"rnn_{self.act}", self.ih(x), self.hh(h), h, h, out, out)
             return out
         wi, wh = self.ih.w, self.hh.w
         qx, px, qh, ph = quantize_dynamic_pair(x, wi.kp, h, wh.kp, self.ih.qmax)
@@ -385,6 +413,81 @@ class RNNCell:
         grid = (-(-hidden // 8), min(-(-b // mb), 65535))
         _kernel("rnn_cell.cu", f"rnn_step_{self.act}_{mb}")(grid, (256,), args)
         return out
+
+
+def gate_update(kind: str, gi: Any, gh: Any, h: Any, c: Any, h_out: Any, c_out: Any, y: Any = None) -> None:
+    """The elementwise step (rnn_cell.cu gate_update) from gates gi, gh [B, G*H].
+
+    h_out/c_out may be h/c (updated in place). y: a [B, H] view with unit
+    inner stride (a sequence's output at one step) that also receives h'.
+    c and c_out are read and written by LSTM only.
+    """
+    b, hidden = h.shape
+    n = b * hidden
+    if n == 0:
+        return
+    _check_size("the state", n)
+    i32 = np.int32
+    y_stride = y.strides[0] // y.itemsize if y is not None else 0
+    _kernel("rnn_cell.cu", f"gate_update_{kind}")(
+        (_blocks(n),), (256,),
+        (gi, gh, h, c, h_out, c_out, h_out if y is None else y, i32(y_stride), i32(b), i32(hidden)),
+    )
+
+
+GATES = {"rnn_tanh": 1, "rnn_relu": 1, "lstm": 4, "gru": 3}
+
+
+class Recurrent:
+    """One direction of a dynamic recurrent layer on the device, as qrt._kernels.Recurrent.
+
+    ``step`` is one cell step; ``sequence`` the whole time loop, launches only
+    (no host synchronisation), its buffers allocated once per call. For LSTM
+    and GRU the input projection of all steps is one dynamic linear over T*B
+    rows (torch quantizes it over the whole sequence); for RNN it is per step.
+    """
+
+    def __init__(self, kind: str, ih: Any, hh: Any) -> None:
+        self.kind, self.gates = kind, GATES[kind]
+        self.ih, self.hh = ih, hh
+        self.hidden, self.input_size = hh.in_features, ih.in_features
+        if hh.out_features != self.gates * self.hidden or ih.out_features != hh.out_features:
+            raise ValueError("Recurrent: weight shapes do not match the gate count")
+
+    def step(self, x: Any, h: Any, c: Any) -> tuple[Any, Any]:
+        """(h', c') from x [B, I], h and c [B, H] (pass h as c except for LSTM; c' is then h')."""
+        cp = _cupy()
+        h_out = cp.empty(h.shape, cp.float32)
+        c_out = cp.empty(h.shape, cp.float32) if self.kind == "lstm" else h_out
+        if h.size:
+            gate_update(self.kind, self.ih(x), self.hh(h), h, c, h_out, c_out)
+        return h_out, c_out
+
+    def sequence(self, x: Any, y: Any, y_offset: int, reverse: bool, h: Any, c: Any) -> None:
+        """Run over x [T, B, I]; write h_t into y[t, :, y_offset:y_offset+H].
+
+        h and c (C-contiguous [B, H]) hold the initial state on entry and the
+        final state on return (pass h as c except for LSTM).
+        """
+        cp = _cupy()
+        steps, b = x.shape[:2]
+        hidden, rows = self.hidden, self.gates * self.hidden
+        if steps == 0 or b == 0 or hidden == 0:
+            return
+        whole = self.kind in ("lstm", "gru")
+        if whole:  # one matrix product, quantized over all steps at once
+            gi_all = self.ih(x.reshape(steps * b, self.input_size))
+        else:
+            gi, ih_ws = cp.empty((b, rows), cp.float32), self.ih.workspace(b)
+        gh, hh_ws = cp.empty((b, rows), cp.float32), self.hh.workspace(b)
+        for s in range(steps):
+            t = steps - 1 - s if reverse else s
+            if whole:
+                gi = gi_all[t * b : (t + 1) * b]  # contiguous rows of step t
+            else:
+                self.ih(x[t], gi, ih_ws)
+            self.hh(h, gh, hh_ws)
+            gate_update(self.kind, gi, gh, h, c, h, c, y[t, :, y_offset : y_offset + hidden])
 
 
 # ---------------------------------------------------------------- ops
@@ -491,6 +594,85 @@ def _rnn_cell_dynamic(node: Node, c: Mapping[str, np.ndarray]) -> Step:
     return step
 
 
+def _recurrent_kind(op_kind: str, attrs: Mapping) -> str:
+    return f"rnn_{attrs['nonlinearity']}" if op_kind == "rnn" else op_kind
+
+
+def _cell(op_kind: str) -> Callable[[Node, Mapping[str, np.ndarray]], Step]:
+    """lstm/gru_cell_dynamic: one step, states in and new states out."""
+
+    def prepare(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+        rr = node.attrs["reduce_range"]
+        cell = Recurrent(
+            _recurrent_kind(op_kind, node.attrs), dynamic_linear(c, rr, "ih_"), dynamic_linear(c, rr, "hh_")
+        )
+
+        def step(x, h, c_state=None):
+            c_in = h if c_state is None else c_state
+            if x.shape[0] != h.shape[0] or h.shape != c_in.shape:
+                raise ValueError(f"x has batch {x.shape[0]} but the state has shape {list(c_in.shape)}")
+            h = _dev(h, np.float32)
+            h_out, c_out = cell.step(_dev(x, np.float32), h, h if c_state is None else _dev(c_state, np.float32))
+            return (h_out,) if c_state is None else (h_out, c_out)
+
+        return step
+
+    return prepare
+
+
+def _sequence(op_kind: str) -> Callable[[Node, Mapping[str, np.ndarray]], Step]:
+    """rnn/lstm/gru_dynamic: every layer and direction, each time loop launched without synchronisation."""
+    has_cell = op_kind == "lstm"
+
+    def prepare(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+        a = node.attrs
+        rr, layers, dirs = a["reduce_range"], a["num_layers"], 2 if a["bidirectional"] else 1
+        kind = _recurrent_kind(op_kind, a)
+        runs = [
+            [
+                Recurrent(
+                    kind,
+                    dynamic_linear(c, rr, layer_prefix(n, d == 1) + "ih_"),
+                    dynamic_linear(c, rr, layer_prefix(n, d == 1) + "hh_"),
+                )
+                for d in range(dirs)
+            ]
+            for n in range(layers)
+        ]
+        hidden = runs[0][0].hidden
+
+        def step(x, *states):
+            cp = _cupy()
+            x = _dev(x, np.float32)
+            if a["batch_first"]:
+                x = cp.ascontiguousarray(x.transpose(1, 0, 2))
+            seq, batch = x.shape[:2]
+            given = iter(states)
+            h0 = next(given, None)
+            c0 = next(given, None) if has_cell else None
+            shape = (layers * dirs, batch, hidden)
+            for name, s in (("h0", h0), ("c0", c0)):
+                if s is not None and s.shape != shape:
+                    raise ValueError(f"{name} has shape {list(s.shape)}, expected {list(shape)}")
+            # copies: h_n[i], c_n[i] start as the initial state and are updated in place to the final one
+            h_n = cp.zeros(shape, cp.float32) if h0 is None else cp.array(h0, cp.float32, order="C")
+            c_n = cp.zeros(shape, cp.float32) if c0 is None else cp.array(c0, cp.float32, order="C")
+            for n, layer in enumerate(runs):
+                _check_size("the layer output", seq * batch * dirs * hidden)
+                y = cp.empty((seq, batch, dirs * hidden), cp.float32)
+                for d, run in enumerate(layer):
+                    i = n * dirs + d
+                    run.sequence(x, y, d * hidden, d == 1, h_n[i], c_n[i] if has_cell else h_n[i])
+                x = y
+            if a["batch_first"]:
+                x = cp.ascontiguousarray(x.transpose(1, 0, 2))
+            return (x, h_n, c_n) if has_cell else (x, h_n)
+
+        return step
+
+    return prepare
+
+
 def _relu(node: Node, c: Mapping[str, np.ndarray]) -> Step:
     def step(x):
         with _lock:
@@ -525,7 +707,9 @@ IMPLEMENTATIONS: dict[str, Callable[[Node, Mapping[str, np.ndarray]], Step]] = {
     "dequantize": _dequantize,
     "linear": _linear,
     "linear_dynamic": _linear_dynamic,
-    "rnn_cell_dynamic": _rnn_cell_dynamic,
+    "rnn_cell_dynamic": _rnn_cell_dynamic,  # the fused int8 Elman step
+    **{f"{kind}_cell_dynamic": _cell(kind) for kind in ("lstm", "gru")},
+    **{f"{kind}_dynamic": _sequence(kind) for kind in ("rnn", "lstm", "gru")},
     "relu": _relu,
     "add": _add,
     "flatten": _flatten,

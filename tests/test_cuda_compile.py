@@ -28,7 +28,7 @@ ENTRY_POINTS = {
     "gemm_s8.cu": [f"gemv_{e}_{mb}" for e in ("float", "requant") for mb in (1, 2, 4, 8)]
     + ["gemm_float", "gemm_requant"],
     "linear_fp16.cu": ["linear_fp16"],
-    "rnn_cell.cu": [f"rnn_act_{a}" for a in ("tanh", "relu")]
+    "rnn_cell.cu": [f"gate_update_{kind}" for kind in ("rnn_tanh", "rnn_relu", "lstm", "gru")]
     + [f"rnn_step_{a}_{mb}" for a in ("tanh", "relu") for mb in (1, 2, 4, 8)],
 }
 

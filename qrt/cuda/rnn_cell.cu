@@ -1,10 +1,13 @@
-// The elementwise part of a dynamic RNN step, h' = act(lin_hh(h) + lin_ih(x))
-// with v = fl(gh + gi) as the CPU adds it, and the whole int8 step fused into
-// one launch after dq_small has quantized x and h (dynamic_quant.cu).
-// tanhf differs from the CPU's in the last bit (NUMERICS.md: <= 3e-7 per step).
+// The elementwise part of a dynamic recurrent step (RNN, LSTM, GRU) from
+// gi = lin_ih(x) and gh = lin_hh(h), and the whole int8 Elman RNN step fused
+// into one launch after dq_small has quantized x and h (dynamic_quant.cu).
+// Every product and sum rounds on its own, in torch's order, as
+// qrt/_kernels.pyx gate_update does; tanhf and expf are CUDA's and differ
+// from the CPU's in the last bit (NUMERICS.md: <= 3e-7 per step).
 #include "gemm_common.cuh"
 
-enum { ACT_TANH = 0, ACT_RELU = 1 };
+// The RNN kinds double as the activation of the fused Elman step.
+enum { ACT_TANH = 0, ACT_RELU = 1, CELL_LSTM = 2, CELL_GRU = 3 };
 
 template <int ACT>
 __device__ __forceinline__ float activate(float v) {
@@ -12,11 +15,58 @@ __device__ __forceinline__ float activate(float v) {
     return (v > 0.0f || v != v) ? v : 0.0f;  // NaN passes through: the GPU cannot raise on it
 }
 
-template <int ACT>
-__device__ __forceinline__ void rnn_act(const float* gh, const float* gi, float* out, unsigned n) {
-    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
-        out[i] = activate<ACT>(__fadd_rn(gh[i], gi[i]));
+// 1 / (1 + exp(-v)) with the add and the division each rounded, as the CPU's sigmoid.
+__device__ __forceinline__ float sigmoid_rn(float v) {
+    return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-v)));
 }
+
+// One thread per (batch row b, hidden unit j); gates are [batch, G * hidden]
+// in torch's chunk order. h_out may be h and c_out may be c (a sequence
+// updates its state in place): each element is read before it is written, by
+// the same thread. If y_stride != 0, h' is also stored at y[b * y_stride + j]
+// (a sequence's output, bidirectional halves interleaved). c, c_out: LSTM only.
+template <int KIND>
+__device__ __forceinline__ void gate_update(const float* gi, const float* gh, const float* h, const float* c,
+                                            float* h_out, float* c_out, float* y, int y_stride, int batch,
+                                            int hidden) {
+    constexpr int G = KIND == CELL_LSTM ? 4 : (KIND == CELL_GRU ? 3 : 1);
+    const unsigned n = (unsigned)batch * (unsigned)hidden;
+    for (unsigned e = blockIdx.x * blockDim.x + threadIdx.x; e < n; e += gridDim.x * blockDim.x) {
+        const unsigned b = e / (unsigned)hidden, j = e - b * (unsigned)hidden;
+        const float* xi = gi + (size_t)b * G * hidden;
+        const float* xh = gh + (size_t)b * G * hidden;
+        float hv;
+        if constexpr (KIND == CELL_LSTM) {  // chunks i, f, g, o
+            const float ig = sigmoid_rn(__fadd_rn(xh[j], xi[j]));
+            const float fg = sigmoid_rn(__fadd_rn(xh[hidden + j], xi[hidden + j]));
+            const float cg = tanhf(__fadd_rn(xh[2 * hidden + j], xi[2 * hidden + j]));
+            const float og = sigmoid_rn(__fadd_rn(xh[3 * hidden + j], xi[3 * hidden + j]));
+            const float cv = __fadd_rn(__fmul_rn(fg, c[e]), __fmul_rn(ig, cg));
+            c_out[e] = cv;
+            hv = __fmul_rn(og, tanhf(cv));
+        } else if constexpr (KIND == CELL_GRU) {  // chunks r, z, n; the hidden bias of n is inside xh, scaled by r
+            const float r = sigmoid_rn(__fadd_rn(xh[j], xi[j]));
+            const float z = sigmoid_rn(__fadd_rn(xh[hidden + j], xi[hidden + j]));
+            const float nv = tanhf(__fadd_rn(xi[2 * hidden + j], __fmul_rn(xh[2 * hidden + j], r)));
+            hv = __fadd_rn(__fmul_rn(__fsub_rn(h[e], nv), z), nv);
+        } else {
+            hv = activate<KIND>(__fadd_rn(xh[j], xi[j]));
+        }
+        h_out[e] = hv;
+        if (y_stride) y[(size_t)b * y_stride + j] = hv;
+    }
+}
+
+#define QRT_GATE_ENTRY(NAME, KIND)                                                                        \
+    extern "C" __global__ void gate_update_##NAME(const float* gi, const float* gh, const float* h,       \
+                                                  const float* c, float* h_out, float* c_out, float* y,   \
+                                                  int y_stride, int batch, int hidden) {                  \
+        gate_update<KIND>(gi, gh, h, c, h_out, c_out, y, y_stride, batch, hidden);                        \
+    }
+QRT_GATE_ENTRY(rnn_tanh, ACT_TANH)
+QRT_GATE_ENTRY(rnn_relu, ACT_RELU)
+QRT_GATE_ENTRY(lstm, CELL_LSTM)
+QRT_GATE_ENTRY(gru, CELL_GRU)
 
 // One warp per hidden unit j and MB batch rows: both int8 dot products, both
 // dynamic epilogues, the add and the activation.
@@ -52,9 +102,6 @@ __device__ __forceinline__ void rnn_step(const u8* qx, int kxp, const s8* w_ih, 
     Epilogue{P##k, P##wsum, P##wzp, P##xsum, P##has_wzp, P##xq, P##s_w, P##bias, P##has_bias, 0, 0, 0.0f, 0, 0}
 
 #define QRT_RNN_ENTRIES(ACT_NAME, ACT)                                                                   \
-    extern "C" __global__ void rnn_act_##ACT_NAME(const float* gh, const float* gi, float* out, unsigned n) { \
-        rnn_act<ACT>(gh, gi, out, n);                                                                    \
-    }                                                                                                    \
     QRT_RNN_STEP(ACT_NAME, ACT, 1)                                                                       \
     QRT_RNN_STEP(ACT_NAME, ACT, 2)                                                                       \
     QRT_RNN_STEP(ACT_NAME, ACT, 4)                                                                       \
