@@ -46,6 +46,60 @@ class ConvNet(nn.Module):
         return self.fc(self.flat(self.conv(x)))
 
 
+class SeqClassifier(nn.Module):
+    """A recurrent classifier: sequence -> final hidden state -> Linear head; returns (logits, h_n).
+
+    The head reads h_n whole ([layers * directions, batch, hidden]): qrt has no tensor indexing.
+    """
+
+    def __init__(self, rnn: nn.RNNBase, n_out: int = 5) -> None:
+        super().__init__()
+        self.rnn = rnn
+        self.head = nn.Linear(rnn.hidden_size, n_out)
+        self.is_lstm = isinstance(rnn, nn.LSTM)  # quantize_dynamic swaps self.rnn for a non-nn.LSTM
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.is_lstm:
+            y, (h, c) = self.rnn(x)
+        else:
+            y, h = self.rnn(x)
+        return self.head(h), h
+
+
+class LastStepClassifier(SeqClassifier):
+    """Reads h_n[-1]: tensor indexing, which qrt does not run."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, h = self.rnn(x)
+        return self.head(h[-1])
+
+
+class StepLSTM(nn.Module):
+    """One streaming step: forward(x, h, c) -> (y, h_next, c_next)."""
+
+    def __init__(self, n_in: int = 10, hidden: int = 20, n_out: int = 4) -> None:
+        super().__init__()
+        self.cell = nn.LSTMCell(n_in, hidden)
+        self.head = nn.Linear(hidden, n_out)
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        h_next, c_next = self.cell(x, (h, c))
+        return self.head(h_next), h_next, c_next
+
+
+class StepGRU(nn.Module):
+    """One streaming step: forward(x, h) -> (y, h_next)."""
+
+    def __init__(self, n_in: int = 10, hidden: int = 20, n_out: int = 4) -> None:
+        super().__init__()
+        self.cell = nn.GRUCell(n_in, hidden)
+        self.head = nn.Linear(hidden, n_out)
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h_next = self.cell(x, h)
+        return self.head(h_next), h_next
+
+
 def make_mlp() -> MLP:
     torch.manual_seed(0)
     return MLP()
@@ -72,3 +126,34 @@ def make_broken() -> MLP:
 def make_mlp_wide() -> MLP:
     """Same layer names as make_mlp, different input width: a checkpoint of make_mlp does not fit."""
     return MLP(n_in=40)
+
+
+def make_lstm_classifier() -> SeqClassifier:
+    torch.manual_seed(3)
+    return SeqClassifier(nn.LSTM(12, 24, batch_first=True))
+
+
+def make_gru_classifier() -> SeqClassifier:
+    """Sequence first, two layers, bidirectional."""
+    torch.manual_seed(4)
+    return SeqClassifier(nn.GRU(9, 16, num_layers=2, bidirectional=True))
+
+
+def make_rnn_classifier() -> SeqClassifier:
+    torch.manual_seed(5)
+    return SeqClassifier(nn.RNN(9, 16, num_layers=2, nonlinearity="relu", bidirectional=True, batch_first=True))
+
+
+def make_last_step_classifier() -> LastStepClassifier:
+    torch.manual_seed(6)
+    return LastStepClassifier(nn.GRU(9, 16))
+
+
+def make_step_lstm() -> StepLSTM:
+    torch.manual_seed(7)
+    return StepLSTM()
+
+
+def make_step_gru() -> StepGRU:
+    torch.manual_seed(8)
+    return StepGRU()

@@ -4,8 +4,13 @@ The graph is either the reference graph of torch.ao's FX flow (quantize /
 dequantize nodes around reference quantized modules) or an already-quantized
 model (``convert_fx`` / ``quantize_dynamic``) traced with torch.fx. This module
 never touches ``torch.ao``: a front end passes ``describe``, which turns one
-quantized module into a neutral ``LinearLayer`` / ``RNNCellLayer`` (numpy
-integers, scales, biases), so another front end (pt2e) can reuse it.
+quantized module into a neutral ``LinearLayer`` / ``RNNCellLayer`` /
+``SequenceLayer`` (numpy integers, scales, biases), so another front end
+(pt2e) can reuse it.
+
+Recurrent modules return tuples (``y, (h, c) = lstm(x)``, ``h, c = cell(x, (h, c))``);
+FX shows them as ``operator.getitem`` nodes, which the walk resolves on a tuple
+value. A getitem on anything else (tensor indexing) is not supported.
 
 Values flow through the walk lazily: a dequantize is emitted only when a
 float op needs the float value, and a static reference Linear waits for the
@@ -27,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from qrt.builder import GraphBuilder
+from qrt.ops import layer_prefix
 
 
 class LoweringError(ValueError):
@@ -67,15 +73,43 @@ class LinearLayer:
 
 @dataclass(frozen=True)
 class RNNCellLayer:
+    """One recurrent weight set: the input and hidden dynamic linears of a cell (or of one layer
+    direction of a sequence). pattern: "rnn_cell", "lstm_cell" or "gru_cell" (for a sequence's
+    weight sets, the cell kind it is made of); nonlinearity matters for rnn only."""
+
     pattern: str
     ih_weight: QWeight
     ih_bias: np.ndarray | None
     hh_weight: QWeight
     hh_bias: np.ndarray | None
-    nonlinearity: str
+    nonlinearity: str = "tanh"
+
+    def ports(self, prefix: str = "") -> dict[str, np.ndarray | None]:
+        return {
+            **self.ih_weight.ports(f"{prefix}ih_"),
+            f"{prefix}ih_bias": self.ih_bias,
+            **self.hh_weight.ports(f"{prefix}hh_"),
+            f"{prefix}hh_bias": self.hh_bias,
+        }
 
 
-Layer = LinearLayer | RNNCellLayer
+@dataclass(frozen=True)
+class SequenceLayer:
+    """nn.RNN / nn.LSTM / nn.GRU (pattern "rnn", "lstm", "gru"), dynamic.
+
+    ``directions`` holds one weight set per layer and direction, in torch's order
+    (l0, l0_reverse, l1, ...).
+    """
+
+    pattern: str
+    directions: tuple[RNNCellLayer, ...]
+    num_layers: int
+    bidirectional: bool
+    batch_first: bool
+    nonlinearity: str = "tanh"
+
+
+Layer = LinearLayer | RNNCellLayer | SequenceLayer
 Describe = Callable[[nn.Module], "Layer | None"]
 
 
@@ -129,12 +163,29 @@ class _Const:
     value: Any
 
 
+@dataclass(frozen=True)
+class _Tuple:
+    """The tuple a recurrent module returns; operator.getitem takes it apart."""
+
+    items: tuple
+
+    @property
+    def name(self) -> str:  # the first tensor, for the module path -> qrt value record
+        first = self.items[0]
+        return first.name
+
+
 # ------------------------------------------------------------ float ops qrt runs
 
 _RELU_FUNCS = (F.relu, torch.relu)
 _FLATTEN_FUNCS = (torch.flatten,)
 _ADD_FUNCS = (operator.add, torch.add)
 _QUANTIZE_FUNCS = (torch.quantize_per_tensor,)
+_GETITEM_FUNCS = (operator.getitem,)
+# Float modules returning a tuple, whose getitem nodes the lowering resolves.
+_TUPLE_MODULES = (nn.RNNBase, nn.LSTMCell)
+# Patterns whose lowering returns a tuple.
+_TUPLE_PATTERNS = ("lstm_cell", "rnn", "lstm", "gru")
 _DYNAMIC_QUANTIZE_FUNCS = (torch.quantize_per_tensor_dynamic,)
 # Modules that are the identity in eval mode.
 _IDENTITY_MODULES = (nn.Identity, nn.Dropout)
@@ -216,6 +267,8 @@ class _Lowerer:
     def arg(self, a: Any) -> Any:
         if isinstance(a, torch.fx.Node):
             return self.env[a]
+        if isinstance(a, (tuple, list)):  # an LSTM's state (h, c) is passed as a tuple of nodes
+            return _Tuple(tuple(self.arg(v) for v in a))
         return a
 
     # -- node kinds
@@ -306,6 +359,8 @@ class _Lowerer:
             return self.flatten(node, *node.args, **node.kwargs)
         if fn in _ADD_FUNCS:
             return self.add(node)
+        if fn in _GETITEM_FUNCS:
+            return self.getitem(node)
         raise AssertionError(f"unclassified function {fn}")  # find_unsupported lets none through
 
     def call_method(self, node: torch.fx.Node) -> Any:
@@ -331,7 +386,11 @@ class _Lowerer:
         layer = self.describe(module)
         if layer is not None:
             args = [self.arg(a) for a in node.args]
-            out = LOWERINGS[layer.pattern](self, node, layer, *args)
+            kwargs = {k: self.arg(v) for k, v in node.kwargs.items()}
+            try:
+                out = LOWERINGS[layer.pattern](self, node, layer, *args, **kwargs)
+            except TypeError as e:  # arguments the lowering does not take (e.g. a keyword it does not know)
+                raise LoweringError(f"module {node.target!r}: unsupported call arguments ({e})") from None
             # Recorded so that `qrt compare` can match qrt values to PyTorch modules layer by layer.
             self.layers[str(node.target)] = out.name
             return out
@@ -371,6 +430,12 @@ class _Lowerer:
             return _Quant(y, x.scale, x.zero_point)
         x = self.float_of(x, node)
         return _Float(self.b.node("flatten", {"x": x}, {"start_dim": start_dim}, name=self.name(node.name)))
+
+    def getitem(self, node: torch.fx.Node) -> Any:
+        v, index = self.arg(node.args[0]), node.args[1]
+        if not isinstance(v, _Tuple) or not isinstance(index, int) or not -len(v.items) <= index < len(v.items):
+            raise LoweringError(f"node {node.name!r}: only taking apart a recurrent module's tuple is supported")
+        return v.items[index]
 
     def add(self, node: torch.fx.Node) -> _Float:
         if len(node.args) != 2 or node.kwargs:
@@ -425,27 +490,64 @@ def _lower_linear(lw: _Lowerer, node: torch.fx.Node, layer: LinearLayer, x: Any)
     )
 
 
-def _lower_rnn_cell(lw: _Lowerer, node: torch.fx.Node, layer: RNNCellLayer, x: Any, h: Any = None) -> Any:
-    """RNNCell -> rnn_cell_dynamic: both of its linears quantize their own input per call."""
-    if h is None:
-        raise LoweringError(f"module {node.target!r}: call the RNNCell with an explicit state h")
-    ports = {
-        "x": lw.float_of(x, node),
-        "h": lw.float_of(h, node),
-        **layer.ih_weight.ports("ih_"),
-        "ih_bias": layer.ih_bias,
-        **layer.hh_weight.ports("hh_"),
-        "hh_bias": layer.hh_bias,
+def _states(lw: _Lowerer, node: torch.fx.Node, hx: Any, names: tuple[str, ...]) -> dict[str, str]:
+    """A recurrent module's state argument: one tensor, or a tuple (h, c) for an LSTM."""
+    if len(names) == 1:
+        return {names[0]: lw.float_of(hx, node)}
+    if not isinstance(hx, _Tuple) or len(hx.items) != len(names):
+        raise LoweringError(f"module {node.target!r}: the state must be a tuple ({', '.join(names)})")
+    return {n: lw.float_of(v, node) for n, v in zip(names, hx.items)}
+
+
+def _lower_cell(lw: _Lowerer, node: torch.fx.Node, layer: RNNCellLayer, x: Any, hx: Any = None) -> Any:
+    """RNNCell / LSTMCell / GRUCell -> *_cell_dynamic: both linears quantize their own input per call."""
+    kind = layer.pattern.removesuffix("_cell")
+    states = ("h", "c") if kind == "lstm" else ("h",)
+    if hx is None:
+        # qrt cells take the state as an input; a streaming model carries it from step to step.
+        raise LoweringError(f"module {node.target!r}: call the {kind.upper()} cell with an explicit state")
+    ports = {"x": lw.float_of(x, node), **_states(lw, node, hx, states), **layer.ports()}
+    attrs = {"reduce_range": True}
+    if kind == "rnn":
+        attrs["nonlinearity"] = layer.nonlinearity
+    out = lw.b.node(f"{kind}_cell_dynamic", ports, attrs, name=lw.name(node.name))
+    if kind == "lstm":
+        return _Tuple(tuple(_Float(o) for o in out))
+    return _Float(out)
+
+
+def _lower_sequence(lw: _Lowerer, node: torch.fx.Node, layer: SequenceLayer, x: Any, hx: Any = None) -> Any:
+    """nn.RNN / LSTM / GRU -> rnn/lstm/gru_dynamic; returns (y, h_n) or (y, (h_n, c_n)) as torch does."""
+    kind = layer.pattern
+    ports: dict[str, Any] = {"x": lw.float_of(x, node)}
+    if hx is not None:
+        states = ("h0", "c0") if kind == "lstm" else ("h0",)
+        ports.update(_states(lw, node, hx, states))
+    dirs = 2 if layer.bidirectional else 1
+    for i, weights in enumerate(layer.directions):
+        ports.update(weights.ports(layer_prefix(i // dirs, i % dirs == 1)))
+    attrs = {
+        "num_layers": layer.num_layers,
+        "bidirectional": layer.bidirectional,
+        "batch_first": layer.batch_first,
+        "reduce_range": True,
     }
-    attrs = {"nonlinearity": layer.nonlinearity, "reduce_range": True}
-    return _Float(lw.b.node("rnn_cell_dynamic", ports, attrs, name=lw.name(node.name)))
+    if kind == "rnn":
+        attrs["nonlinearity"] = layer.nonlinearity
+    y, *final = (_Float(o) for o in lw.b.node(f"{kind}_dynamic", ports, attrs, name=lw.name(node.name)))
+    return _Tuple((y, _Tuple(tuple(final)) if kind == "lstm" else final[0]))
 
 
 # Rules pattern name -> its qrt lowering. A rules pattern missing here is refused at start-up.
 LOWERINGS: dict[str, Callable[..., Any]] = {
     "linear": _lower_linear,
     "linear_relu": _lower_linear,
-    "rnn_cell": _lower_rnn_cell,
+    "rnn_cell": _lower_cell,
+    "lstm_cell": _lower_cell,
+    "gru_cell": _lower_cell,
+    "rnn": _lower_sequence,
+    "lstm": _lower_sequence,
+    "gru": _lower_sequence,
 }
 
 
@@ -468,6 +570,28 @@ def find_unsupported(
     (used to check a float model before it is quantized).
     """
     modules = dict(gm.named_modules())
+
+    def recurrent_pattern(src: Any) -> str | None:
+        """The tuple-returning pattern (lstm_cell, rnn, lstm, gru) whose call src is, if any."""
+        if not isinstance(src, torch.fx.Node) or src.op != "call_module":
+            return None
+        m = modules[src.target]
+        layer = describe(m)
+        if layer is not None:
+            return layer.pattern if layer.pattern in _TUPLE_PATTERNS else None
+        if isinstance(m, _TUPLE_MODULES) and quantizable(src.target, m):
+            return "lstm" if isinstance(m, nn.LSTM) else "tuple"
+        return None
+
+    def returns_tuple(src: Any) -> bool:
+        """src's value is a tuple: a recurrent module's result, or an LSTM's (h_n, c_n) in it."""
+        if recurrent_pattern(src) is not None:
+            return True
+        return (
+            isinstance(src, torch.fx.Node) and src.op == "call_function" and src.target in _GETITEM_FUNCS
+            and src.args[1] == 1 and recurrent_pattern(src.args[0]) == "lstm"
+        )
+
     bad = []
     for node in gm.graph.nodes:
         if node.op == "call_module":
@@ -477,7 +601,10 @@ def find_unsupported(
         elif node.op == "call_function":
             fn = node.target
             known = _QUANTIZE_FUNCS + _DYNAMIC_QUANTIZE_FUNCS + _RELU_FUNCS + _FLATTEN_FUNCS + _ADD_FUNCS
-            if fn not in known:
+            if fn in _GETITEM_FUNCS:
+                if not (len(node.args) == 2 and isinstance(node.args[1], int) and returns_tuple(node.args[0])):
+                    bad.append(f"function operator.getitem (node {node.name!r}): indexing a tensor")
+            elif fn not in known:
                 bad.append(f"function {_fn_name(fn)} (node {node.name!r})")
         elif node.op == "call_method" and node.target not in FLOAT_METHODS:
             bad.append(f"method .{node.target}() (node {node.name!r})")

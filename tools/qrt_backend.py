@@ -13,7 +13,17 @@ Declarations, one per rules pattern (``PATTERN_CONFIGS``):
 - linear_relu: ``nn.Linear`` followed by ``nn.ReLU`` or ``F.relu``,
   fused into ``nni.LinearReLU`` (fuser method ``_sequential_wrapper2``), whose root
   is nn.Linear and reference module ``nnqr.Linear``.
-- rnn_cell: ``nn.RNNCell`` (root nn.RNNCell, reference ``nnqr.RNNCell``).
+- rnn_cell, lstm_cell, gru_cell, lstm, gru: ``nn.RNNCell``, ``nn.LSTMCell``, ``nn.GRUCell``,
+  ``nn.LSTM``, ``nn.GRU`` (root the module itself, reference ``nnqr.<same name>``), as torch's
+  native BackendConfig declares them. torch 2.13's FX flow observes only modules whose output
+  is one tensor, so it leaves LSTMCell, LSTM and GRU (tuple outputs) float; ``to_reference`` /
+  ``to_native`` then swap them for the reference module / the ``nnqd`` dynamic module exactly
+  as ``convert_weighted_module`` / ``quantize_dynamic`` would (``_swap_recurrent``).
+- rnn: ``nn.RNN`` has no quantized or reference module in PyTorch (and torch.ao's convert
+  cannot observe its weights), so there is no BackendPatternConfig: the swap replaces it with
+  ``DynamicRNNLoop``, a loop of dynamic ``nnqd.RNNCell`` per layer and direction whose weights
+  are quantized as ``quantize_dynamic`` quantizes an RNNCell's. That loop is qrt's reference
+  for ``rnn_dynamic``.
 DTypeConfigs: static = quint8 activations in and out, qint8 weights, float bias;
 dynamic = float in and out, activations quantized per call to quint8 with
 qint8 weights, or float16 weights with float16 "activations" (which the native
@@ -38,6 +48,7 @@ import torch.ao.nn.quantized.dynamic as nnqd
 import torch.ao.nn.quantized.reference as nnqr
 import torch.nn.functional as F
 from torch import nn
+from torch.ao.nn.quantized.reference.modules.rnn import get_quantized_weight
 from torch.ao.quantization import QConfig, QConfigMapping
 from torch.ao.quantization.backend_config import (
     BackendConfig,
@@ -54,8 +65,9 @@ from torch.ao.quantization.observer import (
     default_weight_observer,
 )
 from torch.ao.quantization.quantize_fx import convert_fx, convert_to_reference_fx, prepare_fx
+from torch.ao.quantization.utils import get_qparam_dict
 
-from .lower import Layer, LinearLayer, QWeight, RNNCellLayer
+from .lower import Layer, LinearLayer, QWeight, RNNCellLayer, SequenceLayer
 from .rules import PatternRule, Rules
 
 BACKEND_NAME = "qrt"
@@ -120,26 +132,53 @@ def _linear_relu(dtypes: list[DTypeConfig]) -> list[BackendPatternConfig]:
     return [*fusions, fused]
 
 
-def _rnn_cell(dtypes: list[DTypeConfig]) -> list[BackendPatternConfig]:
-    return [
-        BackendPatternConfig(nn.RNNCell)
-        .set_observation_type(_OBSERVED)
-        .set_dtype_configs(dtypes)
-        .set_root_module(nn.RNNCell)
-        .set_reference_quantized_module(nnqr.RNNCell)
-    ]
+def _recurrent(float_cls: type, ref_cls: type) -> Callable[[list[DTypeConfig]], list[BackendPatternConfig]]:
+    def configs(dtypes: list[DTypeConfig]) -> list[BackendPatternConfig]:
+        return [
+            BackendPatternConfig(float_cls)
+            .set_observation_type(_OBSERVED)
+            .set_dtype_configs(dtypes)
+            .set_root_module(float_cls)
+            .set_reference_quantized_module(ref_cls)
+        ]
+
+    return configs
+
+
+def _no_torch_pattern(dtypes: list[DTypeConfig]) -> list[BackendPatternConfig]:
+    """nn.RNN: torch.ao cannot declare it (see the module docstring); _swap_recurrent quantizes it."""
+    return []
 
 
 # Rules pattern name -> its BackendPatternConfigs, and the float module classes it quantizes.
 PATTERN_CONFIGS: dict[str, Callable[[list[DTypeConfig]], list[BackendPatternConfig]]] = {
     "linear": _linear,
     "linear_relu": _linear_relu,
-    "rnn_cell": _rnn_cell,
+    "rnn_cell": _recurrent(nn.RNNCell, nnqr.RNNCell),
+    "lstm_cell": _recurrent(nn.LSTMCell, nnqr.LSTMCell),
+    "gru_cell": _recurrent(nn.GRUCell, nnqr.GRUCell),
+    "rnn": _no_torch_pattern,
+    "lstm": _recurrent(nn.LSTM, nnqr.LSTM),
+    "gru": _recurrent(nn.GRU, nnqr.GRU),
 }
 _ROOT_MODULES: dict[str, tuple[type, ...]] = {
     "linear": (nn.Linear,),
     "linear_relu": (nn.Linear, nni.LinearReLU),
     "rnn_cell": (nn.RNNCell,),
+    "lstm_cell": (nn.LSTMCell,),
+    "gru_cell": (nn.GRUCell,),
+    "rnn": (nn.RNN,),
+    "lstm": (nn.LSTM,),
+    "gru": (nn.GRU,),
+}
+# Float recurrent module -> (rules pattern, reference module, native dynamic module); nn.RNN has neither.
+_RECURRENT: dict[type, tuple[str, type | None, type | None]] = {
+    nn.RNNCell: ("rnn_cell", nnqr.RNNCell, nnqd.RNNCell),
+    nn.LSTMCell: ("lstm_cell", nnqr.LSTMCell, nnqd.LSTMCell),
+    nn.GRUCell: ("gru_cell", nnqr.GRUCell, nnqd.GRUCell),
+    nn.RNN: ("rnn", None, None),
+    nn.LSTM: ("lstm", nnqr.LSTM, nnqd.LSTM),
+    nn.GRU: ("gru", nnqr.GRU, nnqd.GRU),
 }
 
 
@@ -255,13 +294,122 @@ def calibrate(prepared: torch.fx.GraphModule, batches: Iterable[Sequence[torch.T
 
 def to_reference(prepared: torch.fx.GraphModule, rules: Rules) -> torch.fx.GraphModule:
     with _quiet():
-        return convert_to_reference_fx(copy.deepcopy(prepared), backend_config=backend_config(rules))
+        gm = convert_to_reference_fx(copy.deepcopy(prepared), backend_config=backend_config(rules))
+        return _swap_recurrent(gm, prepared, rules, native=False)
 
 
 def to_native(prepared: torch.fx.GraphModule, rules: Rules) -> torch.fx.GraphModule:
     """PyTorch's own quantized model from the same prepared model (what qrt must reproduce)."""
     with _quiet():
-        return convert_fx(copy.deepcopy(prepared), backend_config=backend_config(rules))
+        gm = convert_fx(copy.deepcopy(prepared), backend_config=backend_config(rules))
+        return _swap_recurrent(gm, prepared, rules, native=True)
+
+
+# ------------------------------------------------------------ recurrent modules the FX flow leaves float
+
+_WEIGHT_DTYPE_NAMES = {torch.qint8: "qint8", torch.float16: "float16"}
+
+
+def _recurrent_weight_qparams(module: nn.Module, qconfig: QConfig) -> dict:
+    """The weight_qparams_dict torch.ao's convert_weighted_module builds for an RNN cell or LSTM / GRU."""
+    qparams: dict = {"is_decomposed": False}
+    if isinstance(module, nn.RNNCellBase):
+        names = ["weight_ih", "weight_hh"]
+    else:
+        names = [wn for wn in module._flat_weights_names if wn.startswith("weight")]
+    for wn in names:
+        observer = qconfig.weight()
+        if observer.dtype == torch.qint8:  # float16 "observers" hold no parameters
+            observer(getattr(module, wn))
+        qparams[wn] = get_qparam_dict(observer)
+    return qparams
+
+
+def _set_module(gm: torch.fx.GraphModule, target: str, module: nn.Module) -> None:
+    parent, _, name = target.rpartition(".")
+    setattr(gm.get_submodule(parent) if parent else gm, name, module)
+
+
+def _swap_recurrent(
+    gm: torch.fx.GraphModule, prepared: torch.fx.GraphModule, rules: Rules, native: bool
+) -> torch.fx.GraphModule:
+    """Quantize the recurrent modules that the rules cover and the FX flow left float.
+
+    Each gets the qconfig prepare_fx chose for its node; it is swapped only when that qconfig is
+    dynamic with a weight dtype the rule allows (otherwise it stays float and the lowering names it).
+    """
+    qconfigs = prepared.meta["_observed_graph_module_attrs"].node_name_to_qconfig
+    modules = dict(gm.named_modules())
+    for node in gm.graph.nodes:
+        if node.op != "call_module":
+            continue
+        module = modules[str(node.target)]
+        entry = _RECURRENT.get(type(module))
+        qconfig = qconfigs.get(node.name)
+        if entry is None or qconfig is None:
+            continue
+        pattern, ref_cls, native_cls = entry
+        rule = rules.pattern(pattern)
+        weight_dtype = _WEIGHT_DTYPE_NAMES.get(qconfig.weight().dtype)
+        if rule is None or weight_dtype not in rule.dynamic or not getattr(qconfig.activation(), "is_dynamic", False):
+            continue
+        if getattr(module, "proj_size", 0):
+            raise FrontEndError(f"module {node.target!r}: an LSTM with proj_size has no quantized form")
+        if ref_cls is None:
+            swapped = DynamicRNNLoop(module, qconfig)
+        elif native:
+            module.qconfig = qconfig  # what quantize_dynamic attaches before from_float
+            swapped = native_cls.from_float(module)
+        else:
+            swapped = ref_cls.from_float(module, _recurrent_weight_qparams(module, qconfig))
+        _set_module(gm, str(node.target), swapped)
+        modules[str(node.target)] = swapped
+    gm.recompile()
+    return gm
+
+
+class DynamicRNNLoop(nn.Module):
+    """nn.RNN quantized: one dynamic RNNCell per layer and direction, looped over time.
+
+    PyTorch has no quantized nn.RNN. This is qrt's reference for ``rnn_dynamic``: each cell's
+    weights are what ``quantize_dynamic`` makes of an RNNCell (symmetric qint8, per tensor or per
+    channel, or float16), and each step quantizes its own input, as a dynamic RNNCell does.
+    """
+
+    def __init__(self, rnn: nn.RNN, qconfig: QConfig) -> None:
+        super().__init__()
+        self.num_layers, self.bidirectional, self.batch_first = rnn.num_layers, rnn.bidirectional, rnn.batch_first
+        self.hidden_size, self.nonlinearity = rnn.hidden_size, rnn.nonlinearity
+        cells = []
+        for n in range(rnn.num_layers):
+            for suffix in ("", "_reverse")[: 2 if rnn.bidirectional else 1]:
+                w_ih = getattr(rnn, f"weight_ih_l{n}{suffix}")
+                cell = nn.RNNCell(w_ih.shape[1], rnn.hidden_size, rnn.bias, rnn.nonlinearity)
+                with torch.no_grad():
+                    for part in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+                        if rnn.bias or part.startswith("weight"):
+                            getattr(cell, part).copy_(getattr(rnn, f"{part}_l{n}{suffix}"))
+                cell.qconfig = qconfig
+                cells.append(nnqd.RNNCell.from_float(cell))
+        self.cells = nn.ModuleList(cells)
+
+    def forward(self, x: torch.Tensor, hx: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.batch_first:
+            x = x.transpose(0, 1)
+        dirs = 2 if self.bidirectional else 1
+        if hx is None:
+            hx = x.new_zeros(self.num_layers * dirs, x.shape[1], self.hidden_size)
+        finals = []
+        for n in range(self.num_layers):
+            outs = []
+            for d in range(dirs):
+                h, ys = hx[n * dirs + d], [None] * x.shape[0]
+                for t in reversed(range(x.shape[0])) if d else range(x.shape[0]):
+                    h = ys[t] = self.cells[n * dirs + d](x[t], h)
+                outs.append(torch.stack(ys))
+                finals.append(h)
+            x = torch.cat(outs, dim=2)
+        return (x.transpose(0, 1) if self.batch_first else x), torch.stack(finals)
 
 
 # ------------------------------------------------------------ torch.ao modules -> neutral layers
@@ -343,20 +491,70 @@ def describe(module: nn.Module) -> Layer | None:
         q = None if module.weight_dtype == torch.float16 else module.get_quantized_weight()
         weight = _ref_weight(module, q, module.weight_dtype, module.weight, name)
         return LinearLayer("linear", weight, _bias(module.bias), False)
-    if isinstance(module, nnqr.RNNCell):
-        ws = []
-        for part in ("ih", "hh"):
-            dtype = getattr(module, f"weight_{part}_dtype")
-            q = None if dtype == torch.float16 else getattr(module, f"get_quantized_weight_{part}")()
-            ws.append(_ref_weight(module, q, dtype, getattr(module, f"weight_{part}"), name))
-        return RNNCellLayer(
-            "rnn_cell", ws[0], _bias(module.bias_ih), ws[1], _bias(module.bias_hh), module.nonlinearity
-        )
-    if isinstance(module, nnqd.RNNCell):
+    for ref_cls, dyn_cls, pattern in _CELLS:
+        if isinstance(module, ref_cls):
+            ws = []
+            for part in ("ih", "hh"):
+                dtype = getattr(module, f"weight_{part}_dtype")
+                q = None if dtype == torch.float16 else getattr(module, f"get_quantized_weight_{part}")()
+                ws.append(_ref_weight(module, q, dtype, getattr(module, f"weight_{part}"), name))
+            nonlinearity = getattr(module, "nonlinearity", "tanh")
+            return RNNCellLayer(pattern, ws[0], _bias(module.bias_ih), ws[1], _bias(module.bias_hh), nonlinearity)
+        if isinstance(module, dyn_cls):
+            return _dynamic_cell(module, pattern, name)
+    if isinstance(module, (nnqr.LSTM, nnqr.GRU)):
+        cell = "lstm_cell" if isinstance(module, nnqr.LSTM) else "gru_cell"
+
+        def weights(suffix: str) -> RNNCellLayer:
+            ws = []
+            for part in ("ih", "hh"):
+                wn = f"weight_{part}{suffix}"
+                dtype = getattr(module, f"{wn}_dtype")
+                q = None if dtype == torch.float16 else get_quantized_weight(module, wn)
+                ws.append(_ref_weight(module, q, dtype, getattr(module, wn), name))
+            biases = [_bias(getattr(module, f"bias_{p}{suffix}", None)) for p in ("ih", "hh")]
+            return RNNCellLayer(cell, ws[0], biases[0], ws[1], biases[1])
+
+        return _sequence(module, cell.removesuffix("_cell"), weights)
+    if isinstance(module, (nnqd.LSTM, nnqd.GRU)):
         wb = module._weight_bias()
-        ih, hh = (_qweight(wb["weight"][f"weight_{p}"], name) for p in ("ih", "hh"))
-        return RNNCellLayer(
-            "rnn_cell", ih, _bias(wb["bias"]["bias_ih"]), hh, _bias(wb["bias"]["bias_hh"]), module.nonlinearity
-        )
+        cell = "lstm_cell" if isinstance(module, nnqd.LSTM) else "gru_cell"
+
+        def dyn_weights(suffix: str) -> RNNCellLayer:
+            ih, hh = (_qweight(wb["weight"][f"weight_{p}{suffix}"], name) for p in ("ih", "hh"))
+            biases = [_bias(wb["bias"].get(f"bias_{p}{suffix}")) for p in ("ih", "hh")]
+            return RNNCellLayer(cell, ih, biases[0], hh, biases[1])
+
+        return _sequence(module, cell.removesuffix("_cell"), dyn_weights)
+    if isinstance(module, DynamicRNNLoop):
+        cells = iter(module.cells)
+        return _sequence(module, "rnn", lambda suffix: _dynamic_cell(next(cells), "rnn_cell", name))
     return None
+
+
+# Reference cell, dynamic cell, rules pattern. LSTMCell and GRUCell do not subclass RNNCell.
+_CELLS = (
+    (nnqr.RNNCell, nnqd.RNNCell, "rnn_cell"),
+    (nnqr.LSTMCell, nnqd.LSTMCell, "lstm_cell"),
+    (nnqr.GRUCell, nnqd.GRUCell, "gru_cell"),
+)
+
+
+def _dynamic_cell(module: nn.Module, pattern: str, name: str) -> RNNCellLayer:
+    wb = module._weight_bias()
+    ih, hh = (_qweight(wb["weight"][f"weight_{p}"], name) for p in ("ih", "hh"))
+    return RNNCellLayer(
+        pattern, ih, _bias(wb["bias"]["bias_ih"]), hh, _bias(wb["bias"]["bias_hh"]),
+        getattr(module, "nonlinearity", "tanh"),
+    )
+
+
+def _sequence(module: nn.Module, pattern: str, weights: Callable[[str], RNNCellLayer]) -> SequenceLayer:
+    """A SequenceLayer from weight sets by torch's suffix (_l0, _l0_reverse, ...), in torch's order."""
+    dirs = ("", "_reverse")[: 2 if module.bidirectional else 1]
+    directions = tuple(weights(f"_l{n}{d}") for n in range(module.num_layers) for d in dirs)
+    return SequenceLayer(
+        pattern, directions, module.num_layers, module.bidirectional, module.batch_first,
+        getattr(module, "nonlinearity", "tanh"),
+    )
 

@@ -111,6 +111,12 @@ DEFAULT_RULES = Rules(
         PatternRule("linear", ("Linear",), static=True, dynamic=("qint8", "float16")),
         PatternRule("linear_relu", ("Linear", "ReLU"), static=True, dynamic=("qint8", "float16")),
         PatternRule("rnn_cell", ("RNNCell",), static=False, dynamic=("qint8",)),
+        PatternRule("lstm_cell", ("LSTMCell",), static=False, dynamic=("qint8", "float16")),
+        PatternRule("gru_cell", ("GRUCell",), static=False, dynamic=("qint8", "float16")),
+        # PyTorch quantizes no nn.RNN: its weights are quantized as quantize_dynamic does an RNNCell's.
+        PatternRule("rnn", ("RNN",), static=False, dynamic=("qint8", "float16")),
+        PatternRule("lstm", ("LSTM",), static=False, dynamic=("qint8", "float16")),
+        PatternRule("gru", ("GRU",), static=False, dynamic=("qint8", "float16")),
     ),
 )
 
