@@ -121,6 +121,20 @@ def _linear_dynamic(node: Node, c: Mapping[str, np.ndarray]) -> Step:
     return _rows(dynamic_linear(c, node.attrs["reduce_range"]), np.float32)
 
 
+def _linear_float(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    """Float32 linear through numpy's BLAS: not bit-exact with torch's GEMM (summation order differs)."""
+    w_t = np.ascontiguousarray(np.asarray(c["weight"], np.float32).T)  # [in, out], laid out once
+    bias = None if c.get("bias") is None else np.asarray(c["bias"], np.float32)
+
+    def step(x):
+        y = np.matmul(x, w_t)
+        if bias is not None:
+            y += bias
+        return (y,)
+
+    return step
+
+
 def _recurrent_kind(op_kind: str, attrs: Mapping) -> str:
     return f"rnn_{attrs['nonlinearity']}" if op_kind == "rnn" else op_kind
 
@@ -224,6 +238,7 @@ IMPLEMENTATIONS: dict[str, Callable[[Node, Mapping[str, np.ndarray]], Step]] = {
     "dequantize": _dequantize,
     "linear": _linear,
     "linear_dynamic": _linear_dynamic,
+    "linear_float": _linear_float,
     **{f"{kind}_cell_dynamic": _cell(kind) for kind in ("rnn", "lstm", "gru")},
     **{f"{kind}_dynamic": _sequence(kind) for kind in ("rnn", "lstm", "gru")},
     "relu": _relu,

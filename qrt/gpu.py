@@ -582,6 +582,18 @@ def _linear_dynamic(node: Node, c: Mapping[str, np.ndarray]) -> Step:
     return _rows(dynamic_linear(c, node.attrs["reduce_range"]), np.float32)
 
 
+def _linear_float(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    """Float32 linear through CuPy's matmul (cuBLAS): close to, not bit-exact with, torch's GEMM."""
+    w_t = _dev(np.asarray(c["weight"], np.float32).T)
+    bias = None if c.get("bias") is None else _dev(c["bias"], np.float32)
+
+    def step(x):
+        y = _dev(x, np.float32) @ w_t
+        return (y if bias is None else y + bias,)
+
+    return step
+
+
 def _rnn_cell_dynamic(node: Node, c: Mapping[str, np.ndarray]) -> Step:
     rr = node.attrs["reduce_range"]
     cell = RNNCell(dynamic_linear(c, rr, "ih_"), dynamic_linear(c, rr, "hh_"), node.attrs["nonlinearity"] == "relu")
@@ -707,6 +719,7 @@ IMPLEMENTATIONS: dict[str, Callable[[Node, Mapping[str, np.ndarray]], Step]] = {
     "dequantize": _dequantize,
     "linear": _linear,
     "linear_dynamic": _linear_dynamic,
+    "linear_float": _linear_float,
     "rnn_cell_dynamic": _rnn_cell_dynamic,  # the fused int8 Elman step
     **{f"{kind}_cell_dynamic": _cell(kind) for kind in ("lstm", "gru")},
     **{f"{kind}_dynamic": _sequence(kind) for kind in ("rnn", "lstm", "gru")},

@@ -239,6 +239,19 @@ def _check_linear_dynamic(ins, consts, attrs):
     return [ValueInfo("float32", x.shape[:-1] + (n,))]
 
 
+def _check_linear_float(ins, consts, attrs):
+    x, w = ins["x"], ins["weight"]
+    _rank_at_least("x", x, 1)
+    if len(w.shape) != 2:
+        _fail(f"weight must be 2-D [out, in], got {w.describe()}")
+    n, k = w.shape
+    _dim_equals("x's last dimension", x.shape[-1], k)
+    b = ins.get("bias")
+    if b is not None and b.shape != (n,):
+        _fail(f"bias must have shape [{n}], got {b.describe()}")
+    return [ValueInfo("float32", x.shape[:-1] + (n,))]
+
+
 def _recurrent_weights(ins, consts, prefix: str, gates: int, n_in) -> int:
     """Check one direction's ih/hh weight sets against its input width n_in; return the hidden size."""
     rows, hidden = _dynamic_weight(ins, consts, f"{prefix}hh_")
@@ -430,6 +443,13 @@ OPS: dict[str, OpSpec] = {
             ("y",),
             _check_linear_dynamic,
             (_REDUCE_RANGE,),
+        ),
+        OpSpec(
+            "linear_float",
+            "float32 linear y = x @ weight.T + bias: a layer the converter's rules keep in float",
+            (Port("x", _F32), Port("weight", _F32, const=True), Port("bias", _F32, optional=True, const=True)),
+            ("y",),
+            _check_linear_float,
         ),
         *(
             OpSpec(

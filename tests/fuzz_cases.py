@@ -122,6 +122,14 @@ def _op_models() -> dict[str, GraphBuilder]:
     b.output(b.node("flatten", {"x": b.input("x", "uint8", [None, 2, 3])}, {"start_dim": 1}))
     models["flatten"] = b
 
+    if "linear_float" in OPS:
+        b = GraphBuilder()
+        b.output(b.node("linear_float", {
+            "x": b.input("x", "float32", [None, 3]),
+            "weight": rng.standard_normal((2, 3)).astype(np.float32), "bias": np.ones(2, np.float32),
+        }))
+        models["linear_float"] = b
+
     # Recurrent ops, where the registry has them: cells, and whole sequences.
     def dyn(prefix: str, rows: int, cols: int, int8: bool) -> dict:
         if not int8:

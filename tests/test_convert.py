@@ -430,12 +430,43 @@ def test_rules_per_module_scheme(tmp_path, mlp_ckpt):
         np.testing.assert_array_equal(qrt.run(out, x), want(torch.from_numpy(x)).numpy())
 
 
-def test_rules_keep_float_layer_qrt_cannot_run(tmp_path, mlp_ckpt):
-    """qrt has no float Linear op: keeping one in float is refused, naming that module only."""
+def test_rules_keep_float_layer(tmp_path, mlp_ckpt):
+    """fc3 kept in float runs as linear_float; fc1, fc2 stay bit-exact with quantize_dynamic.
+
+    linear_float cannot be bit-exact: numpy's BLAS and torch's GEMM sum the K products in different
+    orders (and blockings). Each result is within gamma_K * sum_k |h_k w_k| of the exact dot product
+    (gamma_K = K u / (1 - K u), u = 2**-24, any order, with or without fma), plus one rounding for
+    the bias, so the two differ by at most twice that; fc3's input h is the same in both (bit-exact).
+    """
     rules = _rules_file(tmp_path / "float.py", "float-head", {"fc3": "float"})
-    with pytest.raises(ConvertError, match=r"module 'fc3' \(torch.nn.modules.linear.Linear\)") as e:
-        convert(mlp_ckpt, tmp_path / "m.qrt", model="models:make_mlp", input_shapes=["1,37"], rules=rules)
-    assert "fc1" not in str(e.value) and not (tmp_path / "m.qrt").exists()
+    out = tmp_path / "m.qrt"
+    convert(mlp_ckpt, out, model="models:make_mlp", input_shapes=["1,37"], rules=rules)
+    model = qrt.load(out)
+    assert [n.op for n in model.graph.nodes] == ["linear_dynamic", "relu", "linear_dynamic", "relu", "linear_float"]
+    want = quantize_dynamic(models.make_mlp().eval(), {"fc1": default_dynamic_qconfig, "fc2": default_dynamic_qconfig})
+    assert type(want.fc3) is nn.Linear
+    seen = {}
+    want.fc3.register_forward_hook(lambda m, i, o: seen.update(h=i[0].numpy()))  # returns None: output kept
+    x = inputs(np.random.default_rng(11), 16, 37)
+    with torch.no_grad():
+        expected = want(torch.from_numpy(x)).numpy()
+    got = qrt.run(out, x)
+    k, u = 48, 2.0**-24
+    w, b = want.fc3.weight.detach().numpy(), want.fc3.bias.detach().numpy()
+    magnitude = np.abs(seen["h"]) @ np.abs(w).T + np.abs(b)
+    bound = 2 * ((k + 1) * u / (1 - (k + 1) * u)) * magnitude
+    assert np.all(np.abs(got - expected) <= bound)
+    print(f"linear_float vs torch: max |diff| {np.abs(got - expected).max():.3g}")
+
+
+def test_rules_keep_float_layer_qrt_cannot_run(tmp_path):
+    """An LSTM has no float op in qrt: keeping it in float is refused, naming that module only."""
+    ckpt = tmp_path / "lstm.pt"
+    torch.save(models.make_lstm_classifier().state_dict(), ckpt)
+    rules = _rules_file(tmp_path / "float.py", "float-rnn", {"rnn": "float"})
+    with pytest.raises(ConvertError, match=r"module 'rnn' \(torch.nn.modules.rnn.LSTM\)") as e:
+        convert(ckpt, tmp_path / "m.qrt", model="models:make_lstm_classifier", input_shapes=["1,5,12"], rules=rules)
+    assert "head" not in str(e.value) and "getitem" not in str(e.value) and not (tmp_path / "m.qrt").exists()
     missing = _rules_file(tmp_path / "missing.py", "missing", {"decoder": "per-channel"})
     with pytest.raises(ConvertError, match="module 'decoder', which the model does not have"):
-        convert(mlp_ckpt, tmp_path / "m.qrt", model="models:make_mlp", input_shapes=["1,37"], rules=missing)
+        convert(ckpt, tmp_path / "m.qrt", model="models:make_lstm_classifier", input_shapes=["1,5,12"], rules=missing)

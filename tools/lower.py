@@ -189,7 +189,8 @@ _TUPLE_PATTERNS = ("lstm_cell", "rnn", "lstm", "gru")
 _DYNAMIC_QUANTIZE_FUNCS = (torch.quantize_per_tensor_dynamic,)
 # Modules that are the identity in eval mode.
 _IDENTITY_MODULES = (nn.Identity, nn.Dropout)
-FLOAT_MODULES = (nn.ReLU, nn.Flatten, *_IDENTITY_MODULES)
+# nn.Linear: a float Linear (kept in float by the rules) runs as linear_float.
+FLOAT_MODULES = (nn.ReLU, nn.Flatten, nn.Linear, *_IDENTITY_MODULES)
 FLOAT_METHODS = ("relu", "flatten", "dequantize", "contiguous")
 
 # convert_fx runs these ops on the quantized tensor itself when they sit between a dequantize and a
@@ -199,6 +200,13 @@ FLOAT_METHODS = ("relu", "flatten", "dequantize", "contiguous")
 _NATIVE_COPY_MODULES = (nn.ReLU, nn.Dropout)
 _NATIVE_COPY_FUNCS = (F.relu, torch.flatten)
 _NATIVE_COPY_METHODS = ("relu", "contiguous")
+
+
+def _float_linear_relu(m: nn.Module) -> bool:
+    """A float Linear -> ReLU that prepare_fx fused (nni.LinearReLU, a Sequential) and left unquantized."""
+    return (
+        isinstance(m, nn.Sequential) and len(m) == 2 and type(m[0]) is nn.Linear and isinstance(m[1], nn.ReLU)
+    )
 
 
 def _fn_name(fn: Any) -> str:
@@ -396,6 +404,10 @@ class _Lowerer:
             return out
         if isinstance(module, _IDENTITY_MODULES):
             return self.arg(node.args[0])
+        if _float_linear_relu(module) or isinstance(module, nn.Linear):
+            out = self.linear_float(node, module, self.arg(node.args[0]))
+            self.layers[str(node.target)] = out.name
+            return out
         if isinstance(module, nn.ReLU):
             return self.relu(node, self.arg(node.args[0]))
         if isinstance(module, nn.Flatten):
@@ -403,6 +415,19 @@ class _Lowerer:
                 raise LoweringError(f"module {node.target!r}: Flatten with end_dim {module.end_dim} is not supported")
             return self.flatten(node, node.args[0], module.start_dim)
         raise AssertionError(f"unclassified module {node.target}")
+
+    def linear_float(self, node: torch.fx.Node, module: nn.Module, x: Any) -> _Float:
+        """A Linear the rules keep in float (or a float Linear + ReLU fused by prepare_fx)."""
+        linear = module if isinstance(module, nn.Linear) else module[0]
+        ports = {
+            "x": self.float_of(x, node),
+            "weight": linear.weight.detach().float().numpy().copy(),
+            "bias": None if linear.bias is None else linear.bias.detach().float().numpy().copy(),
+        }
+        y = self.b.node("linear_float", ports, name=self.name(node.name))
+        if not isinstance(module, nn.Linear):
+            y = self.b.node("relu", {"x": y}, name=self.name(f"{node.name}_relu"))
+        return _Float(y)
 
     def relu(self, node: torch.fx.Node, x: Any) -> _Float | _Quant:
         if isinstance(x, _Quant):
@@ -579,7 +604,7 @@ def find_unsupported(
         layer = describe(m)
         if layer is not None:
             return layer.pattern if layer.pattern in _TUPLE_PATTERNS else None
-        if isinstance(m, _TUPLE_MODULES) and quantizable(src.target, m):
+        if isinstance(m, _TUPLE_MODULES):  # if qrt cannot run the module, the module itself is named
             return "lstm" if isinstance(m, nn.LSTM) else "tuple"
         return None
 
@@ -596,7 +621,8 @@ def find_unsupported(
     for node in gm.graph.nodes:
         if node.op == "call_module":
             m = modules[node.target]
-            if describe(m) is None and not isinstance(m, FLOAT_MODULES) and not quantizable(node.target, m):
+            known = isinstance(m, FLOAT_MODULES) or _float_linear_relu(m)
+            if describe(m) is None and not known and not quantizable(node.target, m):
                 bad.append(f"module {node.target!r} ({_class_name(m)})")
         elif node.op == "call_function":
             fn = node.target
