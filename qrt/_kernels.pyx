@@ -381,7 +381,8 @@ cdef class StaticLinear:
         z = np.ascontiguousarray(np.broadcast_to(np.asarray(w_zero_point, np.int32), (n,)))
         rs = w.sum(axis=1, dtype=np.int32)
         b = np.ascontiguousarray(bias if bias is not None else np.zeros(n), dtype=np.float32)
-        bq = (b / a_w).astype(np.float32)
+        with np.errstate(over="ignore"):  # a huge bias over a tiny a_w saturates: inf is its right value
+            bq = (b / a_w).astype(np.float32)
         self.bias_inv = np.float32(1.0 / np.float64(a_w[0])) if n else 0
         self.arrays = [w, mult, z, rs, b, bq]
         cdef const int8_t[:, ::1] wv = w
@@ -516,7 +517,7 @@ cdef class Recurrent:
         check_states(b, hidden, [(h.shape[0], h.shape[1]), (c.shape[0], c.shape[1]),
                                  (h_out.shape[0], h_out.shape[1]), (c_out.shape[0], c_out.shape[1])])
         if x.shape[1] != self.input_size:
-            raise ValueError("Recurrent: input width mismatch")
+            raise ValueError(f"x has {x.shape[1]} features, expected {self.input_size}")
         if b == 0 or hidden == 0:
             return
         cdef float[::1] gi = np.empty(b * rows, np.float32)

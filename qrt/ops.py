@@ -121,9 +121,15 @@ def _fail(msg: str) -> None:
     raise FormatError(msg)
 
 
+def _finite_reciprocal(t: np.ndarray) -> bool:
+    """1/t is finite in float32: kernels multiply by the reciprocal, so a denormal scale is unusable."""
+    with np.errstate(divide="ignore", over="ignore"):
+        return bool(np.all(np.isfinite(np.float32(1) / t.astype(np.float32))))
+
+
 def _scale_values(name: str, t: np.ndarray) -> None:
-    if not np.all(np.isfinite(t)) or not np.all(t > 0):
-        _fail(f"{name} must be finite and > 0, got {t.ravel()[:8].tolist()}")
+    if not np.all(np.isfinite(t)) or not np.all(t > 0) or not _finite_reciprocal(t):
+        _fail(f"{name} must be finite and > 0 with a finite float32 reciprocal, got {t.ravel()[:8].tolist()}")
 
 
 def _zero_points(name: str, t: np.ndarray, dtype: str) -> None:
@@ -225,6 +231,12 @@ def _check_linear(ins, consts, attrs):
     _qparams(ins, consts, "x_", "uint8", None)
     _qparams(ins, consts, "weight_", "int8", n)
     _qparams(ins, consts, "y_", "uint8", None)
+    # The requantization runs on a_w = s_x * s_w and a_w / s_y in float32: both must stay usable.
+    with np.errstate(over="ignore", under="ignore"):
+        a_w = np.float32(consts["x_scale"]) * consts["weight_scale"].astype(np.float32)
+        mult = a_w / np.float32(consts["y_scale"])
+    if not (np.all(a_w > 0) and _finite_reciprocal(a_w) and np.all(np.isfinite(mult)) and np.all(mult > 0)):
+        _fail("x_scale * weight_scale / y_scale over- or underflows float32")
     b = ins.get("bias")
     if b is not None and b.shape != (n,):
         _fail(f"bias must have shape [{n}], got {b.describe()}")

@@ -553,7 +553,7 @@ def test_bad_attrs_unknown_and_missing(tmp_path):
             "missing attribute 'axis'")
 
 
-@pytest.mark.parametrize("bad", [0.0, -0.0, -0.5, float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("bad", [0.0, -0.0, -0.5, float("nan"), float("inf"), float("-inf"), 1e-45])
 @pytest.mark.parametrize("seed,name", [
     ("quantize_per_tensor", "quantize_per_tensor_0.scale"),
     ("quantize_per_channel", "quantize_per_channel_0.scale"),
@@ -571,6 +571,16 @@ def test_bad_scale(tmp_path, bad, seed, name):
 
     port = name.split(".", 1)[1]
     rejects(tmp_path, edited(seed, edit), f"{port} must be finite and > 0")
+
+
+@pytest.mark.parametrize("x_scale,y_scale", [(1e-30, 1e30), (1e30, 1e-30)])
+def test_linear_requantization_multiplier_must_fit_float32(tmp_path, x_scale, y_scale):
+    def edit(h):
+        body = split(seed_files()["linear"])[1]
+        body = set_tensor(h, body, "linear_0.x_scale", np.full(1, x_scale, np.float32).reshape(()))
+        return set_tensor(h, body, "linear_0.y_scale", np.full(1, y_scale, np.float32).reshape(()))
+
+    rejects(tmp_path, edited("linear", edit), "over- or underflows float32")
 
 
 @pytest.mark.parametrize("seed,name,bad,rng", [
