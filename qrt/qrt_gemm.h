@@ -1,0 +1,396 @@
+/* Vectorised GEMM kernels of qrt's CPU backend, included from _kernels.pyx.
+ *
+ * Two products, each with one generic tile function over a handful of
+ * per-ISA primitives chosen at build time from the compiler's macros:
+ *
+ *   u8 x s8 -> int32 (exact):  AVX-512 VNNI vpdpbusd | AVX2 vpmaddwd on
+ *   int16-widened bytes (vpmaddubsw would saturate) | NEON sdot on x - 128 |
+ *   portable C.
+ *   float32 x float16 -> float32 fma chains (fbgemm's rounding): AVX-512F or
+ *   AVX2+FMA with f16c widening on the fly | portable C on widened weights.
+ *
+ * Weights are packed once at load into panels of NR output columns. In an
+ * int8 panel each group of 4 k values holds NR x 4 bytes (column-major within
+ * the group: what one vpdpbusd / sdot lane consumes); K is padded to a
+ * multiple of 4 and N to a multiple of NR with zeros. In a float16 panel each
+ * k holds NR consecutive values.
+ *
+ * A tile is MR rows of x times one panel, accumulated in registers over the
+ * whole of K; the drivers walk panels outside and row tiles inside, so a
+ * panel (NR * K bytes, 256 KiB at K = 4096) stays in L2 while x streams past.
+ * Every output is computed by one tile with one fixed order of operations,
+ * whatever the tiling or the number of threads, so results never depend on
+ * either.
+ */
+#ifndef QRT_GEMM_H
+#define QRT_GEMM_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__GNUC__)
+#define QRT_INLINE static inline __attribute__((always_inline))
+#define QRT_UNROLL _Pragma("GCC unroll 16")
+#else
+#define QRT_UNROLL
+#define QRT_INLINE static inline
+#endif
+
+/* ------------------------------------------------------------------ u8 x s8 primitives
+ * I8_NR columns per panel, I8_MR rows per tile, I8_NV accumulators per row,
+ * each covering I8_COLS columns and consuming I8_WBYTES packed bytes per group.
+ * I8_XBIAS: the dot product the hardware computes is sum (x - XBIAS) * w.
+ */
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#define QRT_I8_PATH "avx512vnni"
+#define I8_NR 64
+#define I8_MR 6
+#define I8_COLS 16
+#define I8_XBIAS 0
+typedef __m512i i8_acc;
+typedef __m512i i8_w;
+typedef __m512i i8_x;
+#define I8_ZERO() _mm512_setzero_si512()
+#define I8_LOADW(p) _mm512_loadu_si512((const void*)(p))
+#define I8_SETX(word) _mm512_set1_epi32((int)(word))
+/* vpdpbusd: 4 u8*s8 products (each fits int16) summed into each int32 lane, no saturation */
+#define I8_DOT(acc, x, w) _mm512_dpbusd_epi32((acc), (x), (w))
+#define I8_STORE(out, acc) _mm512_storeu_si512((void*)(out), (acc))
+#define I8_LOADC(p) _mm512_loadu_si512((const void*)(p))
+
+#elif defined(__AVX2__)
+#include <immintrin.h>
+#define QRT_I8_PATH "avx2"
+#define I8_NR 8
+#define I8_MR 4
+#define I8_COLS 4
+#define I8_XBIAS 0
+typedef __m256i i8_acc;
+typedef __m256i i8_w;
+typedef __m256i i8_x;
+#define I8_ZERO() _mm256_setzero_si256()
+/* 4 columns x 4 k of s8 widened to 16 int16; x's 4 bytes widened and repeated to match.
+ * vpmaddwd then sums pairs exactly (2 * 255 * 128 < 2^31): lane 2c + h holds column c, k pair h. */
+#define I8_LOADW(p) _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(p)))
+#define I8_SETX(word) _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128((int)(word))))
+#define I8_DOT(acc, x, w) _mm256_add_epi32((acc), _mm256_madd_epi16((x), (w)))
+/* 4 partial sums back into pair form: (c, 0) per column */
+#define I8_LOADC(p) _mm256_cvtepu32_epi64(_mm_loadu_si128((const __m128i*)(p)))
+QRT_INLINE void I8_STORE(int32_t* out, i8_acc acc) {
+    int32_t pairs[8];
+    _mm256_storeu_si256((__m256i*)pairs, acc);
+    for (int c = 0; c < 4; c++)
+        out[c] = (int32_t)((uint32_t)pairs[2 * c] + (uint32_t)pairs[2 * c + 1]);
+}
+
+#elif defined(__ARM_FEATURE_DOTPROD)
+#include <arm_neon.h>
+#define QRT_I8_PATH "neon-sdot"
+#define I8_NR 16
+#define I8_MR 4
+#define I8_COLS 4
+/* sdot is s8 x s8: feed x - 128 (x ^ 0x80) and add 128 * rowsum(w) back in the epilogue */
+#define I8_XBIAS 128
+typedef int32x4_t i8_acc;
+typedef int8x16_t i8_w;
+typedef int8x16_t i8_x;
+#define I8_ZERO() vdupq_n_s32(0)
+#define I8_LOADW(p) vld1q_s8((const int8_t*)(p))
+#define I8_SETX(word) vreinterpretq_s8_u32(vdupq_n_u32((uint32_t)(word) ^ 0x80808080u))
+#define I8_DOT(acc, x, w) vdotq_s32((acc), (w), (x))
+#define I8_STORE(out, acc) vst1q_s32((out), (acc))
+#define I8_LOADC(p) vld1q_s32(p)
+
+#else
+#define QRT_I8_PATH "portable"
+#define I8_NR 16
+#define I8_MR 4
+#define I8_COLS 1
+#define I8_XBIAS 0
+typedef int32_t i8_acc;
+typedef const int8_t* i8_w;
+typedef uint32_t i8_x;
+#define I8_ZERO() 0
+#define I8_LOADW(p) ((const int8_t*)(p))
+#define I8_SETX(word) ((uint32_t)(word))
+QRT_INLINE int32_t I8_DOT(int32_t acc, uint32_t x, const int8_t* w) {
+    uint32_t s = (uint32_t)acc;
+    for (int t = 0; t < 4; t++)
+        s += ((x >> (8 * t)) & 0xFF) * (uint32_t)(int32_t)w[t];
+    return (int32_t)s;
+}
+#define I8_STORE(out, acc) (*(out) = (acc))
+#define I8_LOADC(p) (*(p))
+#endif
+
+#define I8_NV (I8_NR / I8_COLS)
+#define I8_WBYTES (I8_COLS * 4)
+
+static inline ptrdiff_t qrt_round_up(ptrdiff_t v, ptrdiff_t to) { return (v + to - 1) / to * to; }
+
+/* Bytes of packed int8 weights for n x k. */
+static inline ptrdiff_t qrt_i8_packed_size(ptrdiff_t n, ptrdiff_t k) {
+    return qrt_round_up(n, I8_NR) * qrt_round_up(k, 4);
+}
+
+/* w[n][k] (row-major) -> panels of I8_NR columns, groups of 4 k, zero padded. */
+static void qrt_i8_pack(const int8_t* w, ptrdiff_t n, ptrdiff_t k, int8_t* out) {
+    ptrdiff_t kp = qrt_round_up(k, 4), j, t;
+    memset(out, 0, (size_t)qrt_i8_packed_size(n, k));
+    for (j = 0; j < n; j++) {
+        int8_t* panel = out + (j / I8_NR) * I8_NR * kp;
+        for (t = 0; t < k; t++)
+            panel[(t / 4) * I8_NR * 4 + (j % I8_NR) * 4 + t % 4] = w[j * k + t];
+    }
+}
+
+/* Bytes of packed x for m x k. */
+static inline ptrdiff_t qrt_i8_packed_x_size(ptrdiff_t m, ptrdiff_t k) {
+    return qrt_round_up(m, I8_MR) * qrt_round_up(k, 4);
+}
+
+/* x[m][k] -> tiles of I8_MR rows; in a tile, each group of 4 k holds the rows' 4 bytes in turn,
+ * so a tile reads one contiguous stream (rows of x K bytes apart would share L1 sets when K is a
+ * multiple of 4096). Padding rows and k are 0. */
+static void qrt_i8_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* out) {
+    ptrdiff_t kp = qrt_round_up(k, 4), i, g;
+    if (m % I8_MR || k % 4)
+        memset(out, 0, (size_t)qrt_i8_packed_x_size(m, k));
+    for (i = 0; i < m; i++) {
+        uint8_t* tile = out + (i / I8_MR) * I8_MR * kp + (i % I8_MR) * 4;
+        for (g = 0; g < k / 4; g++)
+            memcpy(tile + g * I8_MR * 4, x + i * k + 4 * g, 4);
+        memcpy(tile + g * I8_MR * 4, x + i * k + 4 * g, (size_t)(k % 4));
+    }
+}
+
+/* c[r][col] (+)= sum over the k of groups [g0, g1) of (x[r][t] - I8_XBIAS) * panel column col,
+ * for the r < mr rows of one packed x tile; c rows are I8_NR apart. */
+QRT_INLINE void i8_tile(const uint8_t* xtile, const int mr, const int8_t* panel, ptrdiff_t g0, ptrdiff_t g1,
+                        int accumulate, int32_t* c) {
+    i8_acc acc[I8_MR][I8_NV];
+    ptrdiff_t g;
+    int r, v;
+    QRT_UNROLL for (r = 0; r < I8_MR; r++)
+        if (r < mr)
+            QRT_UNROLL for (v = 0; v < I8_NV; v++)
+                acc[r][v] = accumulate ? I8_LOADC(c + r * I8_NR + v * I8_COLS) : I8_ZERO();
+    for (g = g0; g < g1; g++) {
+        i8_w w[I8_NV];
+        QRT_UNROLL for (v = 0; v < I8_NV; v++)
+            w[v] = I8_LOADW(panel + g * I8_NR * 4 + v * I8_WBYTES);
+        QRT_UNROLL for (r = 0; r < I8_MR; r++) {
+            if (r < mr) {
+                uint32_t word;
+                memcpy(&word, xtile + (g * I8_MR + r) * 4, 4);
+                i8_x xr = I8_SETX(word);
+                QRT_UNROLL for (v = 0; v < I8_NV; v++)
+                    acc[r][v] = I8_DOT(acc[r][v], xr, w[v]);
+            }
+        }
+    }
+    QRT_UNROLL for (r = 0; r < I8_MR; r++)
+        if (r < mr)
+            QRT_UNROLL for (v = 0; v < I8_NV; v++)
+                I8_STORE(c + r * I8_NR + v * I8_COLS, acc[r][v]);
+}
+
+/* One tile per call site with mr a constant, so the accumulators live in registers. */
+static void i8_tile_any(const uint8_t* xtile, int mr, const int8_t* panel, ptrdiff_t g0, ptrdiff_t g1,
+                        int accumulate, int32_t* c) {
+    switch (mr) {
+    case 1: i8_tile(xtile, 1, panel, g0, g1, accumulate, c); break;
+    case 2: i8_tile(xtile, 2, panel, g0, g1, accumulate, c); break;
+    case 3: i8_tile(xtile, 3, panel, g0, g1, accumulate, c); break;
+    case 4: i8_tile(xtile, 4, panel, g0, g1, accumulate, c); break;
+    case 5: i8_tile(xtile, 5, panel, g0, g1, accumulate, c); break;
+    default: i8_tile(xtile, 6, panel, g0, g1, accumulate, c); break;
+    }
+}
+
+/* Cache blocking: a panel's slice of I8_KC k values (I8_NR * I8_KC bytes, 16 KiB) stays in L1
+ * while up to I8_MC rows of x sweep it; their sums wait in c between slices. */
+#ifndef I8_KC
+#define I8_KC 256
+#endif
+#define I8_MC (I8_MR * 16)
+
+/* acc[i][j] = sum_t (x[i][t] - x_zp) * (w[j][t] - w_zp[j]) in int32 (wrapping), for
+ * rows [i0, i1) (i0 a multiple of I8_MR) and columns of panels [p0, p1) (clipped to n),
+ * from x packed by qrt_i8_pack_x.
+ *
+ * Expanded as dot(x, w) - x_zp * rowsum(w)[j] - w_zp[j] * rowsum(x)[i] + k * x_zp * w_zp[j];
+ * x_rowsum may be NULL when every w_zp is 0. All in uint32: exact modulo 2^32. */
+static void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int8_t* packed, const int32_t* w_rowsum,
+                          const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0,
+                          ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, int32_t* acc, ptrdiff_t ldc) {
+    int32_t c[I8_MC * I8_NR];
+    ptrdiff_t kp = qrt_round_up(k, 4), groups = kp / 4, p, ib, ie, i, gb, j, j0, j1;
+    uint32_t zx = (uint32_t)x_zp, kz = (uint32_t)k * (uint32_t)x_zp;
+    for (p = p0; p < p1; p++) {
+        const int8_t* panel = packed + p * I8_NR * kp;
+        j0 = p * I8_NR;
+        j1 = j0 + I8_NR < n ? j0 + I8_NR : n;
+        for (ib = i0; ib < i1; ib += I8_MC) {
+            ie = ib + I8_MC < i1 ? ib + I8_MC : i1;
+            for (gb = 0; gb < groups || gb == 0; gb += I8_KC / 4) {
+                ptrdiff_t ge = gb + I8_KC / 4 < groups ? gb + I8_KC / 4 : groups;
+                for (i = ib; i < ie; i += I8_MR)
+                    i8_tile_any(xpacked + i * kp, (int)(ie - i < I8_MR ? ie - i : I8_MR), panel, gb, ge, gb > 0,
+                                c + (i - ib) * I8_NR);
+            }
+            for (i = ib; i < ie; i++) {
+                uint32_t xs = x_rowsum ? (uint32_t)x_rowsum[i] : 0;
+                const int32_t* ci = c + (i - ib) * I8_NR - j0;
+                for (j = j0; j < j1; j++) {
+                    uint32_t rs = (uint32_t)w_rowsum[j], wz = (uint32_t)w_zp[j];
+                    acc[i * ldc + j] = (int32_t)((uint32_t)ci[j] + ((uint32_t)I8_XBIAS - zx) * rs + kz * wz - wz * xs);
+                }
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ float x float16 primitives
+ * F_NR columns per panel, F_MR rows per tile, F_LANES columns per accumulator.
+ * Packed weights are float16 bits (F_HALF) or float32 values.
+ */
+#if defined(__AVX512F__) && defined(__F16C__)
+#include <immintrin.h>
+#define QRT_F16_PATH "avx512f-f16c"
+#define F_HALF 1
+#define F_NR 32
+#define F_MR 6
+#define F_LANES 16
+typedef __m512 f_vec;
+#define F_ZERO() _mm512_setzero_ps()
+#define F_LOADW(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(p)))
+#define F_SET1(v) _mm512_set1_ps(v)
+#define F_FMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define F_ADD(a, b) _mm512_add_ps((a), (b))
+#define F_STORE(out, v) _mm512_storeu_ps((out), (v))
+
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define QRT_F16_PATH "avx2-fma-f16c"
+#define F_HALF 1
+#define F_NR 16
+#define F_MR 4
+#define F_LANES 8
+typedef __m256 f_vec;
+#define F_ZERO() _mm256_setzero_ps()
+#define F_LOADW(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(p)))
+#define F_SET1(v) _mm256_set1_ps(v)
+#define F_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define F_ADD(a, b) _mm256_add_ps((a), (b))
+#define F_STORE(out, v) _mm256_storeu_ps((out), (v))
+
+#else
+#define QRT_F16_PATH "portable"
+#define F_HALF 0
+#define F_NR 16
+#define F_MR 4
+#define F_LANES 1
+typedef float f_vec;
+#define F_ZERO() 0.0f
+#define F_LOADW(p) (*(const float*)(p))
+#define F_SET1(v) (v)
+#define F_FMA(a, b, c) fmaf((a), (b), (c))
+#define F_ADD(a, b) ((a) + (b))
+#define F_STORE(out, v) (*(out) = (v))
+#endif
+
+#define F_NV (F_NR / F_LANES)
+#define F_WSIZE (F_HALF ? 2 : 4) /* bytes per packed weight */
+#define QRT_F16_BLOCK 512        /* fbgemm restarts the chain every 512 k in its tail block */
+#define QRT_F16_TAIL 32          /* ... the last partial block of 32 output columns */
+
+static inline ptrdiff_t qrt_f16_packed_size(ptrdiff_t n, ptrdiff_t k) { return qrt_round_up(n, F_NR) * k * F_WSIZE; }
+
+/* w[n][k] float32 holding float16 values (exact) -> panels of F_NR columns, each k's F_NR values together. */
+static void qrt_f16_pack(const float* w, ptrdiff_t n, ptrdiff_t k, void* out) {
+    ptrdiff_t j, t;
+    memset(out, 0, (size_t)qrt_f16_packed_size(n, k));
+    for (j = 0; j < n; j++) {
+        ptrdiff_t at = (j / F_NR) * F_NR * k + j % F_NR;
+        for (t = 0; t < k; t++) {
+#if F_HALF
+            ((uint16_t*)out)[at + t * F_NR] = (uint16_t)_cvtss_sh(w[j * k + t], 0);
+#else
+            ((float*)out)[at + t * F_NR] = w[j * k + t];
+#endif
+        }
+    }
+}
+
+/* out[r][c] = the fma chain over k in order of x[r][t] * w[c][t]; restarted every
+ * QRT_F16_BLOCK k with plain adds of the block sums when `blocked` (the tail quirk). */
+QRT_INLINE void f_tile(const float* x, ptrdiff_t ldx, const int mr, const char* panel, ptrdiff_t k, int blocked,
+                       float* out) {
+    f_vec total[F_MR][F_NV], part[F_MR][F_NV];
+    ptrdiff_t block = blocked ? QRT_F16_BLOCK : k, kb, t;
+    int r, v;
+    for (r = 0; r < mr && r < F_MR; r++)
+        for (v = 0; v < F_NV; v++)
+            total[r][v] = F_ZERO();
+    for (kb = 0; kb < k; kb += block) {
+        ptrdiff_t kend = kb + block < k ? kb + block : k;
+        for (r = 0; r < mr && r < F_MR; r++)
+            for (v = 0; v < F_NV; v++)
+                part[r][v] = F_ZERO();
+        for (t = kb; t < kend; t++) {
+            const char* wt = panel + t * F_NR * F_WSIZE;
+            f_vec w[F_NV];
+            for (v = 0; v < F_NV; v++)
+                w[v] = F_LOADW(wt + v * F_LANES * F_WSIZE);
+            for (r = 0; r < mr && r < F_MR; r++) {
+                f_vec xr = F_SET1(x[r * ldx + t]);
+                for (v = 0; v < F_NV; v++)
+                    part[r][v] = F_FMA(xr, w[v], part[r][v]);
+            }
+        }
+        for (r = 0; r < mr && r < F_MR; r++)
+            for (v = 0; v < F_NV; v++)
+                total[r][v] = blocked ? F_ADD(total[r][v], part[r][v]) : part[r][v];
+    }
+    for (r = 0; r < mr && r < F_MR; r++)
+        for (v = 0; v < F_NV; v++)
+            F_STORE(out + r * F_NR + v * F_LANES, total[r][v]);
+}
+
+static void f_tile_any(const float* x, ptrdiff_t ldx, int mr, const char* panel, ptrdiff_t k, int blocked,
+                       float* out) {
+    switch (mr) {
+    case 1: f_tile(x, ldx, 1, panel, k, blocked, out); break;
+    case 2: f_tile(x, ldx, 2, panel, k, blocked, out); break;
+    case 3: f_tile(x, ldx, 3, panel, k, blocked, out); break;
+    case 4: f_tile(x, ldx, 4, panel, k, blocked, out); break;
+    case 5: f_tile(x, ldx, 5, panel, k, blocked, out); break;
+    default: f_tile(x, ldx, 6, panel, k, blocked, out); break;
+    }
+}
+
+/* y[i][j] = chain(x[i], w[j]) (+ bias[j], a separate float add) for rows [i0, i1), panels [p0, p1). */
+static void qrt_gemm_f16(const float* x, ptrdiff_t ldx, const void* packed, const float* bias, ptrdiff_t n,
+                         ptrdiff_t k, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, float* y, ptrdiff_t ldy) {
+    float tile[F_MR * F_NR];
+    ptrdiff_t tail_start = n - n % QRT_F16_TAIL, p, i, j, j0, j1;
+    for (p = p0; p < p1; p++) {
+        j0 = p * F_NR;
+        j1 = j0 + F_NR < n ? j0 + F_NR : n;
+        /* F_NR divides 32, so a panel lies wholly inside or outside the tail block */
+        int blocked = j0 >= tail_start && k > QRT_F16_BLOCK;
+        for (i = i0; i < i1; i += F_MR) {
+            int mr = (int)(i1 - i < F_MR ? i1 - i : F_MR);
+            f_tile_any(x + i * ldx, ldx, mr, (const char*)packed + p * F_NR * k * F_WSIZE, k, blocked, tile);
+            for (int r = 0; r < mr; r++)
+                for (j = j0; j < j1; j++)
+                    y[(i + r) * ldy + j] = bias ? tile[r * F_NR + (j - j0)] + bias[j] : tile[r * F_NR + (j - j0)];
+        }
+    }
+}
+
+#endif /* QRT_GEMM_H */
