@@ -22,6 +22,28 @@ import os
 
 import numpy as np
 
+cdef extern from "qrt_gemm.h" nogil:
+    const char* QRT_I8_PATH
+    const char* QRT_F16_PATH
+    const int I8_NR, I8_MR, F_NR, F_MR
+    ptrdiff_t qrt_i8_packed_size(ptrdiff_t n, ptrdiff_t k)
+    void qrt_i8_pack(const int8_t* w, ptrdiff_t n, ptrdiff_t k, int8_t* out)
+    ptrdiff_t qrt_i8_packed_x_size(ptrdiff_t m, ptrdiff_t k)
+    void qrt_i8_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* out)
+    void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int8_t* packed, const int32_t* w_rowsum,
+                       const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0,
+                       ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, int32_t* acc, ptrdiff_t ldc)
+    int qrt_min_max(const float* x, ptrdiff_t n, float* lo, float* hi)
+    void qrt_quantize_u8(const float* x, ptrdiff_t n, float inv, float zp, uint8_t* q)
+    void qrt_dequantize_acc(const int32_t* acc, ptrdiff_t m, ptrdiff_t n, float s_x, const float* scale,
+                            const float* bias, float* y)
+    ptrdiff_t qrt_f16_packed_size(ptrdiff_t n, ptrdiff_t k)
+    void qrt_f16_pack(const float* w, ptrdiff_t n, ptrdiff_t k, void* out)
+    ptrdiff_t qrt_f16_packed_x_size(ptrdiff_t m, ptrdiff_t k)
+    void qrt_f16_pack_x(const float* x, ptrdiff_t m, ptrdiff_t k, float* out)
+    void qrt_gemm_f16(const float* xpacked, const void* packed, const float* bias, ptrdiff_t n, ptrdiff_t k,
+                      ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, float* y, ptrdiff_t ldy)
+
 ctypedef fused qint_t:
     uint8_t
     int8_t
@@ -119,20 +141,6 @@ def dequantize_per_channel(const qint_t[:, :, ::1] q, const float[::1] scale,
 
 # ------------------------------------------------------------ dynamic quantization of activations
 
-cdef int min_max(const float* x, Py_ssize_t n, float* lo, float* hi) noexcept nogil:
-    """Float min and max over n values; returns 1 if any is NaN."""
-    cdef float mn = x[0], mx = x[0], v
-    cdef bint nan = False
-    cdef Py_ssize_t i
-    for i in range(n):
-        v = x[i]
-        nan |= v != v
-        mn = v if v < mn else mn
-        mx = v if v > mx else mx
-    lo[0], hi[0] = mn, mx
-    return nan
-
-
 cdef void choose_qparams(float lo, float hi, bint reduce_range, float* scale, int32_t* zero_point) noexcept nogil:
     """PyTorch's ChooseQuantizationParams for a quint8 activation (NUMERICS.md steps 2-5)."""
     cdef int32_t qmin = 0
@@ -173,37 +181,16 @@ cdef void choose_qparams(float lo, float hi, bint reduce_range, float* scale, in
 cdef int quantize_activations(const float* x, Py_ssize_t n, bint reduce_range,
                               uint8_t* q, float* scale, int32_t* zero_point) noexcept nogil:
     """Choose (scale, zp) from x's range and quantize x to quint8; returns 1 on NaN."""
-    cdef float lo, hi, inv, zpf
-    cdef int nan = 0
-    cdef Py_ssize_t i
-    if min_max(x, n, &lo, &hi):
+    cdef float lo, hi
+    if qrt_min_max(x, n, &lo, &hi):
         return 1
     choose_qparams(lo, hi, reduce_range, scale, zero_point)
-    inv = <float>1.0 / scale[0]
-    zpf = <float>zero_point[0]
-    for i in range(n):
-        # clamp to 255 even under reduce_range: PyTorch does the same
-        q[i] = <uint8_t>round_clamp(fmaf(x[i], inv, zpf), 0, 255, &nan)
+    # clamp to 255 even under reduce_range: PyTorch does the same
+    qrt_quantize_u8(x, n, <float>1.0 / scale[0], <float>zero_point[0], q)
     return 0
 
 
 # ------------------------------------------------------------ GEMM kernels
-
-cdef extern from "qrt_gemm.h" nogil:
-    const char* QRT_I8_PATH
-    const char* QRT_F16_PATH
-    const int I8_NR, I8_MR, F_NR, F_MR
-    ptrdiff_t qrt_i8_packed_size(ptrdiff_t n, ptrdiff_t k)
-    void qrt_i8_pack(const int8_t* w, ptrdiff_t n, ptrdiff_t k, int8_t* out)
-    ptrdiff_t qrt_i8_packed_x_size(ptrdiff_t m, ptrdiff_t k)
-    void qrt_i8_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* out)
-    void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int8_t* packed, const int32_t* w_rowsum,
-                       const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0,
-                       ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, int32_t* acc, ptrdiff_t ldc)
-    ptrdiff_t qrt_f16_packed_size(ptrdiff_t n, ptrdiff_t k)
-    void qrt_f16_pack(const float* w, ptrdiff_t n, ptrdiff_t k, void* out)
-    void qrt_gemm_f16(const float* x, ptrdiff_t ldx, const void* packed, const float* bias, ptrdiff_t n,
-                      ptrdiff_t k, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, float* y, ptrdiff_t ldy)
 
 KERNEL_PATHS = {"int8": QRT_I8_PATH.decode(), "float16": QRT_F16_PATH.decode()}
 
@@ -441,21 +428,28 @@ cdef class PackedF16:
         self.packed = &pv[0]
         self.arrays = [packed]
 
-    cdef void gemm(self, const float* x, Py_ssize_t m, const float* bias, float* y) noexcept nogil:
-        """y[m, n] = x @ w.T (+ bias) with fbgemm's float16 rounding; x is [m, k]."""
+    cdef int gemm(self, const float* x, Py_ssize_t m, const float* bias, float* y) noexcept nogil:
+        """y[m, n] = x @ w.T (+ bias) with fbgemm's float16 rounding; x is [m, k]. -1: out of memory."""
         cdef Py_ssize_t n = self.n, k = self.k, task, cn, cm
         cdef Py_ssize_t panels = (n + F_NR - 1) // F_NR
+        cdef float* xp
         if m == 0 or n == 0:
-            return
+            return 0
+        xp = <float*>malloc(qrt_f16_packed_x_size(m, k) * sizeof(float) + 1)
+        if xp == NULL:
+            return -1
+        qrt_f16_pack_x(x, m, k, xp)
         split_work(m, panels, F_MR, <int64_t>m * n * k, MIN_WORK_F16, &cn, &cm)
         if cn * cm == 1:
-            qrt_gemm_f16(x, k, self.packed, bias, n, k, 0, m, 0, panels, y, n)
+            qrt_gemm_f16(xp, self.packed, bias, n, k, 0, m, 0, panels, y, n)
         else:
             for task in prange(cn * cm, num_threads=cn * cm, schedule="static"):
-                qrt_gemm_f16(x, k, self.packed, bias, n, k,
+                qrt_gemm_f16(xp, self.packed, bias, n, k,
                              chunk((m + F_MR - 1) // F_MR, cm, task % cm) * F_MR,
                              min(chunk((m + F_MR - 1) // F_MR, cm, task % cm + 1) * F_MR, m),
                              chunk(panels, cn, task // cm), chunk(panels, cn, task // cm + 1), y, n)
+        free(xp)
+        return 0
 
     def __call__(self, const float[:, ::1] x, bias, float[:, ::1] y):
         """y = x @ w.T (+ bias) (for tests and benchmarks)."""
@@ -469,8 +463,10 @@ cdef class PackedF16:
             if b.shape[0] != self.n:
                 raise ValueError("PackedF16: bias shape mismatch")
             bp = &b[0] if self.n else NULL
+        cdef int err
         with nogil:
-            self.gemm(&x[0, 0] if m and self.k else NULL, m, bp, &y[0, 0] if m and self.n else NULL)
+            err = self.gemm(&x[0, 0] if m and self.k else NULL, m, bp, &y[0, 0] if m and self.n else NULL)
+        check_error(err)
 
 
 # ------------------------------------------------------------ layers with prepared weights
@@ -516,15 +512,14 @@ cdef class DynamicLinear:
 
     cdef int forward(self, const float* x, Py_ssize_t m, float* y) noexcept nogil:
         """y[m, n] from x[m, k]. Returns 1 if x holds NaN, -1 if out of memory."""
-        cdef Py_ssize_t n = self.out_features, k = self.in_features, i, j
+        cdef Py_ssize_t n = self.out_features, k = self.in_features
         cdef float s_x
         cdef int32_t zp_x
         cdef int err = 0
         if m == 0 or n == 0:
             return 0
         if not self.is_int8:
-            self.w16.gemm(x, m, self.bias, y)
-            return 0
+            return self.w16.gemm(x, m, self.bias, y)
         cdef uint8_t* xq = <uint8_t*>malloc(m * k + 1)
         cdef int32_t* acc = <int32_t*>malloc(m * n * sizeof(int32_t))
         if xq == NULL or acc == NULL:
@@ -536,12 +531,7 @@ cdef class DynamicLinear:
         if err == 0:
             err = self.w8.matmul(xq, m, zp_x, acc)
         if err == 0:
-            for i in range(m):
-                for j in range(n):
-                    if self.bias != NULL:
-                        y[i * n + j] = fmaf(<float>acc[i * n + j], s_x * self.scale[j], self.bias[j])
-                    else:
-                        y[i * n + j] = <float>acc[i * n + j] * (s_x * self.scale[j])
+            qrt_dequantize_acc(acc, m, n, s_x, self.scale, self.bias, y)
         free(xq)
         free(acc)
         return err

@@ -159,11 +159,14 @@ static void qrt_i8_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* o
     ptrdiff_t kp = qrt_round_up(k, 4), i, g;
     if (m % I8_MR || k % 4)
         memset(out, 0, (size_t)qrt_i8_packed_x_size(m, k));
-    for (i = 0; i < m; i++) {
-        uint8_t* tile = out + (i / I8_MR) * I8_MR * kp + (i % I8_MR) * 4;
+    for (ptrdiff_t i0 = 0; i0 < m; i0 += I8_MR) {
+        uint8_t* tile = out + i0 * kp;
+        int rows = (int)(m - i0 < I8_MR ? m - i0 : I8_MR);
         for (g = 0; g < k / 4; g++)
-            memcpy(tile + g * I8_MR * 4, x + i * k + 4 * g, 4);
-        memcpy(tile + g * I8_MR * 4, x + i * k + 4 * g, (size_t)(k % 4));
+            for (int r = 0; r < rows; r++)
+                memcpy(tile + (g * I8_MR + r) * 4, x + (i0 + r) * k + 4 * g, 4);
+        for (i = i0; i < i0 + rows; i++)
+            memcpy(tile + (g * I8_MR + i - i0) * 4, x + i * k + 4 * g, (size_t)(k % 4));
     }
 }
 
@@ -263,7 +266,7 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int8_t* pa
 #define QRT_F16_PATH "avx512f-f16c"
 #define F_HALF 1
 #define F_NR 32
-#define F_MR 6
+#define F_MR 8
 #define F_LANES 16
 typedef __m512 f_vec;
 #define F_ZERO() _mm512_setzero_ps()
@@ -272,6 +275,7 @@ typedef __m512 f_vec;
 #define F_FMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #define F_ADD(a, b) _mm512_add_ps((a), (b))
 #define F_STORE(out, v) _mm512_storeu_ps((out), (v))
+#define F_LOADC(p) _mm512_loadu_ps(p)
 
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -287,6 +291,7 @@ typedef __m256 f_vec;
 #define F_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define F_ADD(a, b) _mm256_add_ps((a), (b))
 #define F_STORE(out, v) _mm256_storeu_ps((out), (v))
+#define F_LOADC(p) _mm256_loadu_ps(p)
 
 #else
 #define QRT_F16_PATH "portable"
@@ -301,6 +306,7 @@ typedef float f_vec;
 #define F_FMA(a, b, c) fmaf((a), (b), (c))
 #define F_ADD(a, b) ((a) + (b))
 #define F_STORE(out, v) (*(out) = (v))
+#define F_LOADC(p) (*(p))
 #endif
 
 #define F_NV (F_NR / F_LANES)
@@ -326,70 +332,164 @@ static void qrt_f16_pack(const float* w, ptrdiff_t n, ptrdiff_t k, void* out) {
     }
 }
 
-/* out[r][c] = the fma chain over k in order of x[r][t] * w[c][t]; restarted every
- * QRT_F16_BLOCK k with plain adds of the block sums when `blocked` (the tail quirk). */
-QRT_INLINE void f_tile(const float* x, ptrdiff_t ldx, const int mr, const char* panel, ptrdiff_t k, int blocked,
-                       float* out) {
-    f_vec total[F_MR][F_NV], part[F_MR][F_NV];
-    ptrdiff_t block = blocked ? QRT_F16_BLOCK : k, kb, t;
+/* Floats of packed x for m x k. */
+static inline ptrdiff_t qrt_f16_packed_x_size(ptrdiff_t m, ptrdiff_t k) { return qrt_round_up(m, F_MR) * k; }
+
+/* x[m][k] -> tiles of F_MR rows, each k's F_MR values together (one stream per tile; rows
+ * 4*K bytes apart would share L1 sets when K is a multiple of 1024). Padding rows are 0. */
+static void qrt_f16_pack_x(const float* x, ptrdiff_t m, ptrdiff_t k, float* out) {
+    for (ptrdiff_t i0 = 0; i0 < m; i0 += F_MR) {
+        float* tile = out + i0 * k;
+        int rows = (int)(m - i0 < F_MR ? m - i0 : F_MR);
+        for (ptrdiff_t t = 0; t < k; t++)
+            for (int r = 0; r < F_MR; r++)
+                tile[t * F_MR + r] = r < rows ? x[(i0 + r) * k + t] : 0.0f;
+    }
+}
+
+/* For the r < mr rows of a packed x tile, over k in [t0, t1): the fma chain of x[r][t] * w[col][t]
+ * in k order, into c[r][col] (rows F_NR apart).
+ *   plain panels: the chain starts at 0 (first) or continues from c, and c takes its value;
+ *   blocked panels (the tail quirk; [t0, t1) is one 512 block): the chain starts at 0 and
+ *   c = (first ? 0 : c) + chain, a plain float add. */
+QRT_INLINE void f_tile(const float* xtile, const int mr, const char* panel, ptrdiff_t t0, ptrdiff_t t1, int first,
+                       int blocked, float* c) {
+    f_vec acc[F_MR][F_NV];
+    ptrdiff_t t;
     int r, v;
-    for (r = 0; r < mr && r < F_MR; r++)
-        for (v = 0; v < F_NV; v++)
-            total[r][v] = F_ZERO();
-    for (kb = 0; kb < k; kb += block) {
-        ptrdiff_t kend = kb + block < k ? kb + block : k;
-        for (r = 0; r < mr && r < F_MR; r++)
-            for (v = 0; v < F_NV; v++)
-                part[r][v] = F_ZERO();
-        for (t = kb; t < kend; t++) {
-            const char* wt = panel + t * F_NR * F_WSIZE;
-            f_vec w[F_NV];
-            for (v = 0; v < F_NV; v++)
-                w[v] = F_LOADW(wt + v * F_LANES * F_WSIZE);
-            for (r = 0; r < mr && r < F_MR; r++) {
-                f_vec xr = F_SET1(x[r * ldx + t]);
-                for (v = 0; v < F_NV; v++)
-                    part[r][v] = F_FMA(xr, w[v], part[r][v]);
+    QRT_UNROLL for (r = 0; r < F_MR; r++)
+        if (r < mr)
+            QRT_UNROLL for (v = 0; v < F_NV; v++)
+                acc[r][v] = first || blocked ? F_ZERO() : F_LOADC(c + r * F_NR + v * F_LANES);
+    for (t = t0; t < t1; t++) {
+        f_vec w[F_NV];
+        QRT_UNROLL for (v = 0; v < F_NV; v++)
+            w[v] = F_LOADW(panel + (t * F_NR + v * F_LANES) * F_WSIZE);
+        QRT_UNROLL for (r = 0; r < F_MR; r++) {
+            if (r < mr) {
+                f_vec xr = F_SET1(xtile[t * F_MR + r]);
+                QRT_UNROLL for (v = 0; v < F_NV; v++)
+                    acc[r][v] = F_FMA(xr, w[v], acc[r][v]);
             }
         }
-        for (r = 0; r < mr && r < F_MR; r++)
-            for (v = 0; v < F_NV; v++)
-                total[r][v] = blocked ? F_ADD(total[r][v], part[r][v]) : part[r][v];
     }
-    for (r = 0; r < mr && r < F_MR; r++)
-        for (v = 0; v < F_NV; v++)
-            F_STORE(out + r * F_NR + v * F_LANES, total[r][v]);
+    QRT_UNROLL for (r = 0; r < F_MR; r++)
+        if (r < mr)
+            QRT_UNROLL for (v = 0; v < F_NV; v++) {
+                float* cv = c + r * F_NR + v * F_LANES;
+                F_STORE(cv, blocked ? F_ADD(first ? F_ZERO() : F_LOADC(cv), acc[r][v]) : acc[r][v]);
+            }
 }
 
-static void f_tile_any(const float* x, ptrdiff_t ldx, int mr, const char* panel, ptrdiff_t k, int blocked,
-                       float* out) {
+static void f_tile_any(const float* xtile, int mr, const char* panel, ptrdiff_t t0, ptrdiff_t t1, int first,
+                       int blocked, float* c) {
     switch (mr) {
-    case 1: f_tile(x, ldx, 1, panel, k, blocked, out); break;
-    case 2: f_tile(x, ldx, 2, panel, k, blocked, out); break;
-    case 3: f_tile(x, ldx, 3, panel, k, blocked, out); break;
-    case 4: f_tile(x, ldx, 4, panel, k, blocked, out); break;
-    case 5: f_tile(x, ldx, 5, panel, k, blocked, out); break;
-    default: f_tile(x, ldx, 6, panel, k, blocked, out); break;
+    case 1: f_tile(xtile, 1, panel, t0, t1, first, blocked, c); break;
+    case 2: f_tile(xtile, 2, panel, t0, t1, first, blocked, c); break;
+    case 3: f_tile(xtile, 3, panel, t0, t1, first, blocked, c); break;
+    case 4: f_tile(xtile, 4, panel, t0, t1, first, blocked, c); break;
+    case 5: f_tile(xtile, 5, panel, t0, t1, first, blocked, c); break;
+    case 6: f_tile(xtile, 6, panel, t0, t1, first, blocked, c); break;
+    case 7: f_tile(xtile, 7, panel, t0, t1, first, blocked, c); break;
+    default: f_tile(xtile, 8, panel, t0, t1, first, blocked, c); break;
     }
 }
 
-/* y[i][j] = chain(x[i], w[j]) (+ bias[j], a separate float add) for rows [i0, i1), panels [p0, p1). */
-static void qrt_gemm_f16(const float* x, ptrdiff_t ldx, const void* packed, const float* bias, ptrdiff_t n,
-                         ptrdiff_t k, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, float* y, ptrdiff_t ldy) {
-    float tile[F_MR * F_NR];
-    ptrdiff_t tail_start = n - n % QRT_F16_TAIL, p, i, j, j0, j1;
+/* Cache blocking as for int8: F_KC k of a panel stay in L1 while up to F_MC rows sweep them.
+ * F_KC divides QRT_F16_BLOCK, so the tail quirk's blocks are whole numbers of slices. */
+#define F_KC 256
+#define F_MC (F_MR * 16)
+
+/* y[i][j] = chain(x[i], w[j]) (+ bias[j], a separate float add) for rows [i0, i1) (i0 a multiple of
+ * F_MR) and panels [p0, p1), from x packed by qrt_f16_pack_x. */
+static void qrt_gemm_f16(const float* xpacked, const void* packed, const float* bias, ptrdiff_t n, ptrdiff_t k,
+                         ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, float* y, ptrdiff_t ldy) {
+    float c[F_MC * F_NR];
+    ptrdiff_t tail_start = n - n % QRT_F16_TAIL, p, ib, ie, i, kb, j, j0, j1;
     for (p = p0; p < p1; p++) {
+        const char* panel = (const char*)packed + p * F_NR * k * F_WSIZE;
         j0 = p * F_NR;
         j1 = j0 + F_NR < n ? j0 + F_NR : n;
         /* F_NR divides 32, so a panel lies wholly inside or outside the tail block */
         int blocked = j0 >= tail_start && k > QRT_F16_BLOCK;
-        for (i = i0; i < i1; i += F_MR) {
-            int mr = (int)(i1 - i < F_MR ? i1 - i : F_MR);
-            f_tile_any(x + i * ldx, ldx, mr, (const char*)packed + p * F_NR * k * F_WSIZE, k, blocked, tile);
-            for (int r = 0; r < mr; r++)
+        ptrdiff_t slice = blocked ? QRT_F16_BLOCK : F_KC;
+        for (ib = i0; ib < i1; ib += F_MC) {
+            ie = ib + F_MC < i1 ? ib + F_MC : i1;
+            for (kb = 0; kb < k || kb == 0; kb += slice) {
+                ptrdiff_t ke = kb + slice < k ? kb + slice : k;
+                for (i = ib; i < ie; i += F_MR)
+                    f_tile_any(xpacked + i * k, (int)(ie - i < F_MR ? ie - i : F_MR), panel, kb, ke, kb == 0,
+                               blocked, c + (i - ib) * F_NR);
+            }
+            for (i = ib; i < ie; i++) {
+                const float* ci = c + (i - ib) * F_NR - j0;
                 for (j = j0; j < j1; j++)
-                    y[(i + r) * ldy + j] = bias ? tile[r * F_NR + (j - j0)] + bias[j] : tile[r * F_NR + (j - j0)];
+                    y[i * ldy + j] = bias ? ci[j] + bias[j] : ci[j];
+            }
         }
+    }
+}
+
+/* ------------------------------------------------------------------ dynamic quantization, vectorisable loops */
+
+/* Min and max of x[0..n) (n >= 1); returns 1 if any is NaN. Kept in 8 lanes (GCC/Clang vector
+ * extensions), so it runs as vector compares and selects: only the sign of a zero result may
+ * differ from a serial scan, and callers extend the range to include 0, making both zeros +0. */
+static int qrt_min_max(const float* x, ptrdiff_t n, float* lo, float* hi) {
+    float mn = x[0], mx = x[0];
+    int nan = 0;
+    ptrdiff_t i = 0;
+#if defined(__GNUC__)
+    typedef float f8 __attribute__((vector_size(32)));
+    typedef int32_t i8 __attribute__((vector_size(32)));
+    f8 vmn = {0}, vmx, v;
+    i8 vnan = {0}, less, more;
+    vmn += mn;
+    vmx = vmn;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&v, x + i, sizeof v);
+        vnan |= v != v;
+        less = v < vmn;
+        more = v > vmx;
+        vmn = (f8)((less & (i8)v) | (~less & (i8)vmn));
+        vmx = (f8)((more & (i8)v) | (~more & (i8)vmx));
+    }
+    for (int l = 0; l < 8; l++) {
+        nan |= vnan[l] != 0;
+        mn = vmn[l] < mn ? vmn[l] : mn;
+        mx = vmx[l] > mx ? vmx[l] : mx;
+    }
+#endif
+    for (; i < n; i++) {
+        nan |= x[i] != x[i];
+        mn = x[i] < mn ? x[i] : mn;
+        mx = x[i] > mx ? x[i] : mx;
+    }
+    *lo = mn;
+    *hi = mx;
+    return nan;
+}
+
+/* q = clamp(rne(fma(x, inv, zp)), 0, 255) (NUMERICS.md Q1); a NaN product maps to 0. */
+static void qrt_quantize_u8(const float* x, ptrdiff_t n, float inv, float zp, uint8_t* q) {
+    for (ptrdiff_t i = 0; i < n; i++) {
+        float r = nearbyintf(fmaf(x[i], inv, zp));
+        r = r > 0.0f ? r : 0.0f;
+        r = r < 255.0f ? r : 255.0f;
+        q[i] = (uint8_t)(int32_t)r;
+    }
+}
+
+/* y = fma(fl(acc), fl(s_x * scale[j]), bias[j]), or fl(acc) * fl(s_x * scale[j]) without bias. */
+static void qrt_dequantize_acc(const int32_t* acc, ptrdiff_t m, ptrdiff_t n, float s_x, const float* scale,
+                               const float* bias, float* y) {
+    for (ptrdiff_t i = 0; i < m; i++) {
+        if (bias)
+            for (ptrdiff_t j = 0; j < n; j++)
+                y[i * n + j] = fmaf((float)acc[i * n + j], s_x * scale[j], bias[j]);
+        else
+            for (ptrdiff_t j = 0; j < n; j++)
+                y[i * n + j] = (float)acc[i * n + j] * (s_x * scale[j]);
     }
 }
 
