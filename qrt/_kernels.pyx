@@ -32,11 +32,10 @@ cdef extern from "qrt_gemm.h" nogil:
     void qrt_i8_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* out)
     void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int8_t* packed, const int32_t* w_rowsum,
                        const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0,
-                       ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, int32_t* acc, ptrdiff_t ldc)
+                       ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, int32_t* acc, const float* y_scale,
+                       const float* bias, float* y, ptrdiff_t ldc)
     int qrt_min_max(const float* x, ptrdiff_t n, float* lo, float* hi)
     void qrt_quantize_u8(const float* x, ptrdiff_t n, float inv, float zp, uint8_t* q)
-    void qrt_dequantize_acc(const int32_t* acc, ptrdiff_t m, ptrdiff_t n, float s_x, const float* scale,
-                            const float* bias, float* y)
     ptrdiff_t qrt_f16_packed_size(ptrdiff_t n, ptrdiff_t k)
     void qrt_f16_pack(const float* w, ptrdiff_t n, ptrdiff_t k, void* out)
     ptrdiff_t qrt_f16_packed_x_size(ptrdiff_t m, ptrdiff_t k)
@@ -364,8 +363,12 @@ cdef class PackedS8:
         self.any_zp = bool(np.any(z))
         self.arrays = [packed, z, rs]
 
-    cdef int matmul(self, const uint8_t* x, Py_ssize_t m, int32_t x_zp, int32_t* acc) noexcept nogil:
-        """acc[m, n] = (x - x_zp) @ (w - w_zp).T, exact in int32; x is [m, k]. Returns -1 if out of memory."""
+    cdef int matmul(self, const uint8_t* x, Py_ssize_t m, int32_t x_zp, int32_t* acc,
+                    const float* y_scale=NULL, const float* bias=NULL, float* y=NULL) noexcept nogil:
+        """acc[m, n] = (x - x_zp) @ (w - w_zp).T, exact in int32; x is [m, k]. Returns -1 if out of memory.
+
+        With y, writes y = fma(fl(acc), y_scale, bias) (or fl(acc) * y_scale) instead of acc.
+        """
         cdef Py_ssize_t n = self.n, k = self.k, i, t, task, cn, cm
         cdef Py_ssize_t panels = (n + I8_NR - 1) // I8_NR
         cdef int32_t* xsum = NULL
@@ -387,13 +390,15 @@ cdef class PackedS8:
                     xsum[i] += x[i * k + t]
         split_work(m, panels, I8_MR, <int64_t>m * n * k, MIN_WORK_I8, &cn, &cm)
         if cn * cm == 1:
-            qrt_gemm_u8s8(xp, x_zp, self.packed, self.rowsum, self.zp, xsum, n, k, 0, m, 0, panels, acc, n)
+            qrt_gemm_u8s8(xp, x_zp, self.packed, self.rowsum, self.zp, xsum, n, k, 0, m, 0, panels, acc,
+                          y_scale, bias, y, n)
         else:
             for task in prange(cn * cm, num_threads=cn * cm, schedule="static"):
                 qrt_gemm_u8s8(xp, x_zp, self.packed, self.rowsum, self.zp, xsum, n, k,
                               chunk((m + I8_MR - 1) // I8_MR, cm, task % cm) * I8_MR,
                               min(chunk((m + I8_MR - 1) // I8_MR, cm, task % cm + 1) * I8_MR, m),
-                              chunk(panels, cn, task // cm), chunk(panels, cn, task // cm + 1), acc, n)
+                              chunk(panels, cn, task // cm), chunk(panels, cn, task // cm + 1), acc,
+                              y_scale, bias, y, n)
         free(xsum)
         free(xp)
         return 0
@@ -512,7 +517,7 @@ cdef class DynamicLinear:
 
     cdef int forward(self, const float* x, Py_ssize_t m, float* y) noexcept nogil:
         """y[m, n] from x[m, k]. Returns 1 if x holds NaN, -1 if out of memory."""
-        cdef Py_ssize_t n = self.out_features, k = self.in_features
+        cdef Py_ssize_t n = self.out_features, k = self.in_features, j
         cdef float s_x
         cdef int32_t zp_x
         cdef int err = 0
@@ -521,19 +526,19 @@ cdef class DynamicLinear:
         if not self.is_int8:
             return self.w16.gemm(x, m, self.bias, y)
         cdef uint8_t* xq = <uint8_t*>malloc(m * k + 1)
-        cdef int32_t* acc = <int32_t*>malloc(m * n * sizeof(int32_t))
-        if xq == NULL or acc == NULL:
+        cdef float* y_scale = <float*>malloc(n * sizeof(float))
+        if xq == NULL or y_scale == NULL:
             err = -1
         elif k == 0:
             s_x, zp_x = 0, 0
         elif quantize_activations(x, m * k, self.reduce_range, xq, &s_x, &zp_x):
             err = 1
         if err == 0:
-            err = self.w8.matmul(xq, m, zp_x, acc)
-        if err == 0:
-            qrt_dequantize_acc(acc, m, n, s_x, self.scale, self.bias, y)
+            for j in range(n):
+                y_scale[j] = s_x * self.scale[j]
+            err = self.w8.matmul(xq, m, zp_x, NULL, y_scale, self.bias, y)
         free(xq)
-        free(acc)
+        free(y_scale)
         return err
 
     def __call__(self, const float[:, ::1] x, float[:, ::1] y):

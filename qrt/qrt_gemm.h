@@ -226,10 +226,14 @@ static void i8_tile_any(const uint8_t* xtile, int mr, const int8_t* panel, ptrdi
  * from x packed by qrt_i8_pack_x.
  *
  * Expanded as dot(x, w) - x_zp * rowsum(w)[j] - w_zp[j] * rowsum(x)[i] + k * x_zp * w_zp[j];
- * x_rowsum may be NULL when every w_zp is 0. All in uint32: exact modulo 2^32. */
+ * x_rowsum may be NULL when every w_zp is 0. All in uint32: exact modulo 2^32.
+ *
+ * With y (dynamic linear), acc is not written: y[i][j] = fma(fl(acc), y_scale[j], bias[j]), or
+ * fl(acc) * y_scale[j] without bias, while the tile is still in cache. */
 static void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int8_t* packed, const int32_t* w_rowsum,
                           const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0,
-                          ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, int32_t* acc, ptrdiff_t ldc) {
+                          ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, int32_t* acc, const float* y_scale,
+                          const float* bias, float* y, ptrdiff_t ldc) {
     int32_t c[I8_MC * I8_NR];
     ptrdiff_t kp = qrt_round_up(k, 4), groups = kp / 4, p, ib, ie, i, gb, j, j0, j1;
     uint32_t zx = (uint32_t)x_zp, kz = (uint32_t)k * (uint32_t)x_zp;
@@ -250,7 +254,13 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int8_t* pa
                 const int32_t* ci = c + (i - ib) * I8_NR - j0;
                 for (j = j0; j < j1; j++) {
                     uint32_t rs = (uint32_t)w_rowsum[j], wz = (uint32_t)w_zp[j];
-                    acc[i * ldc + j] = (int32_t)((uint32_t)ci[j] + ((uint32_t)I8_XBIAS - zx) * rs + kz * wz - wz * xs);
+                    int32_t a = (int32_t)((uint32_t)ci[j] + ((uint32_t)I8_XBIAS - zx) * rs + kz * wz - wz * xs);
+                    if (!y)
+                        acc[i * ldc + j] = a;
+                    else if (bias)
+                        y[i * ldc + j] = fmaf((float)a, y_scale[j], bias[j]);
+                    else
+                        y[i * ldc + j] = (float)a * y_scale[j];
                 }
             }
         }
@@ -477,19 +487,6 @@ static void qrt_quantize_u8(const float* x, ptrdiff_t n, float inv, float zp, ui
         r = r > 0.0f ? r : 0.0f;
         r = r < 255.0f ? r : 255.0f;
         q[i] = (uint8_t)(int32_t)r;
-    }
-}
-
-/* y = fma(fl(acc), fl(s_x * scale[j]), bias[j]), or fl(acc) * fl(s_x * scale[j]) without bias. */
-static void qrt_dequantize_acc(const int32_t* acc, ptrdiff_t m, ptrdiff_t n, float s_x, const float* scale,
-                               const float* bias, float* y) {
-    for (ptrdiff_t i = 0; i < m; i++) {
-        if (bias)
-            for (ptrdiff_t j = 0; j < n; j++)
-                y[i * n + j] = fmaf((float)acc[i * n + j], s_x * scale[j], bias[j]);
-        else
-            for (ptrdiff_t j = 0; j < n; j++)
-                y[i * n + j] = (float)acc[i * n + j] * (s_x * scale[j]);
     }
 }
 
