@@ -36,6 +36,8 @@ cdef extern from "qrt_gemm.h" nogil:
                        const float* bias, float* y, ptrdiff_t ldc)
     int qrt_min_max(const float* x, ptrdiff_t n, float* lo, float* hi)
     void qrt_quantize_u8(const float* x, ptrdiff_t n, float inv, float zp, uint8_t* q)
+    void qrt_requantize_u8(const int32_t* acc, ptrdiff_t m, ptrdiff_t n, const float* bias_q, const float* bias,
+                           float bias_inv, const float* mult, int32_t zp, int32_t lo, uint8_t* y)
     ptrdiff_t qrt_f16_packed_size(ptrdiff_t n, ptrdiff_t k)
     void qrt_f16_pack(const float* w, ptrdiff_t n, ptrdiff_t k, void* out)
     ptrdiff_t qrt_f16_packed_x_size(ptrdiff_t m, ptrdiff_t k)
@@ -603,25 +605,14 @@ cdef class StaticLinear:
             self.bias_q = &fv[0]
 
     cdef int forward(self, const uint8_t* x, Py_ssize_t m, uint8_t* y) noexcept nogil:
-        cdef Py_ssize_t n = self.out_features, i, j
-        cdef float v, r
-        cdef int32_t q
+        cdef Py_ssize_t n = self.out_features
         cdef int32_t* acc = <int32_t*>malloc(m * n * sizeof(int32_t))
         if acc == NULL or self.w.matmul(x, m, self.x_zp, acc):
             free(acc)
             return -1
-        for i in range(m):
-            for j in range(n):
-                v = <float>acc[i * n + j]
-                if self.has_bias:
-                    if self.per_channel:
-                        v = v + self.bias_q[j]
-                    else:
-                        v = fmaf(self.bias[j], self.bias_inv, v)
-                r = nearbyintf(v * self.mult[j])
-                r = -32768 if r < -32768 else (32767 if r > 32767 else r)  # int16 saturation
-                q = <int32_t>r + self.y_zp
-                y[i * n + j] = <uint8_t>(self.lo if q < self.lo else (255 if q > 255 else q))
+        qrt_requantize_u8(acc, m, n, self.bias_q if self.has_bias and self.per_channel else NULL,
+                          self.bias if self.has_bias and not self.per_channel else NULL, self.bias_inv,
+                          self.mult, self.y_zp, self.lo, y)
         free(acc)
         return 0
 

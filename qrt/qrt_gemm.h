@@ -490,4 +490,23 @@ static void qrt_quantize_u8(const float* x, ptrdiff_t n, float inv, float zp, ui
     }
 }
 
+/* Static linear requantization (NUMERICS.md): v = fl(acc), plus the folded bias: v + bias_q[j]
+ * (per-channel) or fma(bias[j], bias_inv, v) (per-tensor), either may be NULL; then
+ * y = clamp(sat_int16(rne(fl(v * mult[j]))) + zp, lo, 255). */
+static void qrt_requantize_u8(const int32_t* acc, ptrdiff_t m, ptrdiff_t n, const float* bias_q, const float* bias,
+                              float bias_inv, const float* mult, int32_t zp, int32_t lo, uint8_t* y) {
+    for (ptrdiff_t i = 0; i < m; i++)
+        for (ptrdiff_t j = 0; j < n; j++) {
+            float v = (float)acc[i * n + j];
+            if (bias_q)
+                v = v + bias_q[j];
+            else if (bias)
+                v = fmaf(bias[j], bias_inv, v);
+            float r = nearbyintf(v * mult[j]);
+            r = r < -32768.0f ? -32768.0f : (r > 32767.0f ? 32767.0f : r);
+            int32_t q = (int32_t)r + zp;
+            y[i * n + j] = (uint8_t)(q < lo ? lo : (q > 255 ? 255 : q));
+        }
+}
+
 #endif /* QRT_GEMM_H */
