@@ -28,16 +28,24 @@ cdef extern from "qrt_gemm.h" nogil:
     const int I8_NR, I8_MR, F_NR, F_MR
     ptrdiff_t qrt_i8_packed_size(ptrdiff_t n, ptrdiff_t k)
     void qrt_i8_pack(const int8_t* w, ptrdiff_t n, ptrdiff_t k, int8_t* out)
+    ctypedef struct qrt_epilogue:
+        int32_t* acc
+        float* y
+        const float* y_scale
+        const float* bias
+        uint8_t* q
+        const float* bias_q
+        const float* bias_t
+        float bias_inv
+        const float* mult
+        int32_t zp, lo
     ptrdiff_t qrt_i8_packed_x_size(ptrdiff_t m, ptrdiff_t k)
     void qrt_i8_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* out)
     void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int8_t* packed, const int32_t* w_rowsum,
                        const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0,
-                       ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, int32_t* acc, const float* y_scale,
-                       const float* bias, float* y, ptrdiff_t ldc)
+                       ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, const qrt_epilogue* e)
     int qrt_min_max(const float* x, ptrdiff_t n, float* lo, float* hi)
     void qrt_quantize_u8(const float* x, ptrdiff_t n, float inv, float zp, uint8_t* q)
-    void qrt_requantize_u8(const int32_t* acc, ptrdiff_t m, ptrdiff_t n, const float* bias_q, const float* bias,
-                           float bias_inv, const float* mult, int32_t zp, int32_t lo, uint8_t* y)
     ptrdiff_t qrt_f16_packed_size(ptrdiff_t n, ptrdiff_t k)
     void qrt_f16_pack(const float* w, ptrdiff_t n, ptrdiff_t k, void* out)
     ptrdiff_t qrt_f16_packed_x_size(ptrdiff_t m, ptrdiff_t k)
@@ -365,12 +373,8 @@ cdef class PackedS8:
         self.any_zp = bool(np.any(z))
         self.arrays = [packed, z, rs]
 
-    cdef int matmul(self, const uint8_t* x, Py_ssize_t m, int32_t x_zp, int32_t* acc,
-                    const float* y_scale=NULL, const float* bias=NULL, float* y=NULL) noexcept nogil:
-        """acc[m, n] = (x - x_zp) @ (w - w_zp).T, exact in int32; x is [m, k]. Returns -1 if out of memory.
-
-        With y, writes y = fma(fl(acc), y_scale, bias) (or fl(acc) * y_scale) instead of acc.
-        """
+    cdef int matmul(self, const uint8_t* x, Py_ssize_t m, int32_t x_zp, const qrt_epilogue* e) noexcept nogil:
+        """(x - x_zp) @ (w - w_zp).T, exact in int32, to the epilogue e; x is [m, k]. -1: out of memory."""
         cdef Py_ssize_t n = self.n, k = self.k, i, t, task, cn, cm
         cdef Py_ssize_t panels = (n + I8_NR - 1) // I8_NR
         cdef int32_t* xsum = NULL
@@ -392,15 +396,13 @@ cdef class PackedS8:
                     xsum[i] += x[i * k + t]
         split_work(m, panels, I8_MR, <int64_t>m * n * k, MIN_WORK_I8, &cn, &cm)
         if cn * cm == 1:
-            qrt_gemm_u8s8(xp, x_zp, self.packed, self.rowsum, self.zp, xsum, n, k, 0, m, 0, panels, acc,
-                          y_scale, bias, y, n)
+            qrt_gemm_u8s8(xp, x_zp, self.packed, self.rowsum, self.zp, xsum, n, k, 0, m, 0, panels, e)
         else:
             for task in prange(cn * cm, num_threads=cn * cm, schedule="static"):
                 qrt_gemm_u8s8(xp, x_zp, self.packed, self.rowsum, self.zp, xsum, n, k,
                               chunk((m + I8_MR - 1) // I8_MR, cm, task % cm) * I8_MR,
                               min(chunk((m + I8_MR - 1) // I8_MR, cm, task % cm + 1) * I8_MR, m),
-                              chunk(panels, cn, task // cm), chunk(panels, cn, task // cm + 1), acc,
-                              y_scale, bias, y, n)
+                              chunk(panels, cn, task // cm), chunk(panels, cn, task // cm + 1), e)
         free(xsum)
         free(xp)
         return 0
@@ -410,10 +412,12 @@ cdef class PackedS8:
         cdef Py_ssize_t m = x.shape[0]
         if x.shape[1] != self.k or acc.shape[0] != m or acc.shape[1] != self.n:
             raise ValueError("PackedS8: shape mismatch")
+        cdef qrt_epilogue e
+        memset(&e, 0, sizeof(e))
+        e.acc = &acc[0, 0] if m and self.n else NULL
         cdef int err
         with nogil:
-            err = self.matmul(&x[0, 0] if m and self.k else NULL, m, x_zp,
-                              &acc[0, 0] if m and self.n else NULL)
+            err = self.matmul(&x[0, 0] if m and self.k else NULL, m, x_zp, &e)
         if err:
             raise MemoryError()
 
@@ -520,6 +524,7 @@ cdef class DynamicLinear:
     cdef int forward(self, const float* x, Py_ssize_t m, float* y) noexcept nogil:
         """y[m, n] from x[m, k]. Returns 1 if x holds NaN, -1 if out of memory."""
         cdef Py_ssize_t n = self.out_features, k = self.in_features, j
+        cdef qrt_epilogue e
         cdef float s_x
         cdef int32_t zp_x
         cdef int err = 0
@@ -538,7 +543,9 @@ cdef class DynamicLinear:
         if err == 0:
             for j in range(n):
                 y_scale[j] = s_x * self.scale[j]
-            err = self.w8.matmul(xq, m, zp_x, NULL, y_scale, self.bias, y)
+            memset(&e, 0, sizeof(e))
+            e.y, e.y_scale, e.bias = y, y_scale, self.bias
+            err = self.w8.matmul(xq, m, zp_x, &e)
         free(xq)
         free(y_scale)
         return err
@@ -605,16 +612,15 @@ cdef class StaticLinear:
             self.bias_q = &fv[0]
 
     cdef int forward(self, const uint8_t* x, Py_ssize_t m, uint8_t* y) noexcept nogil:
-        cdef Py_ssize_t n = self.out_features
-        cdef int32_t* acc = <int32_t*>malloc(m * n * sizeof(int32_t))
-        if acc == NULL or self.w.matmul(x, m, self.x_zp, acc):
-            free(acc)
-            return -1
-        qrt_requantize_u8(acc, m, n, self.bias_q if self.has_bias and self.per_channel else NULL,
-                          self.bias if self.has_bias and not self.per_channel else NULL, self.bias_inv,
-                          self.mult, self.y_zp, self.lo, y)
-        free(acc)
-        return 0
+        cdef qrt_epilogue e
+        memset(&e, 0, sizeof(e))
+        e.q, e.bias_inv, e.mult, e.zp, e.lo = y, self.bias_inv, self.mult, self.y_zp, self.lo
+        if self.has_bias:
+            if self.per_channel:
+                e.bias_q = self.bias_q
+            else:
+                e.bias_t = self.bias
+        return self.w.matmul(x, m, self.x_zp, &e)
 
     def __call__(self, const uint8_t[:, ::1] x, uint8_t[:, ::1] y):
         cdef Py_ssize_t m = x.shape[0]

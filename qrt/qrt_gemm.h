@@ -221,19 +221,68 @@ static void i8_tile_any(const uint8_t* xtile, int mr, const int8_t* panel, ptrdi
 #endif
 #define I8_MC (I8_MR * 16)
 
+/* What qrt_gemm_u8s8 does with each exact int32 result a = acc[i][j], while its tile is in cache. */
+typedef struct {
+    int32_t* acc;         /* if not NULL: acc[i][j] = a */
+    float* y;             /* dynamic linear: y[i][j] = fma(fl(a), y_scale[j], bias[j]) or fl(a) * y_scale[j] */
+    const float* y_scale; /* fl(s_x * s_w[j]) */
+    const float* bias;
+    uint8_t* q;           /* static linear: q[i][j] = requantized a (qrt_requantize_one) */
+    const float* bias_q;  /* per-channel folded bias, or NULL */
+    const float* bias_t;  /* per-tensor bias, or NULL */
+    float bias_inv;
+    const float* mult;
+    int32_t zp, lo;
+} qrt_epilogue;
+
+/* Row i, columns [j0, j1), of the epilogue from the exact results a[0 .. j1 - j0).
+ * Fields are read into locals first: stores through uint8_t* may alias anything, and the
+ * compiler would reload them at every element otherwise. Static linear requantization
+ * (NUMERICS.md): v = fl(a) plus the folded bias, v + bias_q[j] (per-channel) or
+ * fma(bias[j], bias_inv, v) (per-tensor); then clamp(sat_int16(rne(fl(v * mult[j]))) + zp, lo, 255). */
+static void qrt_epilogue_row(const qrt_epilogue* e, ptrdiff_t i, ptrdiff_t n, ptrdiff_t j0, ptrdiff_t j1,
+                             const int32_t* a) {
+    ptrdiff_t j, cols = j1 - j0;
+    if (e->acc) {
+        memcpy(e->acc + i * n + j0, a, (size_t)cols * sizeof(int32_t));
+    } else if (e->q) {
+        uint8_t* out = e->q + i * n + j0;
+        const float *bias_q = e->bias_q, *bias_t = e->bias_t, *mult = e->mult + j0;
+        float bias_inv = e->bias_inv;
+        int32_t zp = e->zp, lo = e->lo;
+        for (j = 0; j < cols; j++) {
+            float v = (float)a[j];
+            if (bias_q)
+                v = v + bias_q[j0 + j];
+            else if (bias_t)
+                v = fmaf(bias_t[j0 + j], bias_inv, v);
+            float r = nearbyintf(v * mult[j]);
+            r = r < -32768.0f ? -32768.0f : (r > 32767.0f ? 32767.0f : r);
+            int32_t q = (int32_t)r + zp;
+            out[j] = (uint8_t)(q < lo ? lo : (q > 255 ? 255 : q));
+        }
+    } else {
+        float* out = e->y + i * n + j0;
+        const float *scale = e->y_scale + j0, *bias = e->bias;
+        if (bias)
+            for (j = 0; j < cols; j++)
+                out[j] = fmaf((float)a[j], scale[j], bias[j0 + j]);
+        else
+            for (j = 0; j < cols; j++)
+                out[j] = (float)a[j] * scale[j];
+    }
+}
+
 /* acc[i][j] = sum_t (x[i][t] - x_zp) * (w[j][t] - w_zp[j]) in int32 (wrapping), for
  * rows [i0, i1) (i0 a multiple of I8_MR) and columns of panels [p0, p1) (clipped to n),
  * from x packed by qrt_i8_pack_x.
  *
  * Expanded as dot(x, w) - x_zp * rowsum(w)[j] - w_zp[j] * rowsum(x)[i] + k * x_zp * w_zp[j];
  * x_rowsum may be NULL when every w_zp is 0. All in uint32: exact modulo 2^32.
- *
- * With y (dynamic linear), acc is not written: y[i][j] = fma(fl(acc), y_scale[j], bias[j]), or
- * fl(acc) * y_scale[j] without bias, while the tile is still in cache. */
+ * Each result goes to the epilogue e (row stride n). */
 static void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int8_t* packed, const int32_t* w_rowsum,
                           const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0,
-                          ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, int32_t* acc, const float* y_scale,
-                          const float* bias, float* y, ptrdiff_t ldc) {
+                          ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, const qrt_epilogue* e) {
     int32_t c[I8_MC * I8_NR];
     ptrdiff_t kp = qrt_round_up(k, 4), groups = kp / 4, p, ib, ie, i, gb, j, j0, j1;
     uint32_t zx = (uint32_t)x_zp, kz = (uint32_t)k * (uint32_t)x_zp;
@@ -251,17 +300,12 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int8_t* pa
             }
             for (i = ib; i < ie; i++) {
                 uint32_t xs = x_rowsum ? (uint32_t)x_rowsum[i] : 0;
-                const int32_t* ci = c + (i - ib) * I8_NR - j0;
+                int32_t* ci = c + (i - ib) * I8_NR;
                 for (j = j0; j < j1; j++) {
                     uint32_t rs = (uint32_t)w_rowsum[j], wz = (uint32_t)w_zp[j];
-                    int32_t a = (int32_t)((uint32_t)ci[j] + ((uint32_t)I8_XBIAS - zx) * rs + kz * wz - wz * xs);
-                    if (!y)
-                        acc[i * ldc + j] = a;
-                    else if (bias)
-                        y[i * ldc + j] = fmaf((float)a, y_scale[j], bias[j]);
-                    else
-                        y[i * ldc + j] = (float)a * y_scale[j];
+                    ci[j - j0] = (int32_t)((uint32_t)ci[j - j0] + ((uint32_t)I8_XBIAS - zx) * rs + kz * wz - wz * xs);
                 }
+                qrt_epilogue_row(e, i, n, j0, j1, ci);
             }
         }
     }
@@ -488,25 +532,6 @@ static void qrt_quantize_u8(const float* x, ptrdiff_t n, float inv, float zp, ui
         r = r < 255.0f ? r : 255.0f;
         q[i] = (uint8_t)(int32_t)r;
     }
-}
-
-/* Static linear requantization (NUMERICS.md): v = fl(acc), plus the folded bias: v + bias_q[j]
- * (per-channel) or fma(bias[j], bias_inv, v) (per-tensor), either may be NULL; then
- * y = clamp(sat_int16(rne(fl(v * mult[j]))) + zp, lo, 255). */
-static void qrt_requantize_u8(const int32_t* acc, ptrdiff_t m, ptrdiff_t n, const float* bias_q, const float* bias,
-                              float bias_inv, const float* mult, int32_t zp, int32_t lo, uint8_t* y) {
-    for (ptrdiff_t i = 0; i < m; i++)
-        for (ptrdiff_t j = 0; j < n; j++) {
-            float v = (float)acc[i * n + j];
-            if (bias_q)
-                v = v + bias_q[j];
-            else if (bias)
-                v = fmaf(bias[j], bias_inv, v);
-            float r = nearbyintf(v * mult[j]);
-            r = r < -32768.0f ? -32768.0f : (r > 32767.0f ? 32767.0f : r);
-            int32_t q = (int32_t)r + zp;
-            y[i * n + j] = (uint8_t)(q < lo ? lo : (q > 255 ? 255 : q));
-        }
 }
 
 #endif /* QRT_GEMM_H */
