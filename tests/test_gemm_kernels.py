@@ -122,3 +122,34 @@ def test_threads_setting():
 
 def test_kernel_paths_are_named():
     assert set(K.KERNEL_PATHS) == {"int8", "float16"}
+
+
+def test_layers_identical_for_any_thread_count():
+    """Whole layers (quantization, GEMM, epilogues) give the same bits on 1, 2 and 3 threads."""
+    rng = np.random.default_rng(5)
+    m, k, n = 37, 300, 200
+    w8 = rng.integers(-128, 128, (n, k), dtype=np.int8)
+    scale = (rng.random(n) * 0.01 + 1e-3).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    layers = [
+        (K.DynamicLinear(w8, scale, np.zeros(n, np.int32), bias), rng.standard_normal((m, k)).astype(np.float32),
+         np.float32),
+        (K.DynamicLinear(rng.standard_normal((n, k)).astype(np.float16), None, None, bias),
+         rng.standard_normal((m, k)).astype(np.float32), np.float32),
+        (K.StaticLinear(w8, scale, rng.integers(-3, 4, n).astype(np.int32), bias, np.float32(0.02), 128,
+                        np.float32(0.3), 60, True), rng.integers(0, 256, (m, k), dtype=np.uint8), np.uint8),
+    ]
+    before, floors = qrt.get_num_threads(), K._set_min_work(1, 1)
+    try:
+        for layer, x, dtype in layers:
+            outs = []
+            for threads in (1, 2, 3):
+                qrt.set_num_threads(threads)
+                y = np.empty((m, n), dtype)
+                layer(x, y)
+                outs.append(y.view(np.uint8))
+            np.testing.assert_array_equal(outs[0], outs[1])
+            np.testing.assert_array_equal(outs[0], outs[2])
+    finally:
+        K._set_min_work(*floors)
+        qrt.set_num_threads(before)

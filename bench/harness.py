@@ -1,0 +1,81 @@
+"""Timing helpers shared by the benchmarks: medians of repeated timed runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from typing import Callable
+
+
+def time_call(fn: Callable[[], object], min_time: float = 0.02, repeats: int = 15) -> float:
+    """Median seconds per call of fn: each of `repeats` samples runs fn enough times to last min_time."""
+    for _ in range(3):
+        fn()
+    start = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - start, 1e-7)
+    inner = max(1, int(min_time / once))
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        samples.append((time.perf_counter() - start) / inner)
+    return statistics.median(samples)
+
+
+def time_calls(fns: list[Callable[[], object]], min_time: float = 0.02, repeats: int = 15) -> list[float]:
+    """Median seconds per call of each fn, their samples interleaved (a, b, c, a, b, c, ...).
+
+    On a shared machine the load changes from second to second; interleaving
+    gives every contender the same conditions, so their ratios stay
+    meaningful even when the absolute times drift.
+    """
+    inners = []
+    for fn in fns:
+        for _ in range(3):
+            fn()
+        start = time.perf_counter()
+        fn()
+        inners.append(max(1, int(min_time / max(time.perf_counter() - start, 1e-7))))
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, inner, out in zip(fns, inners, samples):
+            start = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            out.append((time.perf_counter() - start) / inner)
+    return [statistics.median(s) for s in samples]
+
+
+def machine() -> dict:
+    """CPU model, flags relevant to integer kernels, cores."""
+    info = {"platform": platform.platform(), "python": platform.python_version(), "cores": os.cpu_count()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+        for line in text.splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                wanted = ["avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8"]
+                info["flags"] = [f for f in wanted if f in flags]
+                break
+    except OSError:
+        info["cpu"] = platform.processor()
+    return info
+
+
+def fmt_time(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:8.1f} us"
+    return f"{seconds * 1e3:8.2f} ms"
+
+
+def write_json(path: str, payload: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=1)
