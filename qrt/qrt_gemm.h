@@ -325,6 +325,7 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int8_t* pa
 typedef __m512 f_vec;
 #define F_ZERO() _mm512_setzero_ps()
 #define F_LOADW(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(p)))
+#define F_LOADF(p) _mm512_loadu_ps(p)
 #define F_SET1(v) _mm512_set1_ps(v)
 #define F_FMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #define F_ADD(a, b) _mm512_add_ps((a), (b))
@@ -341,6 +342,7 @@ typedef __m512 f_vec;
 typedef __m256 f_vec;
 #define F_ZERO() _mm256_setzero_ps()
 #define F_LOADW(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(p)))
+#define F_LOADF(p) _mm256_loadu_ps(p)
 #define F_SET1(v) _mm256_set1_ps(v)
 #define F_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
 #define F_ADD(a, b) _mm256_add_ps((a), (b))
@@ -356,6 +358,7 @@ typedef __m256 f_vec;
 typedef float f_vec;
 #define F_ZERO() 0.0f
 #define F_LOADW(p) (*(const float*)(p))
+#define F_LOADF(p) (*(p))
 #define F_SET1(v) (v)
 #define F_FMA(a, b, c) fmaf((a), (b), (c))
 #define F_ADD(a, b) ((a) + (b))
@@ -401,12 +404,13 @@ static void qrt_f16_pack_x(const float* x, ptrdiff_t m, ptrdiff_t k, float* out)
     }
 }
 
-/* For the r < mr rows of a packed x tile, over k in [t0, t1): the fma chain of x[r][t] * w[col][t]
- * in k order, into c[r][col] (rows F_NR apart).
+/* For the r < mr rows of a packed x tile, over `count` k from those at xt and w: the fma chain
+ * of x[r][t] * w[col][t] in k order, into c[r][col] (rows F_NR apart). w is the panel's packed
+ * weights, or (wide) the same slice already widened to float32.
  *   plain panels: the chain starts at 0 (first) or continues from c, and c takes its value;
- *   blocked panels (the tail quirk; [t0, t1) is one 512 block): the chain starts at 0 and
+ *   blocked panels (the tail quirk; the k are one 512 block): the chain starts at 0 and
  *   c = (first ? 0 : c) + chain, a plain float add. */
-QRT_INLINE void f_tile(const float* xtile, const int mr, const char* panel, ptrdiff_t t0, ptrdiff_t t1, int first,
+QRT_INLINE void f_tile(const float* xt, const int mr, const void* w, const int wide, ptrdiff_t count, int first,
                        int blocked, float* c) {
     f_vec acc[F_MR][F_NV];
     ptrdiff_t t;
@@ -415,15 +419,16 @@ QRT_INLINE void f_tile(const float* xtile, const int mr, const char* panel, ptrd
         if (r < mr)
             QRT_UNROLL for (v = 0; v < F_NV; v++)
                 acc[r][v] = first || blocked ? F_ZERO() : F_LOADC(c + r * F_NR + v * F_LANES);
-    for (t = t0; t < t1; t++) {
-        f_vec w[F_NV];
+    for (t = 0; t < count; t++) {
+        f_vec wv[F_NV];
         QRT_UNROLL for (v = 0; v < F_NV; v++)
-            w[v] = F_LOADW(panel + (t * F_NR + v * F_LANES) * F_WSIZE);
+            wv[v] = wide ? F_LOADF((const float*)w + t * F_NR + v * F_LANES)
+                         : F_LOADW((const char*)w + (t * F_NR + v * F_LANES) * F_WSIZE);
         QRT_UNROLL for (r = 0; r < F_MR; r++) {
             if (r < mr) {
-                f_vec xr = F_SET1(xtile[t * F_MR + r]);
+                f_vec xr = F_SET1(xt[t * F_MR + r]);
                 QRT_UNROLL for (v = 0; v < F_NV; v++)
-                    acc[r][v] = F_FMA(xr, w[v], acc[r][v]);
+                    acc[r][v] = F_FMA(xr, wv[v], acc[r][v]);
             }
         }
     }
@@ -435,31 +440,44 @@ QRT_INLINE void f_tile(const float* xtile, const int mr, const char* panel, ptrd
             }
 }
 
-static void f_tile_any(const float* xtile, int mr, const char* panel, ptrdiff_t t0, ptrdiff_t t1, int first,
-                       int blocked, float* c) {
-    switch (mr) {
-    case 1: f_tile(xtile, 1, panel, t0, t1, first, blocked, c); break;
-    case 2: f_tile(xtile, 2, panel, t0, t1, first, blocked, c); break;
-    case 3: f_tile(xtile, 3, panel, t0, t1, first, blocked, c); break;
-    case 4: f_tile(xtile, 4, panel, t0, t1, first, blocked, c); break;
-    case 5: f_tile(xtile, 5, panel, t0, t1, first, blocked, c); break;
-    case 6: f_tile(xtile, 6, panel, t0, t1, first, blocked, c); break;
-    case 7: f_tile(xtile, 7, panel, t0, t1, first, blocked, c); break;
-    default: f_tile(xtile, 8, panel, t0, t1, first, blocked, c); break;
-    }
+/* One instance per (mr, wide), both constants, so the accumulators live in registers. */
+#define F_TILE_MR(R) f_tile(xt, R, w, wide, count, first, blocked, c)
+#define F_TILE_WIDE(W)                                                                                                \
+    do {                                                                                                              \
+        const int wide = W;                                                                                           \
+        switch (mr) {                                                                                                 \
+        case 1: F_TILE_MR(1); break;                                                                                  \
+        case 2: F_TILE_MR(2); break;                                                                                  \
+        case 3: F_TILE_MR(3); break;                                                                                  \
+        case 4: F_TILE_MR(4); break;                                                                                  \
+        case 5: F_TILE_MR(5); break;                                                                                  \
+        case 6: F_TILE_MR(6); break;                                                                                  \
+        case 7: F_TILE_MR(7); break;                                                                                  \
+        default: F_TILE_MR(8); break;                                                                                 \
+        }                                                                                                             \
+    } while (0)
+
+static void f_tile_any(const float* xt, int mr, const void* w, int wide_, ptrdiff_t count, int first, int blocked,
+                       float* c) {
+    if (wide_)
+        F_TILE_WIDE(1);
+    else
+        F_TILE_WIDE(0);
 }
 
 /* Cache blocking as for int8: F_KC k of a panel stay in L1 while up to F_MC rows sweep them.
+ * When several row tiles share a slice, it is widened to float32 once (wbuf) instead of in
+ * every tile: the conversions would otherwise compete with the FMAs for the same port.
  * F_KC divides QRT_F16_BLOCK, so the tail quirk's blocks are whole numbers of slices. */
-#define F_KC 256
+#define F_KC 128
 #define F_MC (F_MR * 16)
 
 /* y[i][j] = chain(x[i], w[j]) (+ bias[j], a separate float add) for rows [i0, i1) (i0 a multiple of
  * F_MR) and panels [p0, p1), from x packed by qrt_f16_pack_x. */
 static void qrt_gemm_f16(const float* xpacked, const void* packed, const float* bias, ptrdiff_t n, ptrdiff_t k,
                          ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, float* y, ptrdiff_t ldy) {
-    float c[F_MC * F_NR];
-    ptrdiff_t tail_start = n - n % QRT_F16_TAIL, p, ib, ie, i, kb, j, j0, j1;
+    float c[F_MC * F_NR], wbuf[F_KC * F_NR];
+    ptrdiff_t tail_start = n - n % QRT_F16_TAIL, p, ib, ie, i, kb, j, j0, j1, t;
     for (p = p0; p < p1; p++) {
         const char* panel = (const char*)packed + p * F_NR * k * F_WSIZE;
         j0 = p * F_NR;
@@ -469,11 +487,18 @@ static void qrt_gemm_f16(const float* xpacked, const void* packed, const float* 
         ptrdiff_t slice = blocked ? QRT_F16_BLOCK : F_KC;
         for (ib = i0; ib < i1; ib += F_MC) {
             ie = ib + F_MC < i1 ? ib + F_MC : i1;
+            int widen = F_HALF && !blocked && ie - ib > F_MR;
             for (kb = 0; kb < k || kb == 0; kb += slice) {
                 ptrdiff_t ke = kb + slice < k ? kb + slice : k;
+                const void* w = panel + kb * F_NR * F_WSIZE;
+                if (widen) {
+                    for (t = 0; t < (ke - kb) * F_NR; t += F_LANES)
+                        F_STORE(wbuf + t, F_LOADW((const char*)w + t * F_WSIZE));
+                    w = wbuf;
+                }
                 for (i = ib; i < ie; i += F_MR)
-                    f_tile_any(xpacked + i * k, (int)(ie - i < F_MR ? ie - i : F_MR), panel, kb, ke, kb == 0,
-                               blocked, c + (i - ib) * F_NR);
+                    f_tile_any(xpacked + i * k + kb * F_MR, (int)(ie - i < F_MR ? ie - i : F_MR), w, widen, ke - kb,
+                               kb == 0, blocked, c + (i - ib) * F_NR);
             }
             for (i = ib; i < ie; i++) {
                 const float* ci = c + (i - ib) * F_NR - j0;
