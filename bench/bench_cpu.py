@@ -1,16 +1,23 @@
-"""qrt against PyTorch's quantized CPU engine on the same shapes, in one run.
+"""qrt against PyTorch's quantized CPU engine (and ONNX Runtime, when installed) on the same shapes, in one run.
 
-    python bench/bench_cpu.py [--quick] [--json out.json]
+    python bench/bench_cpu.py [--quick] [--threads 1 2] [--only SUBSTRING] [--json out.json]
 
-Each figure is the median over 15 samples of the time per call (each sample
-repeats the call for >= 20 ms after warm-up). The ratio is PyTorch time /
-qrt time: above 1 means qrt is faster. Both sides get the same float32
-inputs and produce the same results (the tests prove bit-exactness).
+Each figure is the median over the samples of the time per call (each sample
+repeats the call for >= 20 ms, after warm-up; the samples of qrt, PyTorch and
+ONNX Runtime are interleaved so that all three see the same machine load);
+--quick takes fewer samples and a subset of the shapes. The ratios are PyTorch time / qrt time and ONNX
+Runtime time / qrt time: above 1 means qrt is faster. qrt and PyTorch get the
+same inputs and produce the same results (the tests prove bit-exactness);
+ONNX Runtime runs the same float layer quantized by its own quantize_dynamic
+(its own rounding), for speed only. Every run is timed with the thread count
+of its section given to all three (qrt.set_num_threads, torch.set_num_threads,
+ORT intra_op_num_threads).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import os
 import sys
@@ -19,32 +26,133 @@ import warnings
 
 import numpy as np
 import torch
+import torch.ao.nn.intrinsic.quantized as nniq
+import torch.ao.nn.quantized as nnq
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import fmt_time, machine, time_call, write_json  # noqa: E402
-from qrt_testing import dynamic_weight, quantized_copy  # noqa: E402
+from harness import fmt_time, machine, time_calls, write_json  # noqa: E402
+from qrt_testing import dynamic_weight, qparams, quantized_copy  # noqa: E402
 
 import qrt  # noqa: E402
+from qrt import _kernels  # noqa: E402
 from qrt.builder import GraphBuilder  # noqa: E402
 
 warnings.simplefilter("ignore")
+logging.getLogger().setLevel(logging.ERROR)  # onnxruntime.quantization's advice on pre-processing
+
+try:
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+except ImportError:  # ONNX Runtime is optional
+    ort = None
+
+SHAPES = [(256, 256), (1024, 1024), (4096, 4096), (1024, 4096)]
+ROWS = [1, 8, 64, 512]
+CELLS = [(64, 128), (128, 256), (512, 1024)]
 
 
-def dynamic_linear_case(tmp: str, m: int, k: int, n: int, per_channel: bool):
-    ref = quantized_copy(torch.nn.Linear(k, n), torch.qint8, per_channel)
+def _load(g: GraphBuilder, tmp: str, name: str) -> qrt.Model:
+    path = os.path.join(tmp, name + ".qrt")
+    g.save(path)
+    return qrt.load(path)
+
+
+def _rows(m: int, k: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((m, k)).astype(np.float32)
+
+
+# ------------------------------------------------------------------ ONNX Runtime side
+
+
+def _ort_session(tmp: str, name: str, graph, per_channel: bool, threads: int):
+    """quantize_dynamic (QInt8 weights) of a float ONNX graph, as an InferenceSession."""
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    src, dst = os.path.join(tmp, name + ".onnx"), os.path.join(tmp, name + ".q.onnx")
+    onnx.save(model, src)
+    quantize_dynamic(src, dst, weight_type=QuantType.QInt8, per_channel=per_channel)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(dst, opts, providers=["CPUExecutionProvider"])
+
+
+def _ort_mlp(tmp: str, name: str, linears: list[torch.nn.Linear], per_channel: bool, threads: int):
+    """x -> Linear (ReLU Linear)* as MatMul + Add nodes."""
+    nodes, inits, value = [], [], "x"
+    for i, lin in enumerate(linears):
+        w = numpy_helper.from_array(lin.weight.detach().numpy().T.copy(), f"w{i}")
+        b = numpy_helper.from_array(lin.bias.detach().numpy(), f"b{i}")
+        inits += [w, b]
+        nodes.append(helper.make_node("MatMul", [value, f"w{i}"], [f"mm{i}"]))
+        out = "y" if i == len(linears) - 1 else f"a{i}"
+        nodes.append(helper.make_node("Add", [f"mm{i}", f"b{i}"], [out]))
+        if i < len(linears) - 1:
+            nodes.append(helper.make_node("Relu", [out], [f"r{i}"]))
+            value = f"r{i}"
+    k, n = linears[0].in_features, linears[-1].out_features
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", n])],
+        inits,
+    )
+    return _ort_session(tmp, name, graph, per_channel, threads)
+
+
+# ------------------------------------------------------------------ cases: (qrt, torch, ort or None)
+
+
+def dynamic_linear_case(tmp: str, threads: int, m: int, k: int, n: int, kind: str):
+    float_linear = torch.nn.Linear(k, n)
+    dtype = torch.float16 if kind == "float16" else torch.qint8
+    ref = quantized_copy(float_linear, dtype, kind == "per_channel")
     g = GraphBuilder()
     x = g.input("x", "float32", [None, k])
     g.output(g.node("linear_dynamic", {"x": x, **dynamic_weight(ref.weight(), ref.bias())}))
-    path = os.path.join(tmp, f"lin_{m}_{k}_{n}.qrt")
-    g.save(path)
-    model = qrt.load(path)
-    xs = np.random.default_rng(0).standard_normal((m, k)).astype(np.float32)
+    model = _load(g, tmp, f"lin_{kind}_{k}_{n}")
+    xs = _rows(m, k)
     tx = torch.from_numpy(xs)
-    return (lambda: model.run(xs)), (lambda: ref(tx))
+    run_ort = None
+    if ort is not None and kind != "float16":
+        sess = _ort_mlp(tmp, f"lin_{kind}_{k}_{n}", [float_linear], kind == "per_channel", threads)
+        feed = {"x": xs}
+        run_ort = lambda: sess.run(None, feed)  # noqa: E731
+    return (lambda: model.run(xs)), (lambda: ref(tx)), run_ort
 
 
-def rnn_cell_case(tmp: str, batch: int, input_size: int, hidden: int):
+def static_linear_case(tmp: str, threads: int, m: int, k: int, n: int, relu: bool):
+    g_ = torch.Generator().manual_seed(k + n)
+    qw = torch.quantize_per_tensor(torch.randn(n, k, generator=g_) * 0.05, float(np.float32(0.002)), 0, torch.qint8)
+    b = torch.randn(n, generator=g_)
+    ref = (nniq.LinearReLU if relu else nnq.Linear)(k, n)
+    ref.set_weight_bias(qw, b)
+    ref.scale, ref.zero_point = 0.25, 64
+    x_scale, x_zp = float(np.float32(0.02)), 128
+    g = GraphBuilder()
+    x = g.input("x", "uint8", [None, k])
+    inputs = {
+        "x": x,
+        "x_scale": np.asarray(x_scale, np.float32),
+        "x_zero_point": np.asarray(x_zp, np.int32),
+        "weight": qw.int_repr().numpy(),
+        **qparams(qw, "weight_"),
+        "bias": b.numpy(),
+        "y_scale": np.asarray(ref.scale, np.float32),
+        "y_zero_point": np.asarray(ref.zero_point, np.int32),
+    }
+    g.output(g.node("linear", inputs, {"relu": relu}))
+    model = _load(g, tmp, f"static_{relu}_{k}_{n}")
+    xq = np.random.default_rng(0).integers(0, 256, (m, k), dtype=np.uint8)
+    tx = torch._make_per_tensor_quantized_tensor(torch.from_numpy(xq), x_scale, x_zp)
+    return (lambda: model.run(xq)), (lambda: ref(tx)), None
+
+
+def rnn_cell_case(tmp: str, threads: int, batch: int, input_size: int, hidden: int, steps: int = 1):
     qcell = quantized_copy(torch.nn.RNNCell(input_size, hidden), torch.qint8, False)
     wb = qcell._weight_bias()
     g = GraphBuilder()
@@ -57,48 +165,156 @@ def rnn_cell_case(tmp: str, batch: int, input_size: int, hidden: int):
         **dynamic_weight(wb["weight"]["weight_hh"], wb["bias"]["bias_hh"], "hh_"),
     }
     g.output(g.node("rnn_cell_dynamic", ports))
-    path = os.path.join(tmp, f"cell_{batch}_{input_size}_{hidden}.qrt")
-    g.save(path)
-    model = qrt.load(path)
+    model = _load(g, tmp, f"cell_{input_size}_{hidden}")
     rng = np.random.default_rng(0)
-    xs = rng.standard_normal((batch, input_size)).astype(np.float32)
-    hs = rng.standard_normal((batch, hidden)).astype(np.float32) * 0.5
-    tx, th = torch.from_numpy(xs), torch.from_numpy(hs)
-    return (lambda: model.run((xs, hs))), (lambda: qcell(tx, th))
+    xs = rng.standard_normal((steps, batch, input_size)).astype(np.float32)
+    h0 = rng.standard_normal((batch, hidden)).astype(np.float32) * 0.5
+    tx, th = torch.from_numpy(xs), torch.from_numpy(h0)
+
+    def run_qrt():
+        h = h0
+        for t in range(steps):
+            h = model.run((xs[t], h))
+        return h
+
+    def run_torch():
+        h = th
+        for t in range(steps):
+            h = qcell(tx[t], h)
+        return h
+
+    return run_qrt, run_torch, None
+
+
+def mlp_case(tmp: str, threads: int, m: int, sizes: tuple[int, ...]):
+    """Whole model: Linear-ReLU-Linear-ReLU-Linear, dynamic qint8, through Model.run."""
+    torch.manual_seed(0)
+    linears = [torch.nn.Linear(a, b) for a, b in zip(sizes, sizes[1:])]
+    layers: list[torch.nn.Module] = []
+    for lin in linears:
+        layers += [lin, torch.nn.ReLU()]
+    float_model = torch.nn.Sequential(*layers[:-1])
+    ref = torch.ao.quantization.quantize_dynamic(float_model, {torch.nn.Linear}, dtype=torch.qint8)
+    g = GraphBuilder()
+    v = g.input("x", "float32", [None, sizes[0]])
+    for q in ref:
+        if isinstance(q, torch.nn.ReLU):
+            v = g.node("relu", {"x": v})
+        else:
+            v = g.node("linear_dynamic", {"x": v, **dynamic_weight(q.weight(), q.bias())})
+    g.output(v)
+    model = _load(g, tmp, "mlp_" + "_".join(map(str, sizes)))
+    xs = _rows(m, sizes[0])
+    tx = torch.from_numpy(xs)
+    run_ort = None
+    if ort is not None:
+        sess = _ort_mlp(tmp, "mlp", linears, False, threads)
+        feed = {"x": xs}
+        run_ort = lambda: sess.run(None, feed)  # noqa: E731
+    return (lambda: model.run(xs)), (lambda: ref(tx)), run_ort
 
 
 def cases(quick: bool):
-    sizes = [256, 1024, 4096]
-    for k in sizes:
-        for m in (1, 64):
-            yield f"linear_dynamic qint8 M={m} K=N={k}", dynamic_linear_case, (m, k, k, False)
-    for hidden in (256, 1024):
-        yield f"rnn_cell_dynamic B=1 I={hidden} H={hidden}", rnn_cell_case, (1, hidden, hidden)
+    rows = [1, 64] if quick else ROWS
+    shapes = [(256, 256), (1024, 1024)] if quick else SHAPES
+    for kind in ("per_tensor", "per_channel", "float16"):
+        if quick and kind == "per_channel":
+            continue
+        for k, n in shapes:
+            for m in rows:
+                yield f"dynamic {kind} M={m} K={k} N={n}", dynamic_linear_case, (m, k, n, kind)
+    for relu in (False, True):
+        for k, n in shapes:
+            for m in rows:
+                name = "LinearReLU" if relu else "Linear"
+                yield f"static {name} M={m} K={k} N={n}", static_linear_case, (m, k, n, relu)
+    for batch in (1, 32):
+        for i, h in CELLS[:2] if quick else CELLS:
+            yield f"rnn_cell step B={batch} I={i} H={h}", rnn_cell_case, (batch, i, h)
+    yield "rnn_cell 100 steps B=1 I=64 H=128", rnn_cell_case, (1, 64, 128, 100)
+    yield "model MLP 256-512-512-10 M=1", mlp_case, (1, (256, 512, 512, 10))
+    if not quick:
+        yield "model MLP 256-512-512-10 M=64", mlp_case, (64, (256, 512, 512, 10))
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer, shorter measurements")
-    parser.add_argument("--threads", type=int, default=1, help="threads for PyTorch (qrt is single-threaded)")
+    parser.add_argument("--quick", action="store_true", help="fewer shapes and samples")
+    parser.add_argument("--threads", type=int, nargs="+", default=None, help="thread counts (default: 1 and all)")
+    parser.add_argument("--only", default="", help="run only the cases whose name contains this")
     parser.add_argument("--json", help="write the raw figures here")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    all_cores = qrt.get_num_threads()
+    thread_counts = args.threads or sorted({1, all_cores})
     info = machine()
     print(f"machine: {info.get('cpu')} | {info['cores']} cores | flags {' '.join(info.get('flags', []))}")
-    print(f"torch {torch.__version__} ({torch.backends.quantized.engine}), threads={args.threads}")
-    print(f"{'case':44s} {'qrt':>11s} {'torch':>11s} {'torch/qrt':>9s}")
+    print(
+        f"qrt kernels {_kernels.KERNEL_PATHS} | torch {torch.__version__} ({torch.backends.quantized.engine})"
+        f" | onnxruntime {ort.__version__ if ort else 'not installed'}"
+    )
+    repeats = 5 if args.quick else 15
     rows = []
     with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
-        for name, make, params in cases(args.quick):
-            run_qrt, run_torch = make(tmp, *params)
-            t_q = time_call(run_qrt, repeats=7 if args.quick else 15)
-            t_t = time_call(run_torch, repeats=7 if args.quick else 15)
-            rows.append({"case": name, "qrt_s": t_q, "torch_s": t_t, "ratio": t_t / t_q})
-            print(f"{name:44s} {fmt_time(t_q)} {fmt_time(t_t)} {t_t / t_q:8.2f}x", flush=True)
-    geo = math.exp(sum(math.log(r["ratio"]) for r in rows) / len(rows))
-    print(f"geometric mean torch/qrt: {geo:.2f}x")
+        for threads in thread_counts:
+            qrt.set_num_threads(threads)
+            torch.set_num_threads(threads)
+            print(f"\nthreads={threads}")
+            print(f"{'case':44s} {'qrt':>11s} {'torch':>11s} {'ort':>11s} {'torch/qrt':>9s} {'ort/qrt':>8s}")
+            for name, make, params in cases(args.quick):
+                if args.only not in name:
+                    continue
+                run_qrt, run_torch, run_ort = make(tmp, threads, *params)
+                times = time_calls([f for f in (run_qrt, run_torch, run_ort) if f], repeats=repeats)
+                t_q, t_t = times[:2]
+                t_o = times[2] if run_ort else None
+                row = {
+                    "case": name,
+                    "threads": threads,
+                    "qrt_s": t_q,
+                    "torch_s": t_t,
+                    "ort_s": t_o,
+                    "torch_ratio": t_t / t_q,
+                    "ort_ratio": t_o / t_q if t_o else None,
+                }
+                rows.append(row)
+                t_o_s = fmt_time(t_o) if t_o else f"{'-':>11s}"
+                r_o = f"{t_o / t_q:.2f}x" if t_o else "-"
+                print(f"{name:44s} {fmt_time(t_q)} {fmt_time(t_t)} {t_o_s} {t_t / t_q:8.2f}x {r_o:>8s}", flush=True)
+    print()
+    summary = {}
+    for threads in thread_counts:
+        mine = [r for r in rows if r["threads"] == threads]
+        lin = [
+            r["torch_ratio"] for r in mine if r["case"].startswith(("dynamic", "static")) and " M=1 " not in r["case"]
+        ]
+        summary[threads] = {
+            "geomean_torch_ratio_all": _geomean([r["torch_ratio"] for r in mine]),
+            "geomean_torch_ratio_linear_M>=8": _geomean(lin),
+            "geomean_ort_ratio": _geomean([r["ort_ratio"] for r in mine if r["ort_ratio"]]),
+        }
+        print(f"threads={threads}: " + ", ".join(f"{k} {v:.2f}x" for k, v in summary[threads].items()))
+    if len(thread_counts) > 1:
+        base = {r["case"]: r["qrt_s"] for r in rows if r["threads"] == thread_counts[0]}
+        print(f"\nqrt speed-up {thread_counts[-1]} threads / {thread_counts[0]}:")
+        for r in rows:
+            if r["threads"] == thread_counts[-1] and r["case"] in base:
+                r["thread_speedup"] = base[r["case"]] / r["qrt_s"]
+                if any(f"M={m} " in r["case"] for m in (64, 512)):
+                    print(f"  {r['case']:44s} {r['thread_speedup']:.2f}x")
     if args.json:
-        write_json(args.json, {"machine": info, "threads": args.threads, "rows": rows})
+        write_json(
+            args.json,
+            {
+                "machine": info,
+                "kernels": _kernels.KERNEL_PATHS,
+                "rows": rows,
+                "summary": {str(k): v for k, v in summary.items()},
+            },
+        )
 
 
 if __name__ == "__main__":

@@ -27,6 +27,30 @@ def time_call(fn: Callable[[], object], min_time: float = 0.02, repeats: int = 1
     return statistics.median(samples)
 
 
+def time_calls(fns: list[Callable[[], object]], min_time: float = 0.02, repeats: int = 15) -> list[float]:
+    """Median seconds per call of each fn, their samples interleaved (a, b, c, a, b, c, ...).
+
+    On a shared machine the load changes from second to second; interleaving
+    gives every contender the same conditions, so their ratios stay
+    meaningful even when the absolute times drift.
+    """
+    inners = []
+    for fn in fns:
+        for _ in range(3):
+            fn()
+        start = time.perf_counter()
+        fn()
+        inners.append(max(1, int(min_time / max(time.perf_counter() - start, 1e-7))))
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, inner, out in zip(fns, inners, samples):
+            start = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            out.append((time.perf_counter() - start) / inner)
+    return [statistics.median(s) for s in samples]
+
+
 def machine() -> dict:
     """CPU model, flags relevant to integer kernels, cores."""
     info = {"platform": platform.platform(), "python": platform.python_version(), "cores": os.cpu_count()}

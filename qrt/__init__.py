@@ -6,12 +6,17 @@
     y = model.run({"x": x})
 
 Only numpy is required; torch is never imported.
+
+The kernels use all the CPUs this process may run on by default;
+``qrt.set_num_threads(n)`` changes that for every later call (results do not
+depend on it) and ``qrt.get_num_threads()`` reads it.
 """
 
 __version__ = "0.1.0"
 
+from ._kernels import get_num_threads, set_num_threads  # noqa: E402
 from .errors import FormatError  # noqa: E402
 from .graph import ValueSpec  # noqa: E402
 from .model import Model, load, run  # noqa: E402
 
-__all__ = ["FormatError", "Model", "ValueSpec", "load", "run", "__version__"]
+__all__ = ["FormatError", "Model", "ValueSpec", "get_num_threads", "load", "run", "set_num_threads", "__version__"]

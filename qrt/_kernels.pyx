@@ -15,8 +15,44 @@ Callers validate shapes; the kernels trust them and run without the GIL.
 from libc.math cimport fmaf, nearbyintf, nearbyint, fabs, tanhf, expf, isinf
 from libc.string cimport memcpy
 from libc.stdint cimport int8_t, uint8_t, int32_t, int64_t
+from libc.stdlib cimport malloc, free
+from libc.string cimport memcpy, memset
+from cython.parallel cimport prange
+
+import os
 
 import numpy as np
+
+cdef extern from "qrt_gemm.h" nogil:
+    const char* QRT_I8_PATH
+    const char* QRT_F16_PATH
+    const int I8_NR, I8_MR, F_NR, F_MR
+    ptrdiff_t qrt_i8_packed_size(ptrdiff_t n, ptrdiff_t k)
+    void qrt_i8_pack(const int8_t* w, ptrdiff_t n, ptrdiff_t k, int8_t* out)
+    ctypedef struct qrt_epilogue:
+        int32_t* acc
+        float* y
+        const float* y_scale
+        const float* bias
+        uint8_t* q
+        const float* bias_q
+        const float* bias_t
+        float bias_inv
+        const float* mult
+        int32_t zp, lo
+    ptrdiff_t qrt_i8_packed_x_size(ptrdiff_t m, ptrdiff_t k)
+    void qrt_i8_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* out)
+    void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int8_t* packed, const int32_t* w_rowsum,
+                       const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0,
+                       ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, const qrt_epilogue* e)
+    int qrt_min_max(const float* x, ptrdiff_t n, float* lo, float* hi)
+    void qrt_quantize_u8(const float* x, ptrdiff_t n, float inv, float zp, uint8_t* q)
+    ptrdiff_t qrt_f16_packed_size(ptrdiff_t n, ptrdiff_t k)
+    void qrt_f16_pack(const float* w, ptrdiff_t n, ptrdiff_t k, void* out)
+    ptrdiff_t qrt_f16_packed_x_size(ptrdiff_t m, ptrdiff_t k)
+    void qrt_f16_pack_x(const float* x, ptrdiff_t m, ptrdiff_t k, float* out)
+    void qrt_gemm_f16(const float* xpacked, const void* packed, const float* bias, ptrdiff_t n, ptrdiff_t k,
+                      ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, float* y, ptrdiff_t ldy)
 
 ctypedef fused qint_t:
     uint8_t
@@ -115,24 +151,6 @@ def dequantize_per_channel(const qint_t[:, :, ::1] q, const float[::1] scale,
 
 # ------------------------------------------------------------ dynamic quantization of activations
 
-cdef int min_max(const float* x, Py_ssize_t n, float* lo, float* hi) noexcept nogil:
-    """Float min and max over n values; returns 1 if any is NaN or infinite.
-
-    torch's parameter choice has no defined result for those (its zero point
-    becomes a cast of NaN), so qrt refuses them rather than copy undefined behaviour.
-    """
-    cdef float mn = x[0], mx = x[0], v
-    cdef bint nan = False
-    cdef Py_ssize_t i
-    for i in range(n):
-        v = x[i]
-        nan |= v != v
-        mn = v if v < mn else mn
-        mx = v if v > mx else mx
-    lo[0], hi[0] = mn, mx
-    return nan or isinf(mn) or isinf(mx)
-
-
 cdef void choose_qparams(float lo, float hi, bint reduce_range, float* scale, int32_t* zero_point) noexcept nogil:
     """PyTorch's ChooseQuantizationParams for a quint8 activation (NUMERICS.md steps 2-5)."""
     cdef int32_t qmin = 0
@@ -173,29 +191,80 @@ cdef void choose_qparams(float lo, float hi, bint reduce_range, float* scale, in
 cdef int quantize_activations(const float* x, Py_ssize_t n, bint reduce_range,
                               uint8_t* q, float* scale, int32_t* zero_point) noexcept nogil:
     """Choose (scale, zp) from x's range and quantize x to quint8; returns 1 on NaN or infinity."""
-    cdef float lo, hi, inv, zpf
-    cdef int nan = 0
-    cdef Py_ssize_t i
-    if min_max(x, n, &lo, &hi):
+    cdef float lo, hi
+    if qrt_min_max(x, n, &lo, &hi):
         return 1
     choose_qparams(lo, hi, reduce_range, scale, zero_point)
-    inv = <float>1.0 / scale[0]
-    zpf = <float>zero_point[0]
-    for i in range(n):
-        # clamp to 255 even under reduce_range: PyTorch does the same
-        q[i] = <uint8_t>round_clamp(fmaf(x[i], inv, zpf), 0, 255, &nan)
+    # clamp to 255 even under reduce_range: PyTorch does the same
+    qrt_quantize_u8(x, n, <float>1.0 / scale[0], <float>zero_point[0], q)
     return 0
 
 
-# ------------------------------------------------------------ integer GEMM
+# ------------------------------------------------------------ GEMM kernels
+
+KERNEL_PATHS = {"int8": QRT_I8_PATH.decode(), "float16": QRT_F16_PATH.decode()}
+
+# Threads: one parallel loop per product, over tiles of whole panels by row
+# blocks. A product smaller than MIN_WORK multiply-adds per thread runs on
+# one thread: waking the others would cost more than it saves.
+cdef int num_threads = 1
+cdef int64_t MIN_WORK_I8 = 1 << 18
+cdef int64_t MIN_WORK_F16 = 1 << 15
+
+
+def set_num_threads(int n) -> None:
+    """Threads the kernels may use per call (>= 1). Results do not depend on it."""
+    global num_threads
+    if n < 1:
+        raise ValueError(f"number of threads must be >= 1, got {n}")
+    num_threads = n
+
+
+def get_num_threads() -> int:
+    return num_threads
+
+
+def _set_min_work(int64_t i8, int64_t f16) -> tuple:
+    """Set the per-thread work floors; returns the old ones (tests use 1 to split every product)."""
+    global MIN_WORK_I8, MIN_WORK_F16
+    old = (MIN_WORK_I8, MIN_WORK_F16)
+    MIN_WORK_I8, MIN_WORK_F16 = max(i8, 1), max(f16, 1)
+    return old
+
+
+def _default_threads() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+num_threads = _default_threads()
+
+
+cdef inline void split_work(Py_ssize_t m, Py_ssize_t panels, Py_ssize_t mr, int64_t work, int64_t min_work,
+                            Py_ssize_t* cn, Py_ssize_t* cm) noexcept nogil:
+    """Tile grid: cn chunks of panels times cm chunks of rows, about one tile per thread."""
+    cdef int64_t nt = num_threads
+    cdef Py_ssize_t row_tiles = (m + mr - 1) // mr
+    if work // min_work < nt:
+        nt = max(work // min_work, 1)
+    cn[0] = min(panels, <Py_ssize_t>nt)
+    cm[0] = min(row_tiles, (nt + cn[0] - 1) // cn[0])
+
+
+cdef inline Py_ssize_t chunk(Py_ssize_t total, Py_ssize_t parts, Py_ssize_t i) noexcept nogil:
+    """Start of the i-th of `parts` near-equal chunks of range(total)."""
+    return total * i // parts
+
 
 cdef void gemm_u8s8(const uint8_t* x, int32_t x_zp, const int8_t* w, const int32_t* w_rowsum,
                     const int32_t* w_zp, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
                     int32_t* acc) noexcept nogil:
-    """acc[i, j] = sum_k (x[i, k] - x_zp) * (w[j, k] - w_zp[j]), exactly, in int32.
+    """The oracle: acc[i, j] = sum_k (x[i, k] - x_zp) * (w[j, k] - w_zp[j]), exactly, in int32.
 
-    Expanded as sum(x*w) - x_zp*rowsum(w) - w_zp*rowsum(x) + k*x_zp*w_zp so
-    the inner loop is a plain u8 x s8 dot product the compiler vectorises.
+    Expanded as sum(x*w) - x_zp*rowsum(w) - w_zp*rowsum(x) + k*x_zp*w_zp.
+    Plain loops over unpacked weights: the fast kernels are tested against it.
     """
     cdef Py_ssize_t i, j, t
     cdef int32_t dot, x_sum
@@ -214,11 +283,9 @@ cdef void gemm_u8s8(const uint8_t* x, int32_t x_zp, const int8_t* w, const int32
             acc[i * n + j] = dot - x_zp * w_rowsum[j] - w_zp[j] * x_sum + <int32_t>k * x_zp * w_zp[j]
 
 
-# ------------------------------------------------------------ float16-weight GEMM
-
 cdef void gemm_f32_chain(const float* x, const float* w, const float* bias,
                          Py_ssize_t m, Py_ssize_t n, Py_ssize_t k, float* y) noexcept nogil:
-    """y = x @ w.T (+ bias) as fbgemm's fp16 kernel rounds it.
+    """The oracle: y = x @ w.T (+ bias) as fbgemm's fp16 kernel rounds it.
 
     Each output is one fma chain over k in order. In the last partial block
     of 32 output columns, when k > 512, the chain restarts every 512 values
@@ -248,6 +315,172 @@ cdef void gemm_f32_chain(const float* x, const float* w, const float* bias,
             y[i * n + j] = total + bias[j] if bias != NULL else total
 
 
+def gemm_u8s8_reference(const uint8_t[:, ::1] x, int32_t x_zp, const int8_t[:, ::1] w,
+                        const int32_t[::1] w_zp, int32_t[:, ::1] acc) -> None:
+    """The oracle on arrays (for tests): acc = (x - x_zp) @ (w - w_zp[:, None]).T in int32."""
+    cdef Py_ssize_t m = x.shape[0], n = w.shape[0], k = x.shape[1]
+    if w.shape[1] != k or w_zp.shape[0] != n or acc.shape[0] != m or acc.shape[1] != n:
+        raise ValueError("gemm_u8s8_reference: shape mismatch")
+    cdef int32_t[::1] rowsum = np.asarray(w).sum(axis=1, dtype=np.int32)
+    if m and n:
+        gemm_u8s8(&x[0, 0] if k else NULL, x_zp, &w[0, 0] if k else NULL, &rowsum[0], &w_zp[0], m, n, k,
+                  &acc[0, 0])
+
+
+def gemm_f32_chain_reference(const float[:, ::1] x, const float[:, ::1] w, bias, float[:, ::1] y) -> None:
+    """The oracle on arrays (for tests): fbgemm's float16 linear with w widened to float32."""
+    cdef Py_ssize_t m = x.shape[0], n = w.shape[0], k = x.shape[1]
+    if w.shape[1] != k or y.shape[0] != m or y.shape[1] != n:
+        raise ValueError("gemm_f32_chain_reference: shape mismatch")
+    cdef const float[::1] b
+    cdef const float* bp = NULL
+    if bias is not None:
+        b = np.ascontiguousarray(bias, np.float32)
+        bp = &b[0] if n else NULL
+    if m and n:
+        gemm_f32_chain(&x[0, 0] if k else NULL, &w[0, 0] if k else NULL, bp, m, n, k, &y[0, 0])
+
+
+cdef object aligned_empty(Py_ssize_t nbytes):
+    """A uint8 array of nbytes starting on a 64-byte boundary (one cache line)."""
+    buf = np.empty(nbytes + 64, np.uint8)
+    cdef Py_ssize_t off = (-buf.ctypes.data) % 64
+    return buf[off:off + nbytes]
+
+
+cdef class PackedS8:
+    """qint8 weights [n, k] packed once for qrt_gemm_u8s8, with their row sums and zero points."""
+    cdef readonly Py_ssize_t n, k
+    cdef bint any_zp
+    cdef object arrays
+    cdef const int8_t* packed
+    cdef const int32_t* rowsum
+    cdef const int32_t* zp
+
+    def __init__(self, weight, zero_point):
+        w = np.ascontiguousarray(weight, np.int8)
+        self.n, self.k = w.shape
+        z = np.ascontiguousarray(np.broadcast_to(np.asarray(zero_point, np.int32), (self.n,)))
+        rs = w.sum(axis=1, dtype=np.int32)
+        packed = aligned_empty(max(qrt_i8_packed_size(self.n, self.k), 1))
+        cdef const int8_t[:, ::1] wv = w
+        cdef int8_t[::1] pv = packed.view(np.int8)
+        cdef const int32_t[::1] zv = z, rv = rs
+        if self.n and self.k:
+            qrt_i8_pack(&wv[0, 0], self.n, self.k, &pv[0])
+        self.packed = &pv[0]
+        self.zp = &zv[0] if self.n else NULL
+        self.rowsum = &rv[0] if self.n else NULL
+        self.any_zp = bool(np.any(z))
+        self.arrays = [packed, z, rs]
+
+    cdef int matmul(self, const uint8_t* x, Py_ssize_t m, int32_t x_zp, const qrt_epilogue* e) noexcept nogil:
+        """(x - x_zp) @ (w - w_zp).T, exact in int32, to the epilogue e; x is [m, k]. -1: out of memory."""
+        cdef Py_ssize_t n = self.n, k = self.k, i, t, task, cn, cm
+        cdef Py_ssize_t panels = (n + I8_NR - 1) // I8_NR
+        cdef int32_t* xsum = NULL
+        cdef uint8_t* xp
+        if m == 0 or n == 0:
+            return 0
+        xp = <uint8_t*>malloc(qrt_i8_packed_x_size(m, k))
+        if xp == NULL:
+            return -1
+        qrt_i8_pack_x(x, m, k, xp)
+        if self.any_zp:  # rowsum(x) is only needed against nonzero weight zero points
+            xsum = <int32_t*>malloc(m * sizeof(int32_t))
+            if xsum == NULL:
+                free(xp)
+                return -1
+            for i in range(m):
+                xsum[i] = 0
+                for t in range(k):
+                    xsum[i] += x[i * k + t]
+        split_work(m, panels, I8_MR, <int64_t>m * n * k, MIN_WORK_I8, &cn, &cm)
+        if cn * cm == 1:
+            qrt_gemm_u8s8(xp, x_zp, self.packed, self.rowsum, self.zp, xsum, n, k, 0, m, 0, panels, e)
+        else:
+            for task in prange(cn * cm, num_threads=cn * cm, schedule="static"):
+                qrt_gemm_u8s8(xp, x_zp, self.packed, self.rowsum, self.zp, xsum, n, k,
+                              chunk((m + I8_MR - 1) // I8_MR, cm, task % cm) * I8_MR,
+                              min(chunk((m + I8_MR - 1) // I8_MR, cm, task % cm + 1) * I8_MR, m),
+                              chunk(panels, cn, task // cm), chunk(panels, cn, task // cm + 1), e)
+        free(xsum)
+        free(xp)
+        return 0
+
+    def __call__(self, const uint8_t[:, ::1] x, int32_t x_zp, int32_t[:, ::1] acc):
+        """acc = (x - x_zp) @ (w - w_zp).T (for tests and benchmarks)."""
+        cdef Py_ssize_t m = x.shape[0]
+        if x.shape[1] != self.k or acc.shape[0] != m or acc.shape[1] != self.n:
+            raise ValueError("PackedS8: shape mismatch")
+        cdef qrt_epilogue e
+        memset(&e, 0, sizeof(e))
+        e.acc = &acc[0, 0] if m and self.n else NULL
+        cdef int err
+        with nogil:
+            err = self.matmul(&x[0, 0] if m and self.k else NULL, m, x_zp, &e)
+        if err:
+            raise MemoryError()
+
+
+cdef class PackedF16:
+    """float16 weights [n, k] (given as float16, or float32 holding float16 values) packed for qrt_gemm_f16."""
+    cdef readonly Py_ssize_t n, k
+    cdef object arrays
+    cdef const void* packed
+
+    def __init__(self, weight):
+        w = np.ascontiguousarray(np.asarray(weight).astype(np.float32))  # float16 -> float32 is exact
+        self.n, self.k = w.shape
+        packed = aligned_empty(max(qrt_f16_packed_size(self.n, self.k), 1))
+        cdef const float[:, ::1] wv = w
+        cdef uint8_t[::1] pv = packed
+        if self.n and self.k:
+            qrt_f16_pack(&wv[0, 0], self.n, self.k, &pv[0])
+        self.packed = &pv[0]
+        self.arrays = [packed]
+
+    cdef int gemm(self, const float* x, Py_ssize_t m, const float* bias, float* y) noexcept nogil:
+        """y[m, n] = x @ w.T (+ bias) with fbgemm's float16 rounding; x is [m, k]. -1: out of memory."""
+        cdef Py_ssize_t n = self.n, k = self.k, task, cn, cm
+        cdef Py_ssize_t panels = (n + F_NR - 1) // F_NR
+        cdef float* xp
+        if m == 0 or n == 0:
+            return 0
+        xp = <float*>malloc(qrt_f16_packed_x_size(m, k) * sizeof(float) + 1)
+        if xp == NULL:
+            return -1
+        qrt_f16_pack_x(x, m, k, xp)
+        split_work(m, panels, F_MR, <int64_t>m * n * k, MIN_WORK_F16, &cn, &cm)
+        if cn * cm == 1:
+            qrt_gemm_f16(xp, self.packed, bias, n, k, 0, m, 0, panels, y, n)
+        else:
+            for task in prange(cn * cm, num_threads=cn * cm, schedule="static"):
+                qrt_gemm_f16(xp, self.packed, bias, n, k,
+                             chunk((m + F_MR - 1) // F_MR, cm, task % cm) * F_MR,
+                             min(chunk((m + F_MR - 1) // F_MR, cm, task % cm + 1) * F_MR, m),
+                             chunk(panels, cn, task // cm), chunk(panels, cn, task // cm + 1), y, n)
+        free(xp)
+        return 0
+
+    def __call__(self, const float[:, ::1] x, bias, float[:, ::1] y):
+        """y = x @ w.T (+ bias) (for tests and benchmarks)."""
+        cdef Py_ssize_t m = x.shape[0]
+        if x.shape[1] != self.k or y.shape[0] != m or y.shape[1] != self.n:
+            raise ValueError("PackedF16: shape mismatch")
+        cdef const float[::1] b
+        cdef const float* bp = NULL
+        if bias is not None:
+            b = np.ascontiguousarray(bias, np.float32)
+            if b.shape[0] != self.n:
+                raise ValueError("PackedF16: bias shape mismatch")
+            bp = &b[0] if self.n else NULL
+        cdef int err
+        with nogil:
+            err = self.gemm(&x[0, 0] if m and self.k else NULL, m, bp, &y[0, 0] if m and self.n else NULL)
+        check_error(err)
+
+
 # ------------------------------------------------------------ layers with prepared weights
 
 cdef class DynamicLinear:
@@ -255,18 +488,16 @@ cdef class DynamicLinear:
 
     int8 weights: y = fma(fl(acc), fl(s_x * s_w[n]), bias[n]) where acc is
     the exact integer product of the per-call quantized input and the
-    weights. float16 weights: widened to float32 once (exact) and applied
-    with the fp16 kernel's accumulation order.
+    weights. float16 weights: applied with the fp16 kernel's accumulation
+    order (PackedF16).
     """
     cdef readonly Py_ssize_t out_features, in_features
     cdef readonly bint is_int8
     cdef bint reduce_range
+    cdef PackedS8 w8
+    cdef PackedF16 w16
     cdef object arrays  # keeps the buffers below alive
-    cdef const int8_t* w8
-    cdef const float* w32
-    cdef const int32_t* rowsum
     cdef const float* scale
-    cdef const int32_t* zp
     cdef const float* bias
 
     def __init__(self, weight, scale=None, zero_point=None, bias=None, bint reduce_range=True):
@@ -275,31 +506,15 @@ cdef class DynamicLinear:
         self.reduce_range = reduce_range
         self.is_int8 = weight.dtype == np.int8
         cdef const float[::1] fv
-        cdef const int32_t[::1] iv
-        cdef const int8_t[:, ::1] w8v
-        cdef const float[:, ::1] w32v
         keep = []
         if self.is_int8:
-            w = np.ascontiguousarray(weight)
+            self.w8 = PackedS8(weight, zero_point)
             s = np.ascontiguousarray(np.broadcast_to(np.asarray(scale, np.float32), (n,)))
-            z = np.ascontiguousarray(np.broadcast_to(np.asarray(zero_point, np.int32), (n,)))
-            rs = w.sum(axis=1, dtype=np.int32)
-            keep += [w, s, z, rs]
-            if n and k:
-                w8v = w
-                self.w8 = &w8v[0, 0]
+            keep.append(s)
             fv = s
-            iv = z
             self.scale = &fv[0] if n else NULL
-            self.zp = &iv[0] if n else NULL
-            iv = rs
-            self.rowsum = &iv[0] if n else NULL
         else:
-            w = np.ascontiguousarray(weight, dtype=np.float32)
-            keep.append(w)
-            if n and k:
-                w32v = w
-                self.w32 = &w32v[0, 0]
+            self.w16 = PackedF16(weight)
         if bias is not None:
             b = np.ascontiguousarray(bias, dtype=np.float32)
             keep.append(b)
@@ -307,44 +522,52 @@ cdef class DynamicLinear:
             self.bias = &fv[0] if n else NULL
         self.arrays = keep
 
-    cdef int forward(self, const float* x, Py_ssize_t m, float* y,
-                     uint8_t* xq, int32_t* acc) noexcept nogil:
-        """y[m, n] from x[m, k]; scratch xq[m*k], acc[m*n]. Returns 1 if x holds NaN or infinity."""
-        cdef Py_ssize_t n = self.out_features, k = self.in_features, i, j
+    cdef int forward(self, const float* x, Py_ssize_t m, float* y) noexcept nogil:
+        """y[m, n] from x[m, k]. Returns 1 if x holds NaN or infinity, -1 if out of memory."""
+        cdef Py_ssize_t n = self.out_features, k = self.in_features, j
+        cdef qrt_epilogue e
         cdef float s_x
         cdef int32_t zp_x
+        cdef int err = 0
         if m == 0 or n == 0:
             return 0
         if not self.is_int8:
-            gemm_f32_chain(x, self.w32, self.bias, m, n, k, y)
-            return 0
-        if k == 0:
+            return self.w16.gemm(x, m, self.bias, y)
+        cdef uint8_t* xq = <uint8_t*>malloc(m * k + 1)
+        cdef float* y_scale = <float*>malloc(n * sizeof(float))
+        if xq == NULL or y_scale == NULL:
+            err = -1
+        elif k == 0:
             s_x, zp_x = 0, 0
         elif quantize_activations(x, m * k, self.reduce_range, xq, &s_x, &zp_x):
-            return 1
-        gemm_u8s8(xq, zp_x, self.w8, self.rowsum, self.zp, m, n, k, acc)
-        for i in range(m):
+            err = 1
+        if err == 0:
             for j in range(n):
-                if self.bias != NULL:
-                    y[i * n + j] = fmaf(<float>acc[i * n + j], s_x * self.scale[j], self.bias[j])
-                else:
-                    y[i * n + j] = <float>acc[i * n + j] * (s_x * self.scale[j])
-        return 0
+                y_scale[j] = s_x * self.scale[j]
+            memset(&e, 0, sizeof(e))
+            e.y, e.y_scale, e.bias = y, y_scale, self.bias
+            err = self.w8.matmul(xq, m, zp_x, &e)
+        free(xq)
+        free(y_scale)
+        return err
 
     def __call__(self, const float[:, ::1] x, float[:, ::1] y):
         """y = layer(x). Shapes are checked here, before the GIL is released."""
         cdef Py_ssize_t m = x.shape[0]
         if x.shape[1] != self.in_features or y.shape[0] != m or y.shape[1] != self.out_features:
             raise ValueError("DynamicLinear: shape mismatch")
-        cdef uint8_t[::1] xq = np.empty(m * self.in_features if self.is_int8 else 0, np.uint8)
-        cdef int32_t[::1] acc = np.empty(m * self.out_features if self.is_int8 else 0, np.int32)
-        cdef int nan
+        cdef int err
         with nogil:
-            nan = self.forward(&x[0, 0] if m and self.in_features else NULL, m,
-                               &y[0, 0] if m and self.out_features else NULL,
-                               &xq[0] if xq.shape[0] else NULL, &acc[0] if acc.shape[0] else NULL)
-        if nan:
-            raise ValueError("input contains NaN or infinity, which dynamic quantization cannot represent")
+            err = self.forward(&x[0, 0] if m and self.in_features else NULL, m,
+                               &y[0, 0] if m and self.out_features else NULL)
+        check_error(err)
+
+
+cdef check_error(int err):
+    if err == 1:
+        raise ValueError("input contains NaN or infinity, which dynamic quantization cannot represent")
+    if err:
+        raise MemoryError()
 
 
 cdef class StaticLinear:
@@ -358,10 +581,8 @@ cdef class StaticLinear:
     cdef int32_t x_zp, y_zp, lo
     cdef bint per_channel, has_bias
     cdef float bias_inv  # per-tensor: fl(1 / double(a_w))
+    cdef PackedS8 w
     cdef object arrays
-    cdef const int8_t* w
-    cdef const int32_t* rowsum
-    cdef const int32_t* w_zp
     cdef const float* bias
     cdef const float* bias_q  # per-channel: fl(bias / a_w)
     cdef const float* mult
@@ -374,22 +595,16 @@ cdef class StaticLinear:
         self.lo = y_zero_point if relu else 0  # ReLU is the lower clamp at the zero point
         self.per_channel = np.ndim(w_scale) == 1
         self.has_bias = bias is not None
-        w = np.ascontiguousarray(weight)
+        self.w = PackedS8(weight, w_zero_point)
         s_w = np.broadcast_to(np.asarray(w_scale, np.float32), (n,))
         a_w = (np.float32(x_scale) * s_w).astype(np.float32)
         mult = np.ascontiguousarray(a_w / np.float32(y_scale), dtype=np.float32)
-        z = np.ascontiguousarray(np.broadcast_to(np.asarray(w_zero_point, np.int32), (n,)))
-        rs = w.sum(axis=1, dtype=np.int32)
         b = np.ascontiguousarray(bias if bias is not None else np.zeros(n), dtype=np.float32)
         with np.errstate(over="ignore"):  # a huge bias over a tiny a_w saturates: inf is its right value
             bq = (b / a_w).astype(np.float32)
         self.bias_inv = np.float32(1.0 / np.float64(a_w[0])) if n else 0
-        self.arrays = [w, mult, z, rs, b, bq]
-        cdef const int8_t[:, ::1] wv = w
+        self.arrays = [mult, b, bq]
         cdef const float[::1] fv
-        cdef const int32_t[::1] iv
-        if n and k:
-            self.w = &wv[0, 0]
         if n:
             fv = mult
             self.mult = &fv[0]
@@ -397,28 +612,17 @@ cdef class StaticLinear:
             self.bias = &fv[0]
             fv = bq
             self.bias_q = &fv[0]
-            iv = z
-            self.w_zp = &iv[0]
-            iv = rs
-            self.rowsum = &iv[0]
 
-    cdef void forward(self, const uint8_t* x, Py_ssize_t m, uint8_t* y, int32_t* acc) noexcept nogil:
-        cdef Py_ssize_t n = self.out_features, i, j
-        cdef float v, r
-        cdef int32_t q
-        gemm_u8s8(x, self.x_zp, self.w, self.rowsum, self.w_zp, m, n, self.in_features, acc)
-        for i in range(m):
-            for j in range(n):
-                v = <float>acc[i * n + j]
-                if self.has_bias:
-                    if self.per_channel:
-                        v = v + self.bias_q[j]
-                    else:
-                        v = fmaf(self.bias[j], self.bias_inv, v)
-                r = nearbyintf(v * self.mult[j])
-                r = -32768 if r < -32768 else (32767 if r > 32767 else r)  # int16 saturation
-                q = <int32_t>r + self.y_zp
-                y[i * n + j] = <uint8_t>(self.lo if q < self.lo else (255 if q > 255 else q))
+    cdef int forward(self, const uint8_t* x, Py_ssize_t m, uint8_t* y) noexcept nogil:
+        cdef qrt_epilogue e
+        memset(&e, 0, sizeof(e))
+        e.q, e.bias_inv, e.mult, e.zp, e.lo = y, self.bias_inv, self.mult, self.y_zp, self.lo
+        if self.has_bias:
+            if self.per_channel:
+                e.bias_q = self.bias_q
+            else:
+                e.bias_t = self.bias
+        return self.w.matmul(x, m, self.x_zp, &e)
 
     def __call__(self, const uint8_t[:, ::1] x, uint8_t[:, ::1] y):
         cdef Py_ssize_t m = x.shape[0]
@@ -426,9 +630,10 @@ cdef class StaticLinear:
             raise ValueError("StaticLinear: shape mismatch")
         if m == 0 or self.out_features == 0:
             return
-        cdef int32_t[::1] acc = np.empty(m * self.out_features, np.int32)
+        cdef int err
         with nogil:
-            self.forward(&x[0, 0] if self.in_features else NULL, m, &y[0, 0], &acc[0])
+            err = self.forward(&x[0, 0] if self.in_features else NULL, m, &y[0, 0])
+        check_error(err)
 
 
 # ------------------------------------------------------------ recurrent layers
@@ -522,18 +727,15 @@ cdef class Recurrent:
             return
         cdef float[::1] gi = np.empty(b * rows, np.float32)
         cdef float[::1] gh = np.empty(b * rows, np.float32)
-        cdef uint8_t[::1] xq = np.empty(b * max(self.input_size, hidden), np.uint8)
-        cdef int32_t[::1] acc = np.empty(b * rows, np.int32)
-        cdef int nan
+        cdef int err
         with nogil:
-            nan = self.ih.forward(&x[0, 0] if self.input_size else NULL, b, &gi[0],
-                                  &xq[0] if self.input_size else NULL, &acc[0])
-            nan |= self.hh.forward(&h[0, 0], b, &gh[0], &xq[0], &acc[0])
-            if not nan:
+            err = self.ih.forward(&x[0, 0] if self.input_size else NULL, b, &gi[0])
+            if err == 0:
+                err = self.hh.forward(&h[0, 0], b, &gh[0])
+            if err == 0:
                 gate_update(self.kind, &gi[0], &gh[0], &h[0, 0], &c[0, 0], &h_out[0, 0], &c_out[0, 0],
                             b, hidden)
-        if nan:
-            raise ValueError("input contains NaN or infinity, which dynamic quantization cannot represent")
+        check_error(err)
 
     def sequence(self, const float[:, :, ::1] x, float[:, :, ::1] y, Py_ssize_t y_offset, bint reverse,
                  float[:, ::1] h, float[:, ::1] c):
@@ -554,30 +756,28 @@ cdef class Recurrent:
         cdef float[::1] gh = np.empty(b * rows, np.float32)
         cdef float[::1] h_new = np.empty(b * hidden, np.float32)
         cdef float[::1] c_new = np.empty(b * hidden, np.float32)
-        cdef uint8_t[::1] xq = np.empty(max(gi_rows * n_in, b * hidden), np.uint8)
-        cdef int32_t[::1] acc = np.empty(gi_rows * rows, np.int32)
-        cdef int nan = 0
+        cdef int err = 0
         cdef const float* gi_t
         with nogil:
             if whole:
-                nan = self.ih.forward(&x[0, 0, 0] if n_in else NULL, steps * b, &gi[0],
-                                      &xq[0] if n_in else NULL, &acc[0])
+                err = self.ih.forward(&x[0, 0, 0] if n_in else NULL, steps * b, &gi[0])
             for s in range(steps):
-                if nan:
+                if err:
                     break
                 t = steps - 1 - s if reverse else s
                 if whole:
                     gi_t = &gi[t * b * rows]
                 else:
-                    nan = self.ih.forward(&x[t, 0, 0] if n_in else NULL, b, &gi[0],
-                                          &xq[0] if n_in else NULL, &acc[0])
+                    err = self.ih.forward(&x[t, 0, 0] if n_in else NULL, b, &gi[0])
                     gi_t = &gi[0]
-                nan |= self.hh.forward(&h[0, 0], b, &gh[0], &xq[0], &acc[0])
+                if err == 0:
+                    err = self.hh.forward(&h[0, 0], b, &gh[0])
+                if err:
+                    break
                 gate_update(self.kind, gi_t, &gh[0], &h[0, 0], &c[0, 0], &h_new[0], &c_new[0], b, hidden)
                 memcpy(&h[0, 0], &h_new[0], b * hidden * sizeof(float))
                 if self.kind == LSTM:
                     memcpy(&c[0, 0], &c_new[0], b * hidden * sizeof(float))
                 for i in range(b):
                     memcpy(&y[t, i, y_offset], &h_new[i * hidden], hidden * sizeof(float))
-        if nan:
-            raise ValueError("input contains NaN or infinity, which dynamic quantization cannot represent")
+        check_error(err)

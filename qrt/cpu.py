@@ -82,10 +82,15 @@ def _dequantize(node: Node, c: Mapping[str, np.ndarray]) -> Step:
 def _rows(layer, out_dtype) -> Step:
     """Apply a [rows, in] -> [rows, out] layer to x of any rank >= 1."""
 
+    n = layer.out_features
+
     def step(x):
-        lead = x.shape[:-1]
-        y = np.empty(lead + (layer.out_features,), out_dtype)
-        layer(x.reshape(-1, layer.in_features), y.reshape(-1, layer.out_features))
+        if x.ndim == 2:  # the common case needs no reshapes
+            y = np.empty((x.shape[0], n), out_dtype)
+            layer(x, y)
+            return (y,)
+        y = np.empty(x.shape[:-1] + (n,), out_dtype)
+        layer(x.reshape(-1, layer.in_features), y.reshape(-1, n))
         return (y,)
 
     return step

@@ -1,0 +1,50 @@
+"""Markdown tables of a bench_cpu.py JSON file (for docs/PERFORMANCE.md).
+
+    python bench/table.py bench/results_cpu.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def _t(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1e6:.1f} us" if seconds < 1e-3 else f"{seconds * 1e3:.2f} ms"
+
+
+def main(path: str) -> None:
+    with open(path) as f:
+        data = json.load(f)
+    rows = data["rows"]
+    threads = sorted({r["threads"] for r in rows})
+    for t in threads:
+        print(f"\n### {t} thread{'s' if t > 1 else ''}\n")
+        print("| case | qrt | PyTorch | ONNX Runtime | PyTorch / qrt | ORT / qrt |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for r in rows:
+            if r["threads"] != t:
+                continue
+            ort_ratio = f"{r['ort_ratio']:.2f}" if r["ort_ratio"] else "-"
+            print(
+                f"| {r['case']} | {_t(r['qrt_s'])} | {_t(r['torch_s'])} | {_t(r['ort_s'])} "
+                f"| {r['torch_ratio']:.2f} | {ort_ratio} |"
+            )
+        s = data["summary"][str(t)]
+        print("\n" + ", ".join(f"{k}: **{v:.2f}**" for k, v in s.items()))
+    if len(threads) > 1:
+        print(f"\n### qrt speed-up, {threads[-1]} threads over 1 (M >= 64)\n")
+        print("| case | 1 thread | speed-up |")
+        print("|---|---:|---:|")
+        one = {r["case"]: r["qrt_s"] for r in rows if r["threads"] == threads[0]}
+        for r in rows:
+            if r["threads"] == threads[-1] and "thread_speedup" in r and any(
+                f"M={m} " in r["case"] for m in (64, 512)
+            ):
+                print(f"| {r['case']} | {_t(one[r['case']])} | {r['thread_speedup']:.2f} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

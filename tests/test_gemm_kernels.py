@@ -1,0 +1,155 @@
+"""The vectorised GEMM kernels against their scalar oracles: bit-exact.
+
+The oracles (gemm_u8s8_reference, gemm_f32_chain_reference) are the plain
+loops the kernels replaced; the op-level tests hold them to torch. Here the
+fast paths (whichever this build compiled: qrt._kernels.KERNEL_PATHS) must
+reproduce them exactly at sizes that are not multiples of the vector or
+tile widths, at the u8 x s8 saturation corners, with extreme zero points,
+and for any number of threads.
+"""
+
+import numpy as np
+import pytest
+
+import qrt
+from qrt import _kernels as K
+
+# (m, n, k): K = 1, M = 0 and 1, sizes just off multiples of 4, 16 and 64, more rows than one tile
+SHAPES = [(0, 5, 3), (1, 1, 1), (1, 7, 1), (3, 1, 5), (1, 65, 4), (5, 17, 3), (7, 63, 65), (13, 130, 129),
+          (6, 64, 256), (19, 33, 1030), (2, 200, 7)]
+
+
+@pytest.fixture(params=[1, 2, 3], ids=["1thread", "2threads", "3threads"])
+def threads(request):
+    """Run with this many threads, splitting even the smallest product."""
+    before = qrt.get_num_threads()
+    qrt.set_num_threads(request.param)
+    floors = K._set_min_work(1, 1)
+    yield request.param
+    K._set_min_work(*floors)
+    qrt.set_num_threads(before)
+
+
+def _u8s8(x, x_zp, w, w_zp):
+    m, n = x.shape[0], w.shape[0]
+    want = np.empty((m, n), np.int32)
+    K.gemm_u8s8_reference(x, x_zp, w, w_zp, want)
+    got = np.full((m, n), 12345, np.int32)
+    K.PackedS8(w, w_zp)(x, x_zp, got)
+    return got, want
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("x_zp", [0, 128, 255, -7])
+def test_u8s8_random(m, n, k, x_zp, threads):
+    rng = np.random.default_rng(m * 10007 + n * 101 + k)
+    x = rng.integers(0, 256, (m, k), dtype=np.uint8)
+    w = rng.integers(-128, 128, (n, k), dtype=np.int8)
+    w_zp = rng.integers(-128, 128, n).astype(np.int32)
+    got, want = _u8s8(x, x_zp, w, w_zp)
+    np.testing.assert_array_equal(got, want)
+    got, want = _u8s8(x, x_zp, w, np.zeros(n, np.int32))  # symmetric weights: no rowsum(x) term
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("xv,wv", [(255, -128), (255, 127), (0, -128), (128, -128)])
+@pytest.mark.parametrize("k", [1, 4, 255, 1027])
+def test_u8s8_saturation_corners(xv, wv, k, threads):
+    """Where vpmaddubsw would saturate int16 (255 * -128 * 2): the kernels must not."""
+    m, n = 7, 70
+    x = np.full((m, k), xv, np.uint8)
+    w = np.full((n, k), wv, np.int8)
+    for x_zp, w_zp in ((0, 0), (255, 127), (-255, -128)):
+        got, want = _u8s8(x, x_zp, w, np.full(n, w_zp, np.int32))
+        np.testing.assert_array_equal(got, want)
+
+
+def test_u8s8_wraps_like_int32(threads):
+    """Sums beyond int32 wrap modulo 2**32 in both, whatever the order of the additions."""
+    m, n, k = 2, 20, 70000
+    x = np.full((m, k), 255, np.uint8)
+    w = np.full((n, k), -128, np.int8)
+    got, want = _u8s8(x, 2**31 - 1, w, np.full(n, 100, np.int32))
+    np.testing.assert_array_equal(got, want)
+
+
+def _f16_weights(rng, n, k):
+    w = rng.standard_normal((n, k)).astype(np.float16)
+    if w.size:
+        w.flat[0] = np.float16(65504)
+        w.flat[-1] = np.float16(6e-8)  # subnormal
+    return w
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES + [(3, 70, 513), (9, 32, 1100), (4, 31, 512), (2, 95, 1537)])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+def test_f16_chain(m, n, k, bias, threads):
+    rng = np.random.default_rng(m * 31 + n * 7 + k)
+    w = _f16_weights(rng, n, k)
+    x = rng.standard_normal((m, k)).astype(np.float32) * np.float32(100)
+    b = rng.standard_normal(n).astype(np.float32) if bias else None
+    want = np.empty((m, n), np.float32)
+    K.gemm_f32_chain_reference(x, w.astype(np.float32), b, want)
+    got = np.full((m, n), np.nan, np.float32)
+    K.PackedF16(w)(x, b, got)
+    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))  # bits: -0.0 and NaN too
+
+
+def test_f16_signed_zero_and_specials():
+    """Exact bits for -0.0 sums, infinities and NaN, in plain and tail (k > 512) columns."""
+    m, n, k = 2, 40, 600
+    w = np.zeros((n, k), np.float16)
+    w[:, 0] = -1
+    x = np.zeros((m, k), np.float32)
+    x[0, 0] = 0.0
+    x[1, :] = np.inf
+    want = np.empty((m, n), np.float32)
+    K.gemm_f32_chain_reference(x, w.astype(np.float32), None, want)
+    got = np.empty((m, n), np.float32)
+    K.PackedF16(w)(x, None, got)
+    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+
+
+def test_threads_setting():
+    before = qrt.get_num_threads()
+    assert before >= 1
+    qrt.set_num_threads(1)
+    assert qrt.get_num_threads() == 1
+    with pytest.raises(ValueError):
+        qrt.set_num_threads(0)
+    qrt.set_num_threads(before)
+
+
+def test_kernel_paths_are_named():
+    assert set(K.KERNEL_PATHS) == {"int8", "float16"}
+
+
+def test_layers_identical_for_any_thread_count():
+    """Whole layers (quantization, GEMM, epilogues) give the same bits on 1, 2 and 3 threads."""
+    rng = np.random.default_rng(5)
+    m, k, n = 37, 300, 200
+    w8 = rng.integers(-128, 128, (n, k), dtype=np.int8)
+    scale = (rng.random(n) * 0.01 + 1e-3).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    layers = [
+        (K.DynamicLinear(w8, scale, np.zeros(n, np.int32), bias), rng.standard_normal((m, k)).astype(np.float32),
+         np.float32),
+        (K.DynamicLinear(rng.standard_normal((n, k)).astype(np.float16), None, None, bias),
+         rng.standard_normal((m, k)).astype(np.float32), np.float32),
+        (K.StaticLinear(w8, scale, rng.integers(-3, 4, n).astype(np.int32), bias, np.float32(0.02), 128,
+                        np.float32(0.3), 60, True), rng.integers(0, 256, (m, k), dtype=np.uint8), np.uint8),
+    ]
+    before, floors = qrt.get_num_threads(), K._set_min_work(1, 1)
+    try:
+        for layer, x, dtype in layers:
+            outs = []
+            for threads in (1, 2, 3):
+                qrt.set_num_threads(threads)
+                y = np.empty((m, n), dtype)
+                layer(x, y)
+                outs.append(y.view(np.uint8))
+            np.testing.assert_array_equal(outs[0], outs[1])
+            np.testing.assert_array_equal(outs[0], outs[2])
+    finally:
+        K._set_min_work(*floors)
+        qrt.set_num_threads(before)
