@@ -77,6 +77,9 @@ def _ort_session(tmp: str, name: str, graph, per_channel: bool, threads: int):
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
+    # ORT's workers spin after each run by default: interleaved with qrt and torch samples, they
+    # would hold the cores that the next contender's threads need
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(dst, opts, providers=["CPUExecutionProvider"])
 
 
@@ -237,6 +240,33 @@ def cases(quick: bool):
         yield "model MLP 256-512-512-10 M=64", mlp_case, (64, (256, 512, 512, 10))
 
 
+def thread_scaling(quick: bool, only: str, all_cores: int) -> list[dict]:
+    """qrt alone, 1 thread against all cores, samples interleaved: the scaling target of issue 5.
+
+    Without PyTorch's and ONNX Runtime's idle workers between the samples: both keep spinning
+    after each call and take the cores that qrt's second thread needs.
+    """
+    rows = []
+    print(f"\nqrt alone, {all_cores} threads over 1 (M >= 64, K and N >= 1024)")
+    with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
+        for name, make, params in cases(quick):
+            if only not in name or not name.startswith(("dynamic", "static")):
+                continue
+            if not any(f"M={m} " in name for m in (64, 512)) or "K=256" in name:
+                continue
+            run_qrt = make(tmp, 1, *params)[0]
+
+            def with_threads(n, run=run_qrt):
+                qrt.set_num_threads(n)
+                run()
+
+            one, many = time_calls([lambda: with_threads(1), lambda: with_threads(all_cores)], repeats=9)
+            rows.append({"case": name, "threads": all_cores, "qrt_1_s": one, "qrt_s": many, "speedup": one / many})
+            print(f"  {name:44s} {fmt_time(one)} {fmt_time(many)} {one / many:6.2f}x", flush=True)
+    qrt.set_num_threads(all_cores)
+    return rows
+
+
 def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
@@ -247,6 +277,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=None, help="thread counts (default: 1 and all)")
     parser.add_argument("--only", default="", help="run only the cases whose name contains this")
     parser.add_argument("--json", help="write the raw figures here")
+    parser.add_argument("--scaling", action="store_true", help="only qrt's thread scaling (1 vs all cores)")
     args = parser.parse_args()
     all_cores = qrt.get_num_threads()
     thread_counts = args.threads or sorted({1, all_cores})
@@ -257,6 +288,11 @@ def main() -> None:
         f" | onnxruntime {ort.__version__ if ort else 'not installed'}"
     )
     repeats = 5 if args.quick else 15
+    if args.scaling:
+        rows = thread_scaling(args.quick, args.only, all_cores)
+        if args.json:
+            write_json(args.json, {"machine": info, "kernels": _kernels.KERNEL_PATHS, "scaling": rows})
+        return
     rows = []
     with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
         for threads in thread_counts:
