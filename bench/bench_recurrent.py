@@ -100,6 +100,7 @@ def main() -> None:
     parser.add_argument("--json", help="write the raw figures here")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    qrt.set_num_threads(1)
     repeats = 5 if args.quick else 15
     info = machine()
     print(f"machine: {info.get('cpu')} | {info['cores']} cores | flags {' '.join(info.get('flags', []))}")
