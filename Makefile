@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: demo test lint build bench clean
+.PHONY: demo test lint build bench asan clean
 
 $(VENV)/.installed: requirements-dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,21 @@ test: build lint
 
 bench: build
 	$(PY) bench/bench_cpu.py
+
+# The kernels under AddressSanitizer, built in a copy so the normal build stays as it is. torch's own
+# kernels abort under ASan, so this runs the tests that do not import torch (GEMM kernels against
+# their scalar oracles, the fuzzed loader running every op, the API and robustness tests).
+# RSS grows under ASan's quarantine, so the flat-memory test is left to the normal run.
+ASAN_TESTS := tests/test_gemm_kernels.py tests/test_api.py tests/test_robustness.py tests/test_format.py \
+	tests/test_fuzz_loader.py tests/test_atomic_write.py
+asan: $(VENV)/.installed
+	rm -rf build/asan && mkdir -p build/asan && cp -r qrt tests docs setup.py pyproject.toml build/asan/
+	rm -f build/asan/qrt/*.so build/asan/qrt/_kernels.c
+	cd build/asan && QRT_EXTRA_CFLAGS="-fsanitize=address -fno-omit-frame-pointer -g" \
+		QRT_EXTRA_LDFLAGS="-fsanitize=address" $(CURDIR)/$(PY) setup.py -q build_ext --inplace
+	cd build/asan && PYTHONPATH=$(CURDIR)/build/asan LD_PRELOAD=$$(gcc -print-file-name=libasan.so) \
+		ASAN_OPTIONS=detect_leaks=0 $(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider $(ASAN_TESTS) \
+		-k "not memory_stays_flat"
 
 clean:
 	rm -rf build qrt/_kernels.c qrt/_kernels*.so
