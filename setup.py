@@ -57,7 +57,7 @@ extensions = [
         "qrt._kernels",
         ["qrt/_kernels.pyx"],
         include_dirs=[np.get_include()],
-        depends=["qrt/qrt_gemm.h"],
+        depends=["qrt/qrt_gemm.h", "qrt/qrt_gates.h"],
         extra_compile_args=compile_args() + OPENMP,
         extra_link_args=OPENMP + os.environ.get("QRT_EXTRA_LDFLAGS", "").split(),
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
