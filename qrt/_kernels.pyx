@@ -188,18 +188,6 @@ cdef void choose_qparams(float lo, float hi, bint reduce_range, float* scale, in
     scale[0] = <float>s
 
 
-cdef int quantize_activations(const float* x, Py_ssize_t n, bint reduce_range,
-                              uint8_t* q, float* scale, int32_t* zero_point) noexcept nogil:
-    """Choose (scale, zp) from x's range and quantize x to quint8; returns 1 on NaN or infinity."""
-    cdef float lo, hi
-    if qrt_min_max(x, n, &lo, &hi):
-        return 1
-    choose_qparams(lo, hi, reduce_range, scale, zero_point)
-    # clamp to 255 even under reduce_range: PyTorch does the same
-    qrt_quantize_u8(x, n, <float>1.0 / scale[0], <float>zero_point[0], q)
-    return 0
-
-
 # ------------------------------------------------------------ GEMM kernels
 
 KERNEL_PATHS = {"int8": QRT_I8_PATH.decode(), "float16": QRT_F16_PATH.decode()}
@@ -256,6 +244,45 @@ cdef inline void split_work(Py_ssize_t m, Py_ssize_t panels, Py_ssize_t mr, int6
 cdef inline Py_ssize_t chunk(Py_ssize_t total, Py_ssize_t parts, Py_ssize_t i) noexcept nogil:
     """Start of the i-th of `parts` near-equal chunks of range(total)."""
     return total * i // parts
+
+
+cdef int64_t MIN_QUANTIZE = 1 << 15  # values per thread below which quantizing x stays on one thread
+
+
+cdef int quantize_activations(const float* x, Py_ssize_t n, bint reduce_range,
+                              uint8_t* q, float* scale, int32_t* zero_point) noexcept nogil:
+    """Choose (scale, zp) from x's range and quantize x to quint8; returns 1 on NaN or infinity.
+
+    Large inputs are split across the threads: partial min/max combine exactly and
+    each value quantizes on its own, so the result does not depend on the split.
+    """
+    cdef Py_ssize_t parts = max(1, min(<Py_ssize_t>num_threads, n // MIN_QUANTIZE, 64)), c
+    cdef float lo[64]
+    cdef float hi[64]
+    cdef int bad[64]
+    cdef float inv, zp
+    if parts == 1:  # the common small case: no parallel region to open
+        bad[0] = qrt_min_max(x, n, &lo[0], &hi[0])
+    else:
+        for c in prange(parts, num_threads=parts, schedule="static"):
+            bad[c] = qrt_min_max(x + chunk(n, parts, c), chunk(n, parts, c + 1) - chunk(n, parts, c),
+                                 &lo[c], &hi[c])
+    for c in range(1, parts):
+        bad[0] |= bad[c]
+        lo[0] = lo[c] if lo[c] < lo[0] else lo[0]
+        hi[0] = hi[c] if hi[c] > hi[0] else hi[0]
+    if bad[0]:
+        return 1
+    choose_qparams(lo[0], hi[0], reduce_range, scale, zero_point)
+    inv, zp = <float>1.0 / scale[0], <float>zero_point[0]
+    # clamp to 255 even under reduce_range: PyTorch does the same
+    if parts == 1:
+        qrt_quantize_u8(x, n, inv, zp, q)
+    else:
+        for c in prange(parts, num_threads=parts, schedule="static"):
+            qrt_quantize_u8(x + chunk(n, parts, c), chunk(n, parts, c + 1) - chunk(n, parts, c), inv, zp,
+                            q + chunk(n, parts, c))
+    return 0
 
 
 cdef void gemm_u8s8(const uint8_t* x, int32_t x_zp, const int8_t* w, const int32_t* w_rowsum,

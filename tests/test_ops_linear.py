@@ -134,3 +134,20 @@ def test_static_linear(tmp_path, in_features, out_features, per_channel, relu, b
             tx = torch._make_per_tensor_quantized_tensor(torch.from_numpy(xq), x_scale, x_zp)
             want = ref(tx).int_repr().numpy()
             np.testing.assert_array_equal(model.run(xq), want, err_msg=f"m={m} x_scale={x_scale}")
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_dynamic_linear_large_input_any_thread_count(tmp_path, threads):
+    """Large inputs are quantized in parallel chunks: still bit-exact with torch for any thread count."""
+    ref = quantized_copy(torch.nn.Linear(301, 67), torch.qint8, True)
+    model = _dynamic_model(tmp_path / "m.qrt", ref, 301)
+    x = _activations((333, 301), "normal", np.random.default_rng(threads))
+    x[200, 5] = 40.0  # the extremes sit in different chunks
+    x[3, 7] = -35.0
+    old = qrt.get_num_threads()
+    try:
+        qrt.set_num_threads(threads)
+        got = model.run(x)
+    finally:
+        qrt.set_num_threads(old)
+    np.testing.assert_array_equal(got, ref(torch.from_numpy(x)).detach().numpy())
