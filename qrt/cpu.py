@@ -16,7 +16,8 @@ import numpy as np
 
 from . import _kernels as K
 from .graph import Node
-from .ops import QUANT_DTYPES, layer_prefix
+from .ops import QUANT_DTYPES
+from .recurrent import layer_runs, recurrent_kind, run_sequence
 
 Step = Callable[..., tuple]
 
@@ -140,17 +141,13 @@ def _linear_float(node: Node, c: Mapping[str, np.ndarray]) -> Step:
     return step
 
 
-def _recurrent_kind(op_kind: str, attrs: Mapping) -> str:
-    return f"rnn_{attrs['nonlinearity']}" if op_kind == "rnn" else op_kind
-
-
 def _cell(op_kind: str) -> Callable[[Node, Mapping[str, np.ndarray]], Step]:
     """rnn/lstm/gru_cell_dynamic: one step, states in and new states out."""
 
     def prepare(node: Node, c: Mapping[str, np.ndarray]) -> Step:
         rr = node.attrs["reduce_range"]
         cell = K.Recurrent(
-            _recurrent_kind(op_kind, node.attrs), dynamic_linear(c, rr, "ih_"), dynamic_linear(c, rr, "hh_")
+            recurrent_kind(op_kind, node.attrs), dynamic_linear(c, rr, "ih_"), dynamic_linear(c, rr, "hh_")
         )
 
         def step(x, h, c_state=None):
@@ -169,51 +166,10 @@ def _cell(op_kind: str) -> Callable[[Node, Mapping[str, np.ndarray]], Step]:
 
 def _sequence(op_kind: str) -> Callable[[Node, Mapping[str, np.ndarray]], Step]:
     """rnn/lstm/gru_dynamic: every layer and direction, each time loop in compiled code."""
-    has_cell = op_kind == "lstm"
 
     def prepare(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-        a = node.attrs
-        rr, layers, dirs = a["reduce_range"], a["num_layers"], 2 if a["bidirectional"] else 1
-        kind = _recurrent_kind(op_kind, a)
-        runs = [
-            [
-                K.Recurrent(
-                    kind,
-                    dynamic_linear(c, rr, layer_prefix(n, d == 1) + "ih_"),
-                    dynamic_linear(c, rr, layer_prefix(n, d == 1) + "hh_"),
-                )
-                for d in range(dirs)
-            ]
-            for n in range(layers)
-        ]
-        hidden = runs[0][0].hidden
-
-        def step(x, *states):
-            if a["batch_first"]:
-                x = x.transpose(1, 0, 2)
-            x = np.ascontiguousarray(x)
-            seq, batch = x.shape[:2]
-            given = iter(states)
-            h0 = next(given, None)
-            c0 = next(given, None) if has_cell else None
-            shape = (layers * dirs, batch, hidden)
-            for name, s in (("h0", h0), ("c0", c0)):
-                if s is not None and s.shape != shape:
-                    raise ValueError(f"{name} has shape {list(s.shape)}, expected {list(shape)}")
-            h_n = np.zeros(shape, np.float32) if h0 is None else h0.copy()
-            c_n = np.zeros(shape, np.float32) if c0 is None else c0.copy()
-            for n, layer in enumerate(runs):
-                y = np.empty((seq, batch, dirs * hidden), np.float32)
-                for d, run in enumerate(layer):
-                    i = n * dirs + d
-                    # h_n[i], c_n[i] start as the initial state and end as the final one
-                    run.sequence(x, y, d * hidden, d == 1, h_n[i], c_n[i] if has_cell else h_n[i])
-                x = y
-            if a["batch_first"]:
-                x = np.ascontiguousarray(x.transpose(1, 0, 2))
-            return (x, h_n, c_n) if has_cell else (x, h_n)
-
-        return step
+        runs = layer_runs(op_kind, node.attrs, c, K.Recurrent, dynamic_linear)
+        return lambda x, *states: run_sequence(runs, node.attrs, op_kind == "lstm", x, states, np)
 
     return prepare
 

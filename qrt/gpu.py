@@ -30,7 +30,8 @@ from typing import Any, Callable
 import numpy as np
 
 from .graph import Node
-from .ops import QUANT_DTYPES, layer_prefix
+from .ops import QUANT_DTYPES
+from .recurrent import layer_runs, recurrent_kind, run_sequence
 
 Step = Callable[..., tuple]
 
@@ -606,17 +607,13 @@ def _rnn_cell_dynamic(node: Node, c: Mapping[str, np.ndarray]) -> Step:
     return step
 
 
-def _recurrent_kind(op_kind: str, attrs: Mapping) -> str:
-    return f"rnn_{attrs['nonlinearity']}" if op_kind == "rnn" else op_kind
-
-
 def _cell(op_kind: str) -> Callable[[Node, Mapping[str, np.ndarray]], Step]:
     """lstm/gru_cell_dynamic: one step, states in and new states out."""
 
     def prepare(node: Node, c: Mapping[str, np.ndarray]) -> Step:
         rr = node.attrs["reduce_range"]
         cell = Recurrent(
-            _recurrent_kind(op_kind, node.attrs), dynamic_linear(c, rr, "ih_"), dynamic_linear(c, rr, "hh_")
+            recurrent_kind(op_kind, node.attrs), dynamic_linear(c, rr, "ih_"), dynamic_linear(c, rr, "hh_")
         )
 
         def step(x, h, c_state=None):
@@ -634,51 +631,13 @@ def _cell(op_kind: str) -> Callable[[Node, Mapping[str, np.ndarray]], Step]:
 
 def _sequence(op_kind: str) -> Callable[[Node, Mapping[str, np.ndarray]], Step]:
     """rnn/lstm/gru_dynamic: every layer and direction, each time loop launched without synchronisation."""
-    has_cell = op_kind == "lstm"
 
     def prepare(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-        a = node.attrs
-        rr, layers, dirs = a["reduce_range"], a["num_layers"], 2 if a["bidirectional"] else 1
-        kind = _recurrent_kind(op_kind, a)
-        runs = [
-            [
-                Recurrent(
-                    kind,
-                    dynamic_linear(c, rr, layer_prefix(n, d == 1) + "ih_"),
-                    dynamic_linear(c, rr, layer_prefix(n, d == 1) + "hh_"),
-                )
-                for d in range(dirs)
-            ]
-            for n in range(layers)
-        ]
-        hidden = runs[0][0].hidden
+        runs = layer_runs(op_kind, node.attrs, c, Recurrent, dynamic_linear)
 
         def step(x, *states):
-            cp = _cupy()
-            x = _dev(x, np.float32)
-            if a["batch_first"]:
-                x = cp.ascontiguousarray(x.transpose(1, 0, 2))
-            seq, batch = x.shape[:2]
-            given = iter(states)
-            h0 = next(given, None)
-            c0 = next(given, None) if has_cell else None
-            shape = (layers * dirs, batch, hidden)
-            for name, s in (("h0", h0), ("c0", c0)):
-                if s is not None and s.shape != shape:
-                    raise ValueError(f"{name} has shape {list(s.shape)}, expected {list(shape)}")
-            # copies: h_n[i], c_n[i] start as the initial state and are updated in place to the final one
-            h_n = cp.zeros(shape, cp.float32) if h0 is None else cp.array(h0, cp.float32, order="C")
-            c_n = cp.zeros(shape, cp.float32) if c0 is None else cp.array(c0, cp.float32, order="C")
-            for n, layer in enumerate(runs):
-                _check_size("the layer output", seq * batch * dirs * hidden)
-                y = cp.empty((seq, batch, dirs * hidden), cp.float32)
-                for d, run in enumerate(layer):
-                    i = n * dirs + d
-                    run.sequence(x, y, d * hidden, d == 1, h_n[i], c_n[i] if has_cell else h_n[i])
-                x = y
-            if a["batch_first"]:
-                x = cp.ascontiguousarray(x.transpose(1, 0, 2))
-            return (x, h_n, c_n) if has_cell else (x, h_n)
+            return run_sequence(runs, node.attrs, op_kind == "lstm", _dev(x, np.float32),
+                                [_dev(s, np.float32) for s in states], _cupy(), _check_size)
 
         return step
 
