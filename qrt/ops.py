@@ -221,13 +221,22 @@ def _check_dequantize(ins, consts, attrs):
     return [ValueInfo("float32", x.shape)]
 
 
-def _check_linear(ins, consts, attrs):
+def _linear_shapes(ins) -> int:
+    """x [..., in], weight [out, in], optional bias [out]; returns out."""
     x, w = ins["x"], ins["weight"]
     _rank_at_least("x", x, 1)
     if len(w.shape) != 2:
         _fail(f"weight must be 2-D [out, in], got {w.describe()}")
     n, k = w.shape
     _dim_equals("x's last dimension", x.shape[-1], k)
+    b = ins.get("bias")
+    if b is not None and b.shape != (n,):
+        _fail(f"bias must have shape [{n}], got {b.describe()}")
+    return n
+
+
+def _check_linear(ins, consts, attrs):
+    x, n = ins["x"], _linear_shapes(ins)
     _qparams(ins, consts, "x_", "uint8", None)
     _qparams(ins, consts, "weight_", "int8", n)
     _qparams(ins, consts, "y_", "uint8", None)
@@ -237,9 +246,6 @@ def _check_linear(ins, consts, attrs):
         mult = a_w / np.float32(consts["y_scale"])
     if not (np.all(a_w > 0) and _finite_reciprocal(a_w) and np.all(np.isfinite(mult)) and np.all(mult > 0)):
         _fail("x_scale * weight_scale / y_scale over- or underflows float32")
-    b = ins.get("bias")
-    if b is not None and b.shape != (n,):
-        _fail(f"bias must have shape [{n}], got {b.describe()}")
     return [ValueInfo("uint8", x.shape[:-1] + (n,))]
 
 
@@ -252,16 +258,7 @@ def _check_linear_dynamic(ins, consts, attrs):
 
 
 def _check_linear_float(ins, consts, attrs):
-    x, w = ins["x"], ins["weight"]
-    _rank_at_least("x", x, 1)
-    if len(w.shape) != 2:
-        _fail(f"weight must be 2-D [out, in], got {w.describe()}")
-    n, k = w.shape
-    _dim_equals("x's last dimension", x.shape[-1], k)
-    b = ins.get("bias")
-    if b is not None and b.shape != (n,):
-        _fail(f"bias must have shape [{n}], got {b.describe()}")
-    return [ValueInfo("float32", x.shape[:-1] + (n,))]
+    return [ValueInfo("float32", ins["x"].shape[:-1] + (_linear_shapes(ins),))]
 
 
 def _recurrent_weights(ins, consts, prefix: str, gates: int, n_in) -> int:
