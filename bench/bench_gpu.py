@@ -54,33 +54,25 @@ def peak_gbs(override: float | None) -> tuple[float, str]:
 
 def median_ms(fn: Callable[[], object], samples: int = 21) -> float:
     """Median time per call in ms, CUDA events around batches of calls (both libraries' default streams)."""
+
+    def batch_ms(reps: int) -> float:
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        end.synchronize()
+        torch.cuda.synchronize()
+        return cp.cuda.get_elapsed_time(start, end)
+
     for _ in range(3):
         fn()
     cp.cuda.Device().synchronize()
     torch.cuda.synchronize()
     reps = 1
-    while True:  # size a batch to last >= 2 ms
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        for _ in range(reps):
-            fn()
-        end.record()
-        end.synchronize()
-        torch.cuda.synchronize()
-        if cp.cuda.get_elapsed_time(start, end) >= 2.0 or reps >= 1 << 14:
-            break
+    while batch_ms(reps) < 2.0 and reps < 1 << 14:  # size a batch to last >= 2 ms
         reps *= 2
-    times = []
-    for _ in range(samples):
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        for _ in range(reps):
-            fn()
-        end.record()
-        end.synchronize()
-        torch.cuda.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, end) / reps)
-    return statistics.median(times)
+    return statistics.median(batch_ms(reps) / reps for _ in range(samples))
 
 
 def quantized_weight(n: int, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
