@@ -13,9 +13,8 @@ Callers validate shapes; the kernels trust them and run without the GIL.
 """
 
 from libc.math cimport fmaf, nearbyintf, nearbyint, fabs, isinf
-from libc.string cimport memcpy
 from libc.stdint cimport int8_t, uint8_t, int32_t, int64_t
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport calloc, malloc, free
 from libc.string cimport memcpy, memset
 from cython.parallel cimport prange
 
@@ -42,7 +41,9 @@ cdef extern from "qrt_gemm.h" nogil:
         int32_t zp, lo
     ptrdiff_t qrt_i8_packed_x_size(ptrdiff_t m, ptrdiff_t k)
     void qrt_i8_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* out)
-    void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int8_t* packed, const int32_t* w_rowsum,
+    void qrt_i8_col_offset(int32_t x_zp, const int32_t* w_rowsum, const int32_t* w_zp, ptrdiff_t n, ptrdiff_t k,
+                           int32_t* out)
+    void qrt_gemm_u8s8(const uint8_t* xpacked, const int32_t* col_offset, const int8_t* packed,
                        const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0,
                        ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, const qrt_epilogue* e)
     int qrt_min_max(const float* x, ptrdiff_t n, float* lo, float* hi)
@@ -198,6 +199,9 @@ KERNEL_PATHS = {"int8": QRT_I8_PATH.decode(), "float16": QRT_F16_PATH.decode()}
 cdef int num_threads = 1
 cdef int64_t MIN_WORK_I8 = 1 << 18
 cdef int64_t MIN_WORK_F16 = 1 << 15
+# Bytes of input projections computed ahead of the recurrent steps that read them: a block this size
+# stays in L2 (beside the hidden-to-hidden weights) until it is read.
+cdef Py_ssize_t PROJECTION_BYTES = 256 * 1024
 
 
 def set_num_threads(int n) -> None:
@@ -217,6 +221,13 @@ def _set_min_work(int64_t i8, int64_t f16) -> tuple:
     global MIN_WORK_I8, MIN_WORK_F16
     old = (MIN_WORK_I8, MIN_WORK_F16)
     MIN_WORK_I8, MIN_WORK_F16 = max(i8, 1), max(f16, 1)
+    return old
+
+
+def _set_projection_bytes(Py_ssize_t n) -> int:
+    """Set the recurrent layers' input projection block (bytes); returns the old one (for tests)."""
+    global PROJECTION_BYTES
+    old, PROJECTION_BYTES = PROJECTION_BYTES, max(n, 1)
     return old
 
 
@@ -406,32 +417,37 @@ cdef class PackedS8:
         cdef Py_ssize_t n = self.n, k = self.k, i, t, task, cn, cm
         cdef Py_ssize_t panels = (n + I8_NR - 1) // I8_NR
         cdef int32_t* xsum = NULL
+        cdef int32_t* col_offset
         cdef uint8_t* xp
         if m == 0 or n == 0:
             return 0
+        col_offset = <int32_t*>calloc(panels * I8_NR, sizeof(int32_t))
         xp = <uint8_t*>malloc(qrt_i8_packed_x_size(m, k))
-        if xp == NULL:
-            return -1
-        qrt_i8_pack_x(x, m, k, xp)
         if self.any_zp:  # rowsum(x) is only needed against nonzero weight zero points
             xsum = <int32_t*>malloc(m * sizeof(int32_t))
-            if xsum == NULL:
-                free(xp)
-                return -1
+        if xp == NULL or col_offset == NULL or (self.any_zp and xsum == NULL):
+            free(xp)
+            free(col_offset)
+            free(xsum)
+            return -1
+        qrt_i8_pack_x(x, m, k, xp)
+        qrt_i8_col_offset(x_zp, self.rowsum, self.zp, n, k, col_offset)
+        if self.any_zp:
             for i in range(m):
                 xsum[i] = 0
                 for t in range(k):
                     xsum[i] += x[i * k + t]
         split_work(m, panels, I8_MR, <int64_t>m * n * k, MIN_WORK_I8, &cn, &cm)
         if cn * cm == 1:
-            qrt_gemm_u8s8(xp, x_zp, self.packed, self.rowsum, self.zp, xsum, n, k, 0, m, 0, panels, e)
+            qrt_gemm_u8s8(xp, col_offset, self.packed, self.zp, xsum, n, k, 0, m, 0, panels, e)
         else:
             for task in prange(cn * cm, num_threads=cn * cm, schedule="static"):
-                qrt_gemm_u8s8(xp, x_zp, self.packed, self.rowsum, self.zp, xsum, n, k,
+                qrt_gemm_u8s8(xp, col_offset, self.packed, self.zp, xsum, n, k,
                               chunk((m + I8_MR - 1) // I8_MR, cm, task % cm) * I8_MR,
                               min(chunk((m + I8_MR - 1) // I8_MR, cm, task % cm + 1) * I8_MR, m),
                               chunk(panels, cn, task // cm), chunk(panels, cn, task // cm + 1), e)
         free(xsum)
+        free(col_offset)
         free(xp)
         return 0
 
@@ -510,6 +526,20 @@ cdef class PackedF16:
 
 # ------------------------------------------------------------ layers with prepared weights
 
+cdef struct prepared_input:
+    const float* x     # the input rows, [m, k]
+    uint8_t* q         # int8 weights: x quantized with (scale, zero_point), [m, k]
+    float scale
+    int32_t zero_point
+    float* y_scale     # int8 weights: fl(scale * s_w[j]), [n]
+
+
+cdef void release(prepared_input* p) noexcept nogil:
+    free(p.q)
+    free(p.y_scale)
+    p.q, p.y_scale = NULL, NULL
+
+
 cdef class DynamicLinear:
     """A dynamic quantized linear layer, weights prepared once.
 
@@ -549,33 +579,43 @@ cdef class DynamicLinear:
             self.bias = &fv[0] if n else NULL
         self.arrays = keep
 
-    cdef int forward(self, const float* x, Py_ssize_t m, float* y) noexcept nogil:
-        """y[m, n] from x[m, k]. Returns 1 if x holds NaN or infinity, -1 if out of memory."""
+    cdef int prepare(self, const float* x, Py_ssize_t m, prepared_input* p) noexcept nogil:
+        """Make x[m, k] ready for project(): for int8 weights, quantize it (one scale for all m rows)
+        and scale the outputs by s_x * s_w. Returns 1 if x holds NaN or infinity, -1 if out of memory;
+        p is to be released either way."""
         cdef Py_ssize_t n = self.out_features, k = self.in_features, j
+        memset(p, 0, sizeof(prepared_input))
+        p.x = x
+        if not self.is_int8 or m == 0 or n == 0:
+            return 0
+        p.q = <uint8_t*>malloc(m * k + 1)
+        p.y_scale = <float*>malloc(n * sizeof(float))
+        if p.q == NULL or p.y_scale == NULL:
+            return -1
+        if k and quantize_activations(x, m * k, self.reduce_range, p.q, &p.scale, &p.zero_point):
+            return 1
+        for j in range(n):
+            p.y_scale[j] = p.scale * self.scale[j]
+        return 0
+
+    cdef int project(self, const prepared_input* p, Py_ssize_t row, Py_ssize_t m, float* y) noexcept nogil:
+        """y[m, n] = layer(x[row:row + m]) for x prepared by prepare(). -1: out of memory."""
         cdef qrt_epilogue e
-        cdef float s_x
-        cdef int32_t zp_x
-        cdef int err = 0
-        if m == 0 or n == 0:
+        if m == 0 or self.out_features == 0:
             return 0
         if not self.is_int8:
-            return self.w16.gemm(x, m, self.bias, y)
-        cdef uint8_t* xq = <uint8_t*>malloc(m * k + 1)
-        cdef float* y_scale = <float*>malloc(n * sizeof(float))
-        if xq == NULL or y_scale == NULL:
-            err = -1
-        elif k == 0:
-            s_x, zp_x = 0, 0
-        elif quantize_activations(x, m * k, self.reduce_range, xq, &s_x, &zp_x):
-            err = 1
+            return self.w16.gemm(p.x + row * self.in_features, m, self.bias, y)
+        memset(&e, 0, sizeof(e))
+        e.y, e.y_scale, e.bias = y, p.y_scale, self.bias
+        return self.w8.matmul(p.q + row * self.in_features, m, p.zero_point, &e)
+
+    cdef int forward(self, const float* x, Py_ssize_t m, float* y) noexcept nogil:
+        """y[m, n] from x[m, k]. Returns 1 if x holds NaN or infinity, -1 if out of memory."""
+        cdef prepared_input p
+        cdef int err = self.prepare(x, m, &p)
         if err == 0:
-            for j in range(n):
-                y_scale[j] = s_x * self.scale[j]
-            memset(&e, 0, sizeof(e))
-            e.y, e.y_scale, e.bias = y, y_scale, self.bias
-            err = self.w8.matmul(xq, m, zp_x, &e)
-        free(xq)
-        free(y_scale)
+            err = self.project(&p, 0, m, y)
+        release(&p)
         return err
 
     def __call__(self, const float[:, ::1] x, float[:, ::1] y):
@@ -732,32 +772,40 @@ cdef class Recurrent:
         h and c hold the initial state on entry and the final state on return.
         """
         cdef Py_ssize_t steps = x.shape[0], b = x.shape[1], hidden = self.hidden
-        cdef Py_ssize_t n_in = self.input_size, rows = self.gates * hidden, t, s, i
+        cdef Py_ssize_t n_in = self.input_size, rows = self.gates * hidden, s, t, i, first
         if x.shape[2] != n_in or y.shape[0] != steps or y.shape[1] != b or y_offset + hidden > y.shape[2]:
             raise ValueError("Recurrent: sequence shape mismatch")
         check_states(b, hidden, [(h.shape[0], h.shape[1]), (c.shape[0], c.shape[1])])
         if steps == 0 or b == 0 or hidden == 0:
             return
+        # LSTM and GRU quantize the inputs of all steps at once (torch's sequence layers do), then
+        # project them a block of steps at a time, so the projections are still in cache when the
+        # steps read them; RNN quantizes each step's input on its own, as a loop of RNNCells does.
         cdef bint whole = self.kind == QRT_LSTM or self.kind == QRT_GRU
-        cdef Py_ssize_t gi_rows = steps * b if whole else b
-        cdef float[::1] gi = np.empty(gi_rows * rows, np.float32)
+        cdef Py_ssize_t block = max(1, min(steps, PROJECTION_BYTES // (b * rows * sizeof(float)))) if whole else 1
+        cdef float[::1] gi = np.empty(block * b * rows, np.float32)
         cdef float[::1] gh = np.empty(b * rows, np.float32)
         cdef float[::1] h_new = np.empty(b * hidden, np.float32)
         cdef float[::1] c_new = np.empty(b * hidden, np.float32)
+        cdef prepared_input xin
         cdef int err = 0
         cdef const float* gi_t
         with nogil:
+            memset(&xin, 0, sizeof(xin))
             if whole:
-                err = self.ih.forward(&x[0, 0, 0] if n_in else NULL, steps * b, &gi[0])
+                err = self.ih.prepare(&x[0, 0, 0] if n_in else NULL, steps * b, &xin)
             for s in range(steps):
                 if err:
                     break
                 t = steps - 1 - s if reverse else s
-                if whole:
-                    gi_t = &gi[t * b * rows]
-                else:
+                if not whole:
                     err = self.ih.forward(&x[t, 0, 0] if n_in else NULL, b, &gi[0])
                     gi_t = &gi[0]
+                else:
+                    if s % block == 0:  # project the block of steps s .. s + block - 1, in time order
+                        first = steps - min(s + block, steps) if reverse else s
+                        err = self.ih.project(&xin, first * b, min(block, steps - s) * b, &gi[0])
+                    gi_t = &gi[(t - first) * b * rows]
                 if err == 0:
                     err = self.hh.forward(&h[0, 0], b, &gh[0])
                 if err:
@@ -768,6 +816,7 @@ cdef class Recurrent:
                     memcpy(&c[0, 0], &c_new[0], b * hidden * sizeof(float))
                 for i in range(b):
                     memcpy(&y[t, i, y_offset], &h_new[i * hidden], hidden * sizeof(float))
+            release(&xin)
         check_error(err)
 
 

@@ -60,6 +60,7 @@ typedef __m512i i8_x;
 #define I8_DOT(acc, x, w) _mm512_dpbusd_epi32((acc), (x), (w))
 #define I8_STORE(out, acc) _mm512_storeu_si512((void*)(out), (acc))
 #define I8_LOADC(p) _mm512_loadu_si512((const void*)(p))
+#define I8_ADD(a, b) _mm512_add_epi32((a), (b))
 
 #elif defined(__AVX2__)
 #include <immintrin.h>
@@ -79,6 +80,7 @@ typedef __m256i i8_x;
 #define I8_DOT(acc, x, w) _mm256_add_epi32((acc), _mm256_madd_epi16((x), (w)))
 /* 4 partial sums back into pair form: (c, 0) per column */
 #define I8_LOADC(p) _mm256_cvtepu32_epi64(_mm_loadu_si128((const __m128i*)(p)))
+#define I8_ADD(a, b) _mm256_add_epi32((a), (b))
 QRT_INLINE void I8_STORE(int32_t* out, i8_acc acc) {
     int32_t pairs[8];
     _mm256_storeu_si256((__m256i*)pairs, acc);
@@ -103,6 +105,7 @@ typedef int8x16_t i8_x;
 #define I8_DOT(acc, x, w) vdotq_s32((acc), (w), (x))
 #define I8_STORE(out, acc) vst1q_s32((out), (acc))
 #define I8_LOADC(p) vld1q_s32(p)
+#define I8_ADD(a, b) vaddq_s32((a), (b))
 
 #else
 #define QRT_I8_PATH "portable"
@@ -124,6 +127,7 @@ QRT_INLINE int32_t I8_DOT(int32_t acc, uint32_t x, const int8_t* w) {
 }
 #define I8_STORE(out, acc) (*(out) = (acc))
 #define I8_LOADC(p) (*(p))
+#define I8_ADD(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b)))
 #endif
 
 #define I8_NV (I8_NR / I8_COLS)
@@ -170,17 +174,38 @@ static void qrt_i8_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* o
     }
 }
 
-/* c[r][col] (+)= sum over the k of groups [g0, g1) of (x[r][t] - I8_XBIAS) * panel column col,
- * for the r < mr rows of one packed x tile; c rows are I8_NR apart. */
+/* c[r][col] = start[col] + sum over the k of groups [g0, g1) of (x[r][t] - I8_XBIAS) * panel column col,
+ * for the r < mr rows of one packed x tile; start is `init` (one row, shared by all rows) or, when
+ * init is NULL, c itself (continuing an earlier slice). c rows are I8_NR apart. A single row has
+ * only I8_NV independent sums, too few to hide the dot instruction's latency, so it keeps a second
+ * set for odd groups (integer sums: any order gives the same result). */
 QRT_INLINE void i8_tile(const uint8_t* xtile, const int mr, const int8_t* panel, ptrdiff_t g0, ptrdiff_t g1,
-                        int accumulate, int32_t* c) {
+                        const int32_t* init, int32_t* c) {
     i8_acc acc[I8_MR][I8_NV];
     ptrdiff_t g;
     int r, v;
     QRT_UNROLL for (r = 0; r < I8_MR; r++)
         if (r < mr)
             QRT_UNROLL for (v = 0; v < I8_NV; v++)
-                acc[r][v] = accumulate ? I8_LOADC(c + r * I8_NR + v * I8_COLS) : I8_ZERO();
+                acc[r][v] = init ? I8_LOADC(init + v * I8_COLS) : I8_LOADC(c + r * I8_NR + v * I8_COLS);
+    if (mr == 1) {
+        i8_acc odd[I8_NV];
+        QRT_UNROLL for (v = 0; v < I8_NV; v++)
+            odd[v] = I8_ZERO();
+        for (g = g0; g + 1 < g1; g += 2) {
+            uint32_t even_word, odd_word;
+            memcpy(&even_word, xtile + g * I8_MR * 4, 4);
+            memcpy(&odd_word, xtile + (g + 1) * I8_MR * 4, 4);
+            const i8_x xe = I8_SETX(even_word), xo = I8_SETX(odd_word);
+            QRT_UNROLL for (v = 0; v < I8_NV; v++) {
+                acc[0][v] = I8_DOT(acc[0][v], xe, I8_LOADW(panel + g * I8_NR * 4 + v * I8_WBYTES));
+                odd[v] = I8_DOT(odd[v], xo, I8_LOADW(panel + (g + 1) * I8_NR * 4 + v * I8_WBYTES));
+            }
+        }
+        QRT_UNROLL for (v = 0; v < I8_NV; v++)
+            acc[0][v] = I8_ADD(acc[0][v], odd[v]);
+        g0 = g; /* an odd last group, if any, goes through the loop below */
+    }
     for (g = g0; g < g1; g++) {
         i8_w w[I8_NV];
         QRT_UNROLL for (v = 0; v < I8_NV; v++)
@@ -203,14 +228,14 @@ QRT_INLINE void i8_tile(const uint8_t* xtile, const int mr, const int8_t* panel,
 
 /* One tile per call site with mr a constant, so the accumulators live in registers. */
 static void i8_tile_any(const uint8_t* xtile, int mr, const int8_t* panel, ptrdiff_t g0, ptrdiff_t g1,
-                        int accumulate, int32_t* c) {
+                        const int32_t* init, int32_t* c) {
     switch (mr) {
-    case 1: i8_tile(xtile, 1, panel, g0, g1, accumulate, c); break;
-    case 2: i8_tile(xtile, 2, panel, g0, g1, accumulate, c); break;
-    case 3: i8_tile(xtile, 3, panel, g0, g1, accumulate, c); break;
-    case 4: i8_tile(xtile, 4, panel, g0, g1, accumulate, c); break;
-    case 5: i8_tile(xtile, 5, panel, g0, g1, accumulate, c); break;
-    default: i8_tile(xtile, 6, panel, g0, g1, accumulate, c); break;
+    case 1: i8_tile(xtile, 1, panel, g0, g1, init, c); break;
+    case 2: i8_tile(xtile, 2, panel, g0, g1, init, c); break;
+    case 3: i8_tile(xtile, 3, panel, g0, g1, init, c); break;
+    case 4: i8_tile(xtile, 4, panel, g0, g1, init, c); break;
+    case 5: i8_tile(xtile, 5, panel, g0, g1, init, c); break;
+    default: i8_tile(xtile, 6, panel, g0, g1, init, c); break;
     }
 }
 
@@ -273,19 +298,29 @@ static void qrt_epilogue_row(const qrt_epilogue* e, ptrdiff_t i, ptrdiff_t n, pt
     }
 }
 
+/* The part of the expansion below that depends on the column only, for columns [0, n) of weights
+ * with row sums w_rowsum and zero points w_zp, against x_zp: what each sum starts from. */
+static void qrt_i8_col_offset(int32_t x_zp, const int32_t* w_rowsum, const int32_t* w_zp, ptrdiff_t n, ptrdiff_t k,
+                              int32_t* out) {
+    uint32_t zx = (uint32_t)x_zp, kz = (uint32_t)k * zx;
+    for (ptrdiff_t j = 0; j < n; j++)
+        out[j] = (int32_t)(((uint32_t)I8_XBIAS - zx) * (uint32_t)w_rowsum[j] + kz * (uint32_t)w_zp[j]);
+}
+
 /* acc[i][j] = sum_t (x[i][t] - x_zp) * (w[j][t] - w_zp[j]) in int32 (wrapping), for
  * rows [i0, i1) (i0 a multiple of I8_MR) and columns of panels [p0, p1) (clipped to n),
  * from x packed by qrt_i8_pack_x.
  *
- * Expanded as dot(x, w) - x_zp * rowsum(w)[j] - w_zp[j] * rowsum(x)[i] + k * x_zp * w_zp[j];
- * x_rowsum may be NULL when every w_zp is 0. All in uint32: exact modulo 2^32.
- * Each result goes to the epilogue e (row stride n). */
-static void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int8_t* packed, const int32_t* w_rowsum,
+ * Expanded as dot(x, w) + col_offset[j] - w_zp[j] * rowsum(x)[i], where col_offset (from
+ * qrt_i8_col_offset, padded to whole panels) holds - x_zp * rowsum(w)[j] + k * x_zp * w_zp[j]:
+ * the dot products start from it, so a sum needs no fixing afterwards unless x_rowsum is given
+ * (it may be NULL when every w_zp is 0). All exact modulo 2^32. Each result goes to the epilogue
+ * e (row stride n). */
+static void qrt_gemm_u8s8(const uint8_t* xpacked, const int32_t* col_offset, const int8_t* packed,
                           const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0,
                           ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, const qrt_epilogue* e) {
     int32_t c[I8_MC * I8_NR];
     ptrdiff_t kp = qrt_round_up(k, 4), groups = kp / 4, p, ib, ie, i, gb, j, j0, j1;
-    uint32_t zx = (uint32_t)x_zp, kz = (uint32_t)k * (uint32_t)x_zp;
     for (p = p0; p < p1; p++) {
         const int8_t* panel = packed + p * I8_NR * kp;
         j0 = p * I8_NR;
@@ -295,15 +330,15 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int8_t* pa
             for (gb = 0; gb < groups || gb == 0; gb += I8_KC / 4) {
                 ptrdiff_t ge = gb + I8_KC / 4 < groups ? gb + I8_KC / 4 : groups;
                 for (i = ib; i < ie; i += I8_MR)
-                    i8_tile_any(xpacked + i * kp, (int)(ie - i < I8_MR ? ie - i : I8_MR), panel, gb, ge, gb > 0,
-                                c + (i - ib) * I8_NR);
+                    i8_tile_any(xpacked + i * kp, (int)(ie - i < I8_MR ? ie - i : I8_MR), panel, gb, ge,
+                                gb == 0 ? col_offset + j0 : NULL, c + (i - ib) * I8_NR);
             }
             for (i = ib; i < ie; i++) {
-                uint32_t xs = x_rowsum ? (uint32_t)x_rowsum[i] : 0;
                 int32_t* ci = c + (i - ib) * I8_NR;
-                for (j = j0; j < j1; j++) {
-                    uint32_t rs = (uint32_t)w_rowsum[j], wz = (uint32_t)w_zp[j];
-                    ci[j - j0] = (int32_t)((uint32_t)ci[j - j0] + ((uint32_t)I8_XBIAS - zx) * rs + kz * wz - wz * xs);
+                if (x_rowsum) {
+                    uint32_t xs = (uint32_t)x_rowsum[i];
+                    for (j = j0; j < j1; j++)
+                        ci[j - j0] = (int32_t)((uint32_t)ci[j - j0] - (uint32_t)w_zp[j] * xs);
                 }
                 qrt_epilogue_row(e, i, n, j0, j1, ci);
             }

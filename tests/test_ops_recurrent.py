@@ -175,6 +175,23 @@ def test_sequence_layers(tmp_path, kind, weights, layers, bidirectional):
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_projection_blocks_do_not_change_results(tmp_path, kind):
+    """The input projection is computed a block of steps ahead; any block size gives the same bits."""
+    from qrt import _kernels as K
+
+    results = []
+    for block_bytes in (1, 3 * 3 * (4 if kind == "lstm" else 3) * 19 * 4, 1 << 30):  # 1 step, 3 steps, all
+        before = K._set_projection_bytes(block_bytes)
+        try:
+            results.append(_run_layer_pair(tmp_path, kind, "qint8", 11, 2, True, False, True, seed=7)[0])
+        finally:
+            K._set_projection_bytes(before)
+    for got in results[1:]:
+        for a, b in zip(results[0], got):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
 def test_two_hundred_free_running_steps(tmp_path, kind):
     got, want, _ = _run_layer_pair(tmp_path, kind, "qint8", 200, 1, False, False, False, seed=3)
     drift = max(float(np.abs(g - w).max()) for g, w in zip(got, want))
