@@ -14,7 +14,7 @@ Callers validate shapes; the kernels trust them and run without the GIL.
 
 from libc.math cimport fmaf, nearbyintf, nearbyint, fabs, isinf
 from libc.stdint cimport int8_t, uint8_t, int32_t, int64_t
-from libc.stdlib cimport calloc, malloc, free
+from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
 from cython.parallel cimport prange
 
@@ -421,7 +421,7 @@ cdef class PackedS8:
         cdef uint8_t* xp
         if m == 0 or n == 0:
             return 0
-        col_offset = <int32_t*>calloc(panels * I8_NR, sizeof(int32_t))
+        col_offset = <int32_t*>malloc(panels * I8_NR * sizeof(int32_t))
         xp = <uint8_t*>malloc(qrt_i8_packed_x_size(m, k))
         if self.any_zp:  # rowsum(x) is only needed against nonzero weight zero points
             xsum = <int32_t*>malloc(m * sizeof(int32_t))
@@ -432,6 +432,7 @@ cdef class PackedS8:
             return -1
         qrt_i8_pack_x(x, m, k, xp)
         qrt_i8_col_offset(x_zp, self.rowsum, self.zp, n, k, col_offset)
+        memset(col_offset + n, 0, (panels * I8_NR - n) * sizeof(int32_t))  # padding columns, never stored
         if self.any_zp:
             for i in range(m):
                 xsum[i] = 0
@@ -708,7 +709,7 @@ cdef class StaticLinear:
 cdef extern from "qrt_gates.h" nogil:
     enum qrt_cell:
         QRT_RNN_TANH, QRT_RNN_RELU, QRT_LSTM, QRT_GRU
-    void qrt_gate_update(int kind, const float* gi, const float* gh, const float* h, const float* c,
+    void qrt_gate_update(int kind, const float* gi, float* gh, const float* h, const float* c,
                          float* h_out, float* c_out, ptrdiff_t batch, ptrdiff_t hidden)
 
 KINDS = {"rnn_tanh": QRT_RNN_TANH, "rnn_relu": QRT_RNN_RELU, "lstm": QRT_LSTM, "gru": QRT_GRU}
