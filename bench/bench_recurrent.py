@@ -1,9 +1,9 @@
 """Dynamic quantized LSTM and GRU sequences: qrt against PyTorch (and ONNX Runtime for LSTM).
 
-    python bench/bench_recurrent.py [--quick] [--json out.json]
+    python bench/bench_recurrent.py [--quick] [--threads N] [--json out.json]
 
 100-step sequences, input 128, hidden 256 and 1024, batch 1 and 32, one
-thread. Each figure is the median time per whole-sequence call (15 samples
+thread for every runtime unless --threads says otherwise. Each figure is the median time per whole-sequence call (15 samples
 of >= 20 ms each after warm-up), also shown per step. Ratios are
 other / qrt: above 1 means qrt is faster. ONNX Runtime runs its own
 `quantize_dynamic` of the same float LSTM (`DynamicQuantizeLSTM`); it has no
@@ -46,7 +46,7 @@ def qrt_model(path: str, kind: str, qlayer, hidden: int) -> qrt.Model:
     return qrt.load(path)
 
 
-def ort_lstm(path: str, float_lstm: torch.nn.LSTM):
+def ort_lstm(path: str, float_lstm: torch.nn.LSTM, threads: int):
     """ONNX Runtime's dynamic quantization of the same float LSTM, or None if not installed."""
     try:
         import onnx
@@ -79,7 +79,7 @@ def ort_lstm(path: str, float_lstm: torch.nn.LSTM):
     onnx.save(model, float_path)
     quantize_dynamic(float_path, quant_path, weight_type=QuantType.QInt8)
     options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
+    options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     return ort.InferenceSession(quant_path, options, providers=["CPUExecutionProvider"])
 
@@ -97,14 +97,15 @@ def measure(model, qlayer, session, batch: int, repeats: int) -> tuple:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer samples")
+    parser.add_argument("--threads", type=int, default=1, help="threads for each runtime (default 1)")
     parser.add_argument("--json", help="write the raw figures here")
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    qrt.set_num_threads(1)
+    torch.set_num_threads(args.threads)
+    qrt.set_num_threads(args.threads)
     repeats = 5 if args.quick else 15
     info = machine()
     print(f"machine: {info.get('cpu')} | {info['cores']} cores | flags {' '.join(info.get('flags', []))}")
-    print(f"{STEPS}-step sequences, input {INPUT}, one thread; per-step times in brackets")
+    print(f"{STEPS}-step sequences, input {INPUT}, {args.threads} thread(s) each; per-step times in brackets")
     print(f"{'case':28s} {'qrt':>22s} {'torch':>22s} {'torch/qrt':>9s} {'onnxruntime':>22s} {'ort/qrt':>8s}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
@@ -115,7 +116,7 @@ def main() -> None:
                 qlayer = quantized_copy(float_layer, torch.qint8, False)
                 path = os.path.join(tmp, f"{kind}{hidden}.qrt")
                 model = qrt_model(path, kind, qlayer, hidden)
-                session = ort_lstm(path, float_layer) if kind == "lstm" else None
+                session = ort_lstm(path, float_layer, args.threads) if kind == "lstm" else None
                 for batch in (1, 32):
                     t_q, t_t, t_o = measure(model, qlayer, session, batch, repeats)
                     name = f"{kind} H={hidden} B={batch}"
@@ -129,7 +130,7 @@ def main() -> None:
                         flush=True,
                     )
     if args.json:
-        write_json(args.json, {"machine": info, "steps": STEPS, "input": INPUT, "rows": rows})
+        write_json(args.json, {"machine": info, "steps": STEPS, "input": INPUT, "threads": args.threads, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -199,6 +199,7 @@ KERNEL_PATHS = {"int8": QRT_I8_PATH.decode(), "float16": QRT_F16_PATH.decode()}
 cdef int num_threads = 1
 cdef int64_t MIN_WORK_I8 = 1 << 18
 cdef int64_t MIN_WORK_F16 = 1 << 15
+cdef int64_t MIN_GATE_UNITS = 2048  # hidden units per thread below which a step's gates stay on one thread
 # Bytes of input projections computed ahead of the recurrent steps that read them: a block this size
 # stays in L2 (beside the hidden-to-hidden weights) until it is read.
 cdef Py_ssize_t PROJECTION_BYTES = 256 * 1024
@@ -216,11 +217,11 @@ def get_num_threads() -> int:
     return num_threads
 
 
-def _set_min_work(int64_t i8, int64_t f16) -> tuple:
-    """Set the per-thread work floors; returns the old ones (tests use 1 to split every product)."""
-    global MIN_WORK_I8, MIN_WORK_F16
-    old = (MIN_WORK_I8, MIN_WORK_F16)
-    MIN_WORK_I8, MIN_WORK_F16 = max(i8, 1), max(f16, 1)
+def _set_min_work(int64_t i8, int64_t f16, int64_t gate_units) -> tuple:
+    """Set the per-thread work floors; returns the old ones (tests use 1 to split all work)."""
+    global MIN_WORK_I8, MIN_WORK_F16, MIN_GATE_UNITS
+    old = (MIN_WORK_I8, MIN_WORK_F16, MIN_GATE_UNITS)
+    MIN_WORK_I8, MIN_WORK_F16, MIN_GATE_UNITS = max(i8, 1), max(f16, 1), max(gate_units, 1)
     return old
 
 
@@ -710,7 +711,7 @@ cdef extern from "qrt_gates.h" nogil:
     enum qrt_cell:
         QRT_RNN_TANH, QRT_RNN_RELU, QRT_LSTM, QRT_GRU
     void qrt_gate_update(int kind, const float* gi, float* gh, const float* h, const float* c,
-                         float* h_out, float* c_out, ptrdiff_t batch, ptrdiff_t hidden)
+                         float* h_out, float* c_out, ptrdiff_t batch, ptrdiff_t hidden, ptrdiff_t j0, ptrdiff_t j1)
 
 KINDS = {"rnn_tanh": QRT_RNN_TANH, "rnn_relu": QRT_RNN_RELU, "lstm": QRT_LSTM, "gru": QRT_GRU}
 GATES = {"rnn_tanh": 1, "rnn_relu": 1, "lstm": 4, "gru": 3}
@@ -744,6 +745,19 @@ cdef class Recurrent:
         if hh.out_features != self.gates * self.hidden or ih.out_features != hh.out_features:
             raise ValueError("Recurrent: weight shapes do not match the gate count")
 
+    cdef void update(self, const float* gi, float* gh, const float* h, const float* c, float* h_out, float* c_out,
+                     Py_ssize_t b) noexcept nogil:
+        """The step's gates and new states (qrt_gate_update), hidden units split across threads
+        in runs of 16 (whole vectors)."""
+        cdef Py_ssize_t hidden = self.hidden, vectors = (hidden + 15) // 16, part
+        cdef Py_ssize_t parts = max(1, min(<Py_ssize_t>num_threads, b * hidden // MIN_GATE_UNITS, vectors))
+        if parts == 1:
+            qrt_gate_update(self.kind, gi, gh, h, c, h_out, c_out, b, hidden, 0, hidden)
+            return
+        for part in prange(parts, num_threads=parts, schedule="static"):
+            qrt_gate_update(self.kind, gi, gh, h, c, h_out, c_out, b, hidden,
+                            chunk(vectors, parts, part) * 16, min(chunk(vectors, parts, part + 1) * 16, hidden))
+
     def step(self, const float[:, ::1] x, const float[:, ::1] h, const float[:, ::1] c,
              float[:, ::1] h_out, float[:, ::1] c_out):
         """One step; c and c_out are used by LSTM only (pass h and h_out otherwise)."""
@@ -762,8 +776,7 @@ cdef class Recurrent:
             if err == 0:
                 err = self.hh.forward(&h[0, 0], b, &gh[0])
             if err == 0:
-                qrt_gate_update(self.kind, &gi[0], &gh[0], &h[0, 0], &c[0, 0], &h_out[0, 0], &c_out[0, 0],
-                            b, hidden)
+                self.update(&gi[0], &gh[0], &h[0, 0], &c[0, 0], &h_out[0, 0], &c_out[0, 0], b)
         check_error(err)
 
     def sequence(self, const float[:, :, ::1] x, float[:, :, ::1] y, Py_ssize_t y_offset, bint reverse,
@@ -811,7 +824,7 @@ cdef class Recurrent:
                     err = self.hh.forward(&h[0, 0], b, &gh[0])
                 if err:
                     break
-                qrt_gate_update(self.kind, gi_t, &gh[0], &h[0, 0], &c[0, 0], &h_new[0], &c_new[0], b, hidden)
+                self.update(gi_t, &gh[0], &h[0, 0], &c[0, 0], &h_new[0], &c_new[0], b)
                 memcpy(&h[0, 0], &h_new[0], b * hidden * sizeof(float))
                 if self.kind == QRT_LSTM:
                     memcpy(&c[0, 0], &c_new[0], b * hidden * sizeof(float))

@@ -67,17 +67,18 @@ static inline float qrt_tanh(float v) {
 
 enum qrt_cell { QRT_RNN_TANH, QRT_RNN_RELU, QRT_LSTM, QRT_GRU };
 
-/* One row of a step for each cell kind. Outputs never alias inputs (restrict), which lets the
- * compiler vectorise loops that read eight streams without run-time alias checks. */
+/* Units [0, n) of one row of a step for each cell kind; xi and xh point at the first unit of the
+ * row's first gate, and gate g of a unit is `stride` (the hidden size) further on per g. Outputs
+ * never alias inputs (restrict), which lets the compiler vectorise without run-time alias checks. */
 static void qrt_rnn_row(int relu, const float* restrict xi, const float* restrict xh, float* restrict ho,
-                        ptrdiff_t hidden) {
+                        ptrdiff_t n) {
     if (relu) {
-        for (ptrdiff_t j = 0; j < hidden; j++) {
+        for (ptrdiff_t j = 0; j < n; j++) {
             const float v = xh[j] + xi[j];
             ho[j] = v > 0.0f ? v : 0.0f;
         }
     } else {
-        for (ptrdiff_t j = 0; j < hidden; j++)
+        for (ptrdiff_t j = 0; j < n; j++)
             ho[j] = qrt_tanh(xh[j] + xi[j]);
     }
 }
@@ -93,15 +94,16 @@ static void qrt_tanh_add(const float* restrict xi, float* restrict xh, ptrdiff_t
 }
 
 /* LSTM and GRU evaluate their gates in separate passes, each a short loop of one activation:
- * one loop over all of a row's formulas keeps too many vectors live and spills (measured 10%
+ * one loop over all of a row's formulas keeps too many vectors live and spills (measured 10-15%
  * slower). The activations overwrite xh in place. */
 static void qrt_lstm_row(const float* restrict xi, float* restrict xh, const float* restrict c,
-                         float* restrict ho, float* restrict co, ptrdiff_t hidden) {
-    qrt_sigmoid_add(xi, xh, 2 * hidden);
-    qrt_tanh_add(xi + 2 * hidden, xh + 2 * hidden, hidden);
-    qrt_sigmoid_add(xi + 3 * hidden, xh + 3 * hidden, hidden);
-    const float *ig = xh, *fg = xh + hidden, *cg = xh + 2 * hidden, *og = xh + 3 * hidden;
-    for (ptrdiff_t j = 0; j < hidden; j++) {
+                         float* restrict ho, float* restrict co, ptrdiff_t stride, ptrdiff_t n) {
+    const float *ig = xh, *fg = xh + stride, *cg = xh + 2 * stride, *og = xh + 3 * stride;
+    qrt_sigmoid_add(xi, xh, n);
+    qrt_sigmoid_add(xi + stride, xh + stride, n);
+    qrt_tanh_add(xi + 2 * stride, xh + 2 * stride, n);
+    qrt_sigmoid_add(xi + 3 * stride, xh + 3 * stride, n);
+    for (ptrdiff_t j = 0; j < n; j++) {
         const float c_new = fg[j] * c[j] + ig[j] * cg[j];
         co[j] = c_new;
         ho[j] = og[j] * qrt_tanh(c_new);
@@ -109,34 +111,39 @@ static void qrt_lstm_row(const float* restrict xi, float* restrict xh, const flo
 }
 
 static void qrt_gru_row(const float* restrict xi, float* restrict xh, const float* restrict h,
-                        float* restrict ho, ptrdiff_t hidden) {
-    qrt_sigmoid_add(xi, xh, 2 * hidden);
-    const float *r = xh, *z = xh + hidden;
-    for (ptrdiff_t j = 0; j < hidden; j++) {
-        const float n = qrt_tanh(xi[2 * hidden + j] + xh[2 * hidden + j] * r[j]);
-        ho[j] = (h[j] - n) * z[j] + n;
+                        float* restrict ho, ptrdiff_t stride, ptrdiff_t n) {
+    const float *r = xh, *z = xh + stride;
+    qrt_sigmoid_add(xi, xh, n);
+    qrt_sigmoid_add(xi + stride, xh + stride, n);
+    for (ptrdiff_t j = 0; j < n; j++) {
+        const float g = qrt_tanh(xi[2 * stride + j] + xh[2 * stride + j] * r[j]);
+        ho[j] = (h[j] - g) * z[j] + g;
     }
 }
 
-/* One step's update from gi = lin_ih(x) and gh = lin_hh(h), rows of `gates * hidden`:
+/* Units [j0, j1) of every batch row of one step, from gi = lin_ih(x) and gh = lin_hh(h), rows of
+ * `gates * hidden`:
  *   RNN:  h' = act(gh + gi)
  *   LSTM: chunks i, f, g, o;  c' = sig(f) * c + sig(i) * tanh(g);  h' = sig(o) * tanh(c')
  *   GRU:  chunks r, z, n;  r = sig(gh_r + gi_r);  z = sig(gh_z + gi_z);
  *         n = tanh(gi_n + gh_n * r);  h' = (h - n) * z + n
- * gh is scratch: LSTM and GRU overwrite it with their gate activations. h_out and c_out must not overlap
- * gi, gh, h or c (c_out is written by LSTM only). */
+ * Units are independent, so threads can take disjoint ranges. gh is scratch: LSTM and GRU
+ * overwrite it with their gate activations. h_out and c_out must not overlap gi, gh, h or c
+ * (c_out is written by LSTM only). */
 static void qrt_gate_update(int kind, const float* gi, float* gh, const float* h, const float* c,
-                            float* h_out, float* c_out, ptrdiff_t batch, ptrdiff_t hidden) {
-    const ptrdiff_t gates = kind == QRT_LSTM ? 4 : (kind == QRT_GRU ? 3 : 1);
+                            float* h_out, float* c_out, ptrdiff_t batch, ptrdiff_t hidden, ptrdiff_t j0,
+                            ptrdiff_t j1) {
+    const ptrdiff_t gates = kind == QRT_LSTM ? 4 : (kind == QRT_GRU ? 3 : 1), n = j1 - j0;
     for (ptrdiff_t b = 0; b < batch; b++) {
-        const float* xi = gi + b * gates * hidden;
-        float* xh = gh + b * gates * hidden;
+        const float* xi = gi + b * gates * hidden + j0;
+        float* xh = gh + b * gates * hidden + j0;
+        const ptrdiff_t at = b * hidden + j0;
         if (kind == QRT_LSTM)
-            qrt_lstm_row(xi, xh, c + b * hidden, h_out + b * hidden, c_out + b * hidden, hidden);
+            qrt_lstm_row(xi, xh, c + at, h_out + at, c_out + at, hidden, n);
         else if (kind == QRT_GRU)
-            qrt_gru_row(xi, xh, h + b * hidden, h_out + b * hidden, hidden);
+            qrt_gru_row(xi, xh, h + at, h_out + at, hidden, n);
         else
-            qrt_rnn_row(kind == QRT_RNN_RELU, xi, xh, h_out + b * hidden, hidden);
+            qrt_rnn_row(kind == QRT_RNN_RELU, xi, xh, h_out + at, n);
     }
 }
 

@@ -24,7 +24,7 @@ def threads(request):
     """Run with this many threads, splitting even the smallest product."""
     before = qrt.get_num_threads()
     qrt.set_num_threads(request.param)
-    floors = K._set_min_work(1, 1)
+    floors = K._set_min_work(1, 1, 1)
     yield request.param
     K._set_min_work(*floors)
     qrt.set_num_threads(before)
@@ -139,7 +139,7 @@ def test_layers_identical_for_any_thread_count():
         (K.StaticLinear(w8, scale, rng.integers(-3, 4, n).astype(np.int32), bias, np.float32(0.02), 128,
                         np.float32(0.3), 60, True), rng.integers(0, 256, (m, k), dtype=np.uint8), np.uint8),
     ]
-    before, floors = qrt.get_num_threads(), K._set_min_work(1, 1)
+    before, floors = qrt.get_num_threads(), K._set_min_work(1, 1, 1)
     try:
         for layer, x, dtype in layers:
             outs = []

@@ -192,6 +192,27 @@ def test_projection_blocks_do_not_change_results(tmp_path, kind):
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_sequences_identical_for_any_thread_count(tmp_path, kind):
+    """Products, quantization and gates split across 1, 2 and 3 threads give the same bits.
+
+    Hidden 19 with every work floor at 1 splits the gates into runs of 16 and 3 units."""
+    from qrt import _kernels as K
+
+    before, floors = qrt.get_num_threads(), K._set_min_work(1, 1, 1)
+    results = []
+    try:
+        for threads in (1, 2, 3):
+            qrt.set_num_threads(threads)
+            results.append(_run_layer_pair(tmp_path, kind, "qint8", 9, 2, True, True, True, seed=11)[0])
+    finally:
+        K._set_min_work(*floors)
+        qrt.set_num_threads(before)
+    for got in results[1:]:
+        for a, b in zip(results[0], got):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
 def test_two_hundred_free_running_steps(tmp_path, kind):
     got, want, _ = _run_layer_pair(tmp_path, kind, "qint8", 200, 1, False, False, False, seed=3)
     drift = max(float(np.abs(g - w).max()) for g, w in zip(got, want))
