@@ -2,8 +2,10 @@
 
     python bench/bench_recurrent.py [--quick] [--threads N] [--json out.json]
 
-100-step sequences, input 128, hidden 256 and 1024, batch 1 and 32, one
-thread for every runtime unless --threads says otherwise. Each figure is the median time per whole-sequence call (15 samples
+100-step sequences, input 128, hidden 256 and 1024, batch 1 and 32, then
+single LSTMCell / GRUCell steps (hidden 256, batch 1 and 32; ONNX Runtime
+runs its LSTM for one step), one thread for every runtime unless --threads
+says otherwise. Each figure is the median time per whole-sequence call (15 samples
 of >= 20 ms each after warm-up), also shown per step. Ratios are
 other / qrt: above 1 means qrt is faster. ONNX Runtime runs its own
 `quantize_dynamic` of the same float LSTM (`DynamicQuantizeLSTM`); it has no
@@ -46,7 +48,29 @@ def qrt_model(path: str, kind: str, qlayer, hidden: int) -> qrt.Model:
     return qrt.load(path)
 
 
-def ort_lstm(path: str, float_lstm: torch.nn.LSTM, threads: int):
+def qrt_cell(path: str, kind: str, qcell) -> qrt.Model:
+    wb, hidden = qcell._weight_bias(), qcell.hidden_size
+    g = GraphBuilder()
+    ports = {"x": g.input("x", "float32", [None, INPUT]), "h": g.input("h", "float32", [None, hidden])}
+    if kind == "lstm":
+        ports["c"] = g.input("c", "float32", [None, hidden])
+    for side in ("ih", "hh"):
+        ports.update(dynamic_weight(wb["weight"][f"weight_{side}"], wb["bias"][f"bias_{side}"], f"{side}_"))
+    out = g.node(f"{kind}_cell_dynamic", ports, name="cell")
+    g.output(*(out if isinstance(out, tuple) else (out,)), as_tuple=kind == "lstm")
+    g.save(path)
+    return qrt.load(path)
+
+
+def lstm_of_cell(cell: torch.nn.LSTMCell) -> torch.nn.LSTM:
+    """A one-layer float LSTM with the cell's weights (what ONNX Runtime runs for one step)."""
+    layer = torch.nn.LSTM(cell.input_size, cell.hidden_size)
+    for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+        getattr(layer, f"{name}_l0").data.copy_(getattr(cell, name).data)
+    return layer
+
+
+def ort_lstm(path: str, float_lstm: torch.nn.LSTM, threads: int, steps: int = STEPS):
     """ONNX Runtime's dynamic quantization of the same float LSTM, or None if not installed."""
     try:
         import onnx
@@ -69,7 +93,7 @@ def ort_lstm(path: str, float_lstm: torch.nn.LSTM, threads: int):
     graph = helper.make_graph(
         [node],
         "lstm",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [STEPS, "batch", INPUT])],
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [steps, "batch", INPUT])],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
         [numpy_helper.from_array(a.astype(np.float32), n) for a, n in ((w, "W"), (r, "R"), (b, "B"))],
     )
@@ -92,6 +116,33 @@ def measure(model, qlayer, session, batch: int, repeats: int) -> tuple:
     t_t = time_call(lambda: qlayer(tx), repeats=repeats)
     t_o = time_call(lambda: session.run(None, {"X": x}), repeats=repeats) if session else None
     return t_q, t_t, t_o
+
+
+def measure_cell(kind: str, model, qcell, session, batch: int, repeats: int) -> tuple:
+    """Median seconds per cell step for qrt, torch and (if any) onnxruntime's one-step LSTM."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, INPUT)).astype(np.float32)
+    h, c = (rng.standard_normal((batch, qcell.hidden_size)).astype(np.float32) * 0.5 for _ in range(2))
+    tx, th, tc = torch.from_numpy(x), torch.from_numpy(h), torch.from_numpy(c)
+    if kind == "lstm":
+        t_q = time_call(lambda: model.run({"x": x, "h": h, "c": c}), repeats=repeats)
+        t_t = time_call(lambda: qcell(tx, (th, tc)), repeats=repeats)
+    else:
+        t_q = time_call(lambda: model.run({"x": x, "h": h}), repeats=repeats)
+        t_t = time_call(lambda: qcell(tx, th), repeats=repeats)
+    t_o = time_call(lambda: session.run(None, {"X": x[None]}), repeats=repeats) if session else None
+    return t_q, t_t, t_o
+
+
+def report(rows: list, name: str, times: tuple, steps: int) -> None:
+    t_q, t_t, t_o = times
+    rows.append({"case": name, "steps": steps, "qrt_s": t_q, "torch_s": t_t, "ort_s": t_o})
+    ort_cols = f"{fmt_time(t_o)} ({fmt_time(t_o / steps).strip()}) {t_o / t_q:7.2f}x" if t_o else "-"
+    print(
+        f"{name:28s} {fmt_time(t_q)} ({fmt_time(t_q / steps).strip():>9s}) "
+        f"{fmt_time(t_t)} ({fmt_time(t_t / steps).strip():>9s}) {t_t / t_q:8.2f}x {ort_cols}",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -118,17 +169,17 @@ def main() -> None:
                 model = qrt_model(path, kind, qlayer, hidden)
                 session = ort_lstm(path, float_layer, args.threads) if kind == "lstm" else None
                 for batch in (1, 32):
-                    t_q, t_t, t_o = measure(model, qlayer, session, batch, repeats)
-                    name = f"{kind} H={hidden} B={batch}"
-                    rows.append({"case": name, "qrt_s": t_q, "torch_s": t_t, "ort_s": t_o})
-                    ort_cols = (
-                        f"{fmt_time(t_o)} ({fmt_time(t_o / STEPS).strip()}) {t_o / t_q:7.2f}x" if t_o else "-"
-                    )
-                    print(
-                        f"{name:28s} {fmt_time(t_q)} ({fmt_time(t_q / STEPS).strip():>9s}) "
-                        f"{fmt_time(t_t)} ({fmt_time(t_t / STEPS).strip():>9s}) {t_t / t_q:8.2f}x {ort_cols}",
-                        flush=True,
-                    )
+                    report(rows, f"{kind} H={hidden} B={batch}", measure(model, qlayer, session, batch, repeats), STEPS)
+        for kind, cell in (("lstm", torch.nn.LSTMCell), ("gru", torch.nn.GRUCell)):
+            torch.manual_seed(0)
+            float_cell = cell(INPUT, 256)
+            qcell = quantized_copy(float_cell, torch.qint8, False)
+            path = os.path.join(tmp, f"{kind}_cell.qrt")
+            model = qrt_cell(path, kind, qcell)
+            session = ort_lstm(path, lstm_of_cell(float_cell), args.threads, 1) if kind == "lstm" else None
+            for batch in (1, 32):
+                times = measure_cell(kind, model, qcell, session, batch, repeats)
+                report(rows, f"{kind}_cell H=256 B={batch}", times, 1)
     if args.json:
         write_json(args.json, {"machine": info, "steps": STEPS, "input": INPUT, "threads": args.threads, "rows": rows})
 
