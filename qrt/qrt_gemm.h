@@ -60,7 +60,6 @@ typedef __m512i i8_x;
 #define I8_DOT(acc, x, w) _mm512_dpbusd_epi32((acc), (x), (w))
 #define I8_STORE(out, acc) _mm512_storeu_si512((void*)(out), (acc))
 #define I8_LOADC(p) _mm512_loadu_si512((const void*)(p))
-#define I8_ADD(a, b) _mm512_add_epi32((a), (b))
 
 #elif defined(__AVX2__)
 #include <immintrin.h>
@@ -80,7 +79,6 @@ typedef __m256i i8_x;
 #define I8_DOT(acc, x, w) _mm256_add_epi32((acc), _mm256_madd_epi16((x), (w)))
 /* 4 partial sums back into pair form: (c, 0) per column */
 #define I8_LOADC(p) _mm256_cvtepu32_epi64(_mm_loadu_si128((const __m128i*)(p)))
-#define I8_ADD(a, b) _mm256_add_epi32((a), (b))
 QRT_INLINE void I8_STORE(int32_t* out, i8_acc acc) {
     int32_t pairs[8];
     _mm256_storeu_si256((__m256i*)pairs, acc);
@@ -105,7 +103,6 @@ typedef int8x16_t i8_x;
 #define I8_DOT(acc, x, w) vdotq_s32((acc), (w), (x))
 #define I8_STORE(out, acc) vst1q_s32((out), (acc))
 #define I8_LOADC(p) vld1q_s32(p)
-#define I8_ADD(a, b) vaddq_s32((a), (b))
 
 #else
 #define QRT_I8_PATH "portable"
@@ -127,7 +124,6 @@ QRT_INLINE int32_t I8_DOT(int32_t acc, uint32_t x, const int8_t* w) {
 }
 #define I8_STORE(out, acc) (*(out) = (acc))
 #define I8_LOADC(p) (*(p))
-#define I8_ADD(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b)))
 #endif
 
 #define I8_NV (I8_NR / I8_COLS)
@@ -176,9 +172,7 @@ static void qrt_i8_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* o
 
 /* c[r][col] = start[col] + sum over the k of groups [g0, g1) of (x[r][t] - I8_XBIAS) * panel column col,
  * for the r < mr rows of one packed x tile; start is `init` (one row, shared by all rows) or, when
- * init is NULL, c itself (continuing an earlier slice). c rows are I8_NR apart. A single row has
- * only I8_NV independent sums, too few to hide the dot instruction's latency, so it keeps a second
- * set for odd groups (integer sums: any order gives the same result). */
+ * init is NULL, c itself (continuing an earlier slice). c rows are I8_NR apart. */
 QRT_INLINE void i8_tile(const uint8_t* xtile, const int mr, const int8_t* panel, ptrdiff_t g0, ptrdiff_t g1,
                         const int32_t* init, int32_t* c) {
     i8_acc acc[I8_MR][I8_NV];
@@ -188,24 +182,6 @@ QRT_INLINE void i8_tile(const uint8_t* xtile, const int mr, const int8_t* panel,
         if (r < mr)
             QRT_UNROLL for (v = 0; v < I8_NV; v++)
                 acc[r][v] = init ? I8_LOADC(init + v * I8_COLS) : I8_LOADC(c + r * I8_NR + v * I8_COLS);
-    if (mr == 1) {
-        i8_acc odd[I8_NV];
-        QRT_UNROLL for (v = 0; v < I8_NV; v++)
-            odd[v] = I8_ZERO();
-        for (g = g0; g + 1 < g1; g += 2) {
-            uint32_t even_word, odd_word;
-            memcpy(&even_word, xtile + g * I8_MR * 4, 4);
-            memcpy(&odd_word, xtile + (g + 1) * I8_MR * 4, 4);
-            const i8_x xe = I8_SETX(even_word), xo = I8_SETX(odd_word);
-            QRT_UNROLL for (v = 0; v < I8_NV; v++) {
-                acc[0][v] = I8_DOT(acc[0][v], xe, I8_LOADW(panel + g * I8_NR * 4 + v * I8_WBYTES));
-                odd[v] = I8_DOT(odd[v], xo, I8_LOADW(panel + (g + 1) * I8_NR * 4 + v * I8_WBYTES));
-            }
-        }
-        QRT_UNROLL for (v = 0; v < I8_NV; v++)
-            acc[0][v] = I8_ADD(acc[0][v], odd[v]);
-        g0 = g; /* an odd last group, if any, goes through the loop below */
-    }
     for (g = g0; g < g1; g++) {
         i8_w w[I8_NV];
         QRT_UNROLL for (v = 0; v < I8_NV; v++)

@@ -8,6 +8,11 @@ tile widths, at the u8 x s8 saturation corners, with extreme zero points,
 and for any number of threads.
 """
 
+import pathlib
+import platform
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -153,3 +158,15 @@ def test_layers_identical_for_any_thread_count():
     finally:
         K._set_min_work(*floors)
         qrt.set_num_threads(before)
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+def test_gemv_floor_benchmark_builds_and_runs(tmp_path):
+    """bench/gemv_floor.c includes qrt_gemm.h directly: keep it compiling as the header changes."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    exe = tmp_path / "gemv_floor"
+    flags = ["-O2", "-ffp-contract=off", "-march=native"] if platform.machine() in ("x86_64", "AMD64") else ["-O2"]
+    subprocess.run(["cc", *flags, "-I", str(root / "qrt"), str(root / "bench" / "gemv_floor.c"), "-o", str(exe),
+                    "-lm"], check=True, capture_output=True)
+    out = subprocess.run([str(exe), "37", "70"], check=True, capture_output=True, text=True).stdout
+    assert "qrt one-row product" in out
