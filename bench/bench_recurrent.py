@@ -26,7 +26,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import fmt_time, machine, time_call, write_json  # noqa: E402
-from qrt_testing import dynamic_weight, quantized_copy  # noqa: E402
+from qrt_testing import cell_model_file, dynamic_weight, quantized_copy  # noqa: E402
 
 import qrt  # noqa: E402
 from qrt.builder import GraphBuilder  # noqa: E402
@@ -44,20 +44,6 @@ def qrt_model(path: str, kind: str, qlayer, hidden: int) -> qrt.Model:
         prefix = layer_prefix(0, False) + f"{side}_"
         ports.update(dynamic_weight(wb["weight"][f"weight_{side}_l0"], wb["bias"][f"bias_{side}_l0"], prefix))
     g.output(*g.node(f"{kind}_dynamic", ports, name="seq"))
-    g.save(path)
-    return qrt.load(path)
-
-
-def qrt_cell(path: str, kind: str, qcell) -> qrt.Model:
-    wb, hidden = qcell._weight_bias(), qcell.hidden_size
-    g = GraphBuilder()
-    ports = {"x": g.input("x", "float32", [None, INPUT]), "h": g.input("h", "float32", [None, hidden])}
-    if kind == "lstm":
-        ports["c"] = g.input("c", "float32", [None, hidden])
-    for side in ("ih", "hh"):
-        ports.update(dynamic_weight(wb["weight"][f"weight_{side}"], wb["bias"][f"bias_{side}"], f"{side}_"))
-    out = g.node(f"{kind}_cell_dynamic", ports, name="cell")
-    g.output(*(out if isinstance(out, tuple) else (out,)), as_tuple=kind == "lstm")
     g.save(path)
     return qrt.load(path)
 
@@ -175,7 +161,8 @@ def main() -> None:
             float_cell = cell(INPUT, 256)
             qcell = quantized_copy(float_cell, torch.qint8, False)
             path = os.path.join(tmp, f"{kind}_cell.qrt")
-            model = qrt_cell(path, kind, qcell)
+            cell_model_file(path, kind, qcell)
+            model = qrt.load(path)
             session = ort_lstm(path, lstm_of_cell(float_cell), args.threads, 1) if kind == "lstm" else None
             for batch in (1, 32):
                 times = measure_cell(kind, model, qcell, session, batch, repeats)

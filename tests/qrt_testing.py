@@ -43,3 +43,20 @@ def quantized_copy(module: torch.nn.Module, dtype: torch.dtype, per_channel: boo
         qconfig = torch.ao.quantization.default_dynamic_qconfig
     wrapped = torch.nn.Sequential(module)
     return torch.ao.quantization.quantize_dynamic(wrapped, {type(module): qconfig}, dtype=dtype)[0]
+
+
+def cell_model_file(path, kind: str, qcell) -> None:
+    """Write a one-node lstm/gru_cell_dynamic model of a torch dynamic quantized cell: inputs x, h (, c)."""
+    from qrt.builder import GraphBuilder
+
+    wb = qcell._weight_bias()
+    g = GraphBuilder()
+    ports = {"x": g.input("x", "float32", [None, qcell.input_size]),
+             "h": g.input("h", "float32", [None, qcell.hidden_size])}
+    if kind == "lstm":
+        ports["c"] = g.input("c", "float32", [None, qcell.hidden_size])
+    for side in ("ih", "hh"):
+        ports.update(dynamic_weight(wb["weight"][f"weight_{side}"], wb["bias"][f"bias_{side}"], f"{side}_"))
+    out = g.node(f"{kind}_cell_dynamic", ports, name="cell")
+    g.output(*(out if isinstance(out, tuple) else (out,)), as_tuple=kind == "lstm")
+    g.save(path)

@@ -17,7 +17,7 @@ Tolerances (NUMERICS.md, "What agreement is honest"):
 import numpy as np
 import pytest
 import torch
-from qrt_testing import dynamic_weight, quantized_copy
+from qrt_testing import cell_model_file, dynamic_weight, quantized_copy
 
 import qrt
 from qrt.builder import GraphBuilder
@@ -61,27 +61,14 @@ def _close(got, want):
     np.testing.assert_allclose(got, want, rtol=STEP_ATOL, atol=STEP_ATOL)
 
 
-def _cell_model(path, kind, qcell, input_size, hidden):
-    w, b = qcell._weight_bias()["weight"], qcell._weight_bias()["bias"]
-    g = GraphBuilder()
-    ports = {"x": g.input("x", "float32", [None, input_size]), "h": g.input("h", "float32", [None, hidden])}
-    if kind == "lstm":
-        ports["c"] = g.input("c", "float32", [None, hidden])
-    ports.update(dynamic_weight(w["weight_ih"], b["bias_ih"], "ih_"))
-    ports.update(dynamic_weight(w["weight_hh"], b["bias_hh"], "hh_"))
-    out = g.node(f"{kind}_cell_dynamic", ports, name="cell")
-    g.output(*(out if isinstance(out, tuple) else (out,)), as_tuple=kind == "lstm")
-    g.save(path)
-    return qrt.load(path)
-
-
 @pytest.mark.parametrize("weights", list(WEIGHTS))
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
 @pytest.mark.parametrize("input_size,hidden", [(1, 1), (5, 7), (37, 13), (64, 129)])
 def test_cell_one_step_from_the_same_state(tmp_path, kind, weights, input_size, hidden):
     torch.manual_seed(input_size * 31 + hidden)
     qcell = quantized_copy(CELLS[kind](input_size, hidden), *WEIGHTS[weights])
-    model = _cell_model(tmp_path / "cell.qrt", kind, qcell, input_size, hidden)
+    cell_model_file(tmp_path / "cell.qrt", kind, qcell)
+    model = qrt.load(tmp_path / "cell.qrt")
     rng = np.random.default_rng(hidden)
     for batch in (1, 4):
         h = np.zeros((batch, hidden), np.float32)
