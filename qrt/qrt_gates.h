@@ -8,7 +8,7 @@
  * cell to 3e-7 of torch per step.
  *
  * Every product and sum of the gate formulas rounds on its own (the extension is built with
- * -ffp-contract=off), in torch's order (../shared/NUMERICS.md).
+ * -ffp-contract=off), in torch's order (docs/NUMERICS.md).
  */
 #ifndef QRT_GATES_H
 #define QRT_GATES_H

@@ -4,7 +4,7 @@ PyTorch's own quantized model (quantize_dynamic / convert_fx) built under the sa
 Bit-exact for models built from linear layers (float16 weights: where torch runs its AVX-512
 kernel; elsewhere bit-exact with qrt's scalar oracle and within the reordering bound of torch,
 tests/reference.py); RNNCell tanh within 3e-7 per step from the same
-state (torch's tanh is not correctly rounded), relu exact (see shared/NUMERICS.md).
+state (torch's tanh is not correctly rounded), relu exact (see docs/NUMERICS.md).
 """
 
 from __future__ import annotations

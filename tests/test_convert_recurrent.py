@@ -1,7 +1,7 @@
 """Recurrent models through the converter (issue 6): LSTM / GRU / RNN classifiers, streaming
 LSTMCell / GRUCell step models, and an already-quantized LSTM, against PyTorch's quantize_dynamic.
 
-Tolerances are those of tests/test_ops_recurrent.py (shared/NUMERICS.md): one cell step from the
+Tolerances are those of tests/test_ops_recurrent.py (docs/NUMERICS.md): one cell step from the
 same state within 3e-7 (torch's sigmoid and tanh are not correctly rounded); free-running sequences
 within DRIFT_BOUND = 2e-2, about one quantization step of values in (-1, 1), since a last-bit
 difference in h can flip a rounding at the next requantization. The Linear head is bit-exact when

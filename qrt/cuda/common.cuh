@@ -1,4 +1,4 @@
-// Device helpers shared by qrt's CUDA kernels (see ../../../shared/NUMERICS.md).
+// Device helpers shared by qrt's CUDA kernels (see ../../docs/NUMERICS.md).
 //
 // Every float step names its rounding: __fmaf_rn where PyTorch's x86 engine
 // fuses, __fmul_rn / __fadd_rn / __frcp_rn / __fdiv_rn where it does not, so
