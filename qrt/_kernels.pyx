@@ -3,7 +3,7 @@
 """Integer kernels of qrt's CPU backend.
 
 Each float step is written as PyTorch's x86/fbgemm engine performs it
-(../shared/NUMERICS.md): fmaf exactly where that engine fuses, plain float
+(docs/NUMERICS.md): fmaf exactly where that engine fuses, plain float
 operations elsewhere. The extension is built with -ffp-contract=off and
 without fast-math, so the compiler adds no fusion of its own and results do
 not depend on the machine. Integer accumulation wraps modulo 2**32 as int32
@@ -111,7 +111,10 @@ def quantize_per_tensor(const float[::1] x, float scale, int32_t zero_point, qin
 
 def quantize_per_channel(const float[:, :, ::1] x, const float[::1] scale,
                          const int32_t[::1] zero_point, qint_t[:, :, ::1] out) -> int:
-    """x viewed as [outer, channels, inner]; rne(fl(x * (1/scale_c)) + zp_c), no fma."""
+    """x viewed as [outer, channels, inner]; rne(fl(x * (1/scale_c)) + zp_c), no fma.
+
+    scale is float32 even when the file holds float64: torch computes 1.0f / (float)scale.
+    """
     cdef Py_ssize_t a, c, i
     cdef float inv, zp
     cdef int64_t qmin, qmax
@@ -135,19 +138,22 @@ def dequantize_per_tensor(const qint_t[::1] q, float scale, int32_t zero_point, 
             out[i] = <float>(<int32_t>(q[i] - zero_point)) * scale
 
 
-def dequantize_per_channel(const qint_t[:, :, ::1] q, const float[::1] scale,
+def dequantize_per_channel(const qint_t[:, :, ::1] q, const double[::1] scale,
                            const int32_t[::1] zero_point, float[:, :, ::1] out) -> None:
-    """out = fl(q - zp_c) * scale_c in float32, q - zp_c exact (no int32 wrap, unlike per-tensor).
+    """out = fl(double(fl(fl(q) - fl(zp_c))) * scale_c), as torch computes it.
 
-    torch multiplies in double, but a product of two floats is exact in
-    double, so rounding it once to float is the float32 product.
+    torch subtracts in float32 (float(q) - zp), then multiplies by its
+    float64 scale in double and rounds once. The subtraction is exact for
+    8-bit q; for qint32 it may round once |q|, |zp| or |q - zp| exceeds 2**24.
     """
     cdef Py_ssize_t a, c, i
+    cdef float zp
     with nogil:
         for a in range(q.shape[0]):
             for c in range(q.shape[1]):
+                zp = <float>zero_point[c]
                 for i in range(q.shape[2]):
-                    out[a, c, i] = <float>(<int64_t>q[a, c, i] - zero_point[c]) * scale[c]
+                    out[a, c, i] = <float>(<double>(<float>q[a, c, i] - zp) * scale[c])
 
 
 # ------------------------------------------------------------ dynamic quantization of activations

@@ -6,7 +6,9 @@
     b.output(y)
     b.save("model.qrt")
 
-Arrays passed as node inputs are stored as tensors named ``<node>.<port>``.
+Arrays passed as node inputs are stored as tensors named ``<node>.<port>``,
+in their own dtype: a float64 per-channel scale is stored as F64, never cast
+(``np.asarray(0.1)`` is float64 too, so give per-tensor scales as float32).
 Used by the converter and the tests; it writes the JSON form that
 docs/FORMAT.md specifies, and ``save`` validates it like the loader does.
 """

@@ -43,6 +43,7 @@ def _channel_view(shape: tuple, axis: int) -> tuple[int, int, int]:
 
 
 def _quantize_per_channel(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    # torch quantizes with 1.0f / (float)scale: only fl(scale) matters (numpy rounds float64 to nearest even)
     scale = np.ascontiguousarray(c["scale"], np.float32)
     zp = np.ascontiguousarray(c["zero_point"], np.int32)
     dtype, axis = QUANT_DTYPES[node.attrs["dtype"]], node.attrs["axis"]
@@ -68,7 +69,8 @@ def _dequantize(node: Node, c: Mapping[str, np.ndarray]) -> Step:
             return (y,)
 
         return step
-    scale = np.ascontiguousarray(c["scale"], np.float32)
+    # torch multiplies by the per-channel scale in double; float32 scales widen exactly
+    scale = np.ascontiguousarray(c["scale"], np.float64)
     zp = np.ascontiguousarray(c["zero_point"], np.int32)
 
     def step_per_channel(x):

@@ -36,8 +36,8 @@ from .errors import FormatError
 from .graph import Graph, parse_graph
 from .ops import ValueInfo
 
-FORMAT_VERSION = 1
-SUPPORTED_VERSIONS = (1,)
+FORMAT_VERSION = 2
+SUPPORTED_VERSIONS = (1, 2)
 MAX_HEADER_BYTES = 100_000_000  # as safetensors: a header claiming more is refused unread
 HEADER_ALIGN = 8
 MAX_JSON_DEPTH = 64  # deeper JSON is refused: no legitimate header needs it, and repr/recursion stay bounded
@@ -54,7 +54,10 @@ DTYPES = {
     "I32": np.dtype("<i4"),
     "F16": np.dtype("<f2"),
     "F32": np.dtype("<f4"),
+    "F64": np.dtype("<f8"),  # version 2: per-channel scales as torch holds them (docs/FORMAT.md)
 }
+# dtype codes added after version 1 -> the version that added them (an older file may not use them)
+DTYPE_SINCE = {"F64": 2}
 CODES = {dt.name: code for code, dt in DTYPES.items()}
 
 META_VERSION = "qrt.version"
@@ -117,7 +120,7 @@ def _parse_json(text: str, what: str) -> Any:
     return obj
 
 
-def _tensor_entry(name: str, entry: Any, data_len: int) -> tuple[np.dtype, tuple, int, int]:
+def _tensor_entry(name: str, entry: Any, data_len: int, version: int) -> tuple[np.dtype, tuple, int, int]:
     where = f"tensor {name!r:.80}"
     if not 0 < len(name) <= MAX_NAME:
         raise FormatError(f"{where}: a tensor name must have 1 to {MAX_NAME} characters, has {len(name)}")
@@ -126,6 +129,8 @@ def _tensor_entry(name: str, entry: Any, data_len: int) -> tuple[np.dtype, tuple
     code = entry["dtype"]
     if not isinstance(code, str) or code not in DTYPES:
         raise FormatError(f"{where}: unsupported dtype {code!r:.40}; supported: {sorted(DTYPES)}")
+    if DTYPE_SINCE.get(code, 1) > version:
+        raise FormatError(f"{where}: dtype {code} needs format version {DTYPE_SINCE[code]}, the file says {version}")
     shape = entry["shape"]
     if not isinstance(shape, list) or len(shape) > MAX_RANK:
         raise FormatError(f"{where}: shape must be a list of at most {MAX_RANK} dimensions")
@@ -234,7 +239,7 @@ def _validate(buf: mmap.mmap, size: int) -> QrtFile:
 
     data_start = 8 + header_len
     data_len = size - data_start
-    entries = {name: _tensor_entry(name, entry, data_len) for name, entry in header.items()}
+    entries = {name: _tensor_entry(name, entry, data_len, version) for name, entry in header.items()}
     spans = sorted((begin, end, name) for name, (_, _, begin, end) in entries.items())
     # Sorted by start, any overlap shows between neighbours.
     for (b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:]):
@@ -363,7 +368,7 @@ def save(
     """Validate and write a .qrt file atomically (temporary file, then rename).
 
     ``graph`` is the JSON form described in docs/FORMAT.md; ``tensors`` maps
-    names to arrays of int8, uint8, int32, float16 or float32; ``metadata``
+    names to arrays of int8, uint8, int32, float16, float32 or float64; ``metadata``
     adds free-form string entries (``producer`` overrides the default).
     """
     write_atomic(path, encode(graph, tensors, metadata))

@@ -515,12 +515,14 @@ def _channel_args(shape: tuple, axis: int) -> tuple:
     return np.uint32(shape[axis]), np.uint32(math.prod(shape[axis + 1 :]))
 
 
-def _per_channel_params(c: Mapping[str, np.ndarray]) -> tuple[Any, Any]:
-    return _dev(np.ascontiguousarray(c["scale"], np.float32)), _dev(np.ascontiguousarray(c["zero_point"], np.int32))
+def _per_channel_params(c: Mapping[str, np.ndarray], scale_dtype: Any) -> tuple[Any, Any]:
+    scale = np.ascontiguousarray(c["scale"], scale_dtype)
+    return _dev(scale), _dev(np.ascontiguousarray(c["zero_point"], np.int32))
 
 
 def _quantize_per_channel(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    scale, zp = _per_channel_params(c)
+    # torch quantizes with 1.0f / (float)scale: only fl(scale) matters (numpy rounds float64 to nearest even)
+    scale, zp = _per_channel_params(c, np.float32)
     dtype, axis = QUANT_DTYPES[node.attrs["dtype"]], node.attrs["axis"]
 
     def step(x):
@@ -541,8 +543,8 @@ def _dequantize(node: Node, c: Mapping[str, np.ndarray]) -> Step:
     axis = node.attrs["axis"]
     if axis is None:
         scale, zp = np.float32(c["scale"]), np.int32(c["zero_point"])
-    else:
-        scale, zp = _per_channel_params(c)
+    else:  # torch multiplies by the per-channel scale in double; float32 scales widen exactly
+        scale, zp = _per_channel_params(c, np.float64)
 
     def step(x):
         cp = _cupy()

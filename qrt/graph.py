@@ -19,7 +19,10 @@ import numpy as np
 from .errors import FormatError
 from .ops import OPS, ValueInfo
 
-VALUE_DTYPES = ("float32", "float16", "uint8", "int8", "int32")
+# float64 exists only as stored per-channel scales (format version 2): no op takes a float64 run-time value,
+# so a model input may not be float64.
+INPUT_DTYPES = ("float32", "float16", "uint8", "int8", "int32")
+VALUE_DTYPES = INPUT_DTYPES + ("float64",)
 MAX_RANK = 8
 MAX_NAME = 256
 MAX_DIM = 2**63 - 1  # what an int64 (numpy, a C reader) holds
@@ -98,8 +101,8 @@ def _parse_inputs(obj: list) -> list[ValueSpec]:
         where = f"inputs[{i}]"
         _expect_keys(where, item, {"name", "dtype", "shape"})
         name = _name(where, item["name"])
-        if item["dtype"] not in VALUE_DTYPES:
-            _fail(where, f"dtype must be one of {list(VALUE_DTYPES)}, got {item['dtype']!r:.40}")
+        if item["dtype"] not in INPUT_DTYPES:
+            _fail(where, f"dtype must be one of {list(INPUT_DTYPES)}, got {item['dtype']!r:.40}")
         specs.append(ValueSpec(name, item["dtype"], _shape(f"{where}.shape", item["shape"])))
     return specs
 

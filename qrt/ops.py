@@ -122,13 +122,19 @@ def _fail(msg: str) -> None:
 
 
 def _finite_reciprocal(t: np.ndarray) -> bool:
-    """1/t is finite in float32: kernels multiply by the reciprocal, so a denormal scale is unusable."""
+    """1/fl(t) is finite in float32: kernels multiply by the reciprocal, so a denormal scale is unusable."""
     with np.errstate(divide="ignore", over="ignore"):
         return bool(np.all(np.isfinite(np.float32(1) / t.astype(np.float32))))
 
 
 def _scale_values(name: str, t: np.ndarray) -> None:
-    if not np.all(np.isfinite(t)) or not np.all(t > 0) or not _finite_reciprocal(t):
+    """Scales are finite and > 0, and so is their float32 rounding fl(s) (quantize multiplies by 1/fl(s)).
+
+    fl(s) matters only for float64 scales: one beyond float32's range would make the reciprocal 0.
+    """
+    with np.errstate(over="ignore"):
+        usable = np.all(np.isfinite(t.astype(np.float32))) and _finite_reciprocal(t)
+    if not np.all(np.isfinite(t)) or not np.all(t > 0) or not usable:
         _fail(f"{name} must be finite and > 0 with a finite float32 reciprocal, got {t.ravel()[:8].tolist()}")
 
 
@@ -212,6 +218,9 @@ def _check_quantize_per_channel(ins, consts, attrs):
 def _check_dequantize(ins, consts, attrs):
     x = ins["x"]
     if attrs["axis"] is None:
+        # torch's per-tensor dequantize multiplies in float32: a float64 scale would claim a precision it lacks
+        if ins["scale"].dtype != "float32":
+            _fail(f"a per-tensor scale (axis null) must be float32, got {ins['scale'].dtype}")
         _qparams(ins, consts, "", x.dtype, None)
     else:
         channels = _check_axis(x, attrs["axis"])
@@ -368,12 +377,14 @@ def _check_flatten(ins, consts, attrs):
 # ---------------------------------------------------------------- the registry
 
 _F32 = ("float32",)
+# Per-channel scales may be float64, as torch holds them (format version 2); quantize uses fl(s), dequantize s.
+_CHANNEL_SCALE = ("float32", "float64")
 _QTYPES = ("uint8", "int8", "int32")
 
 
-def _qparam_ports(prefix: str = "") -> tuple[Port, ...]:
+def _qparam_ports(prefix: str = "", scale_dtypes: tuple[str, ...] = _F32) -> tuple[Port, ...]:
     return (
-        Port(f"{prefix}scale", _F32, const=True),
+        Port(f"{prefix}scale", scale_dtypes, const=True),
         Port(f"{prefix}zero_point", ("int32",), const=True),
     )
 
@@ -417,15 +428,15 @@ OPS: dict[str, OpSpec] = {
         OpSpec(
             "quantize_per_channel",
             "float32 -> quint8/qint8/qint32 with one scale per slice along axis",
-            (Port("x", _F32), *_qparam_ports()),
+            (Port("x", _F32), *_qparam_ports(scale_dtypes=_CHANNEL_SCALE)),
             ("y",),
             _check_quantize_per_channel,
             (_QDTYPE, Attr("axis", int, required=True)),
         ),
         OpSpec(
             "dequantize",
-            "quantized -> float32; per-tensor when axis is null",
-            (Port("x", _QTYPES), *_qparam_ports()),
+            "quantized -> float32; per-tensor when axis is null (then the scale must be float32)",
+            (Port("x", _QTYPES), *_qparam_ports(scale_dtypes=_CHANNEL_SCALE)),
             ("y",),
             _check_dequantize,
             (Attr("axis", (int, type(None)), default=None),),

@@ -75,6 +75,16 @@ def _op_models() -> dict[str, GraphBuilder]:
     }, {"axis": 0}))
     models["dequantize_per_channel"] = b
 
+    # float64 per-channel scales (format version 2), shared by a quantize and a dequantize
+    b = GraphBuilder()
+    q = b.node("quantize_per_channel", {
+        "x": b.input("x", "float32", [None, 3]),
+        "scale": np.array([0.03, 0.2, 1 / 3]),
+        "zero_point": np.array([-5, 0, 2**20], np.int32),
+    }, {"dtype": "qint32", "axis": 1}, name="q")
+    b.output(b.node("dequantize", {"x": q, "scale": "q.scale", "zero_point": "q.zero_point"}, {"axis": 1}))
+    models["per_channel_f64"] = b
+
     b = GraphBuilder()
     xs, xz = _qp(0.02, 120)
     ys, yz = _qp(0.1, 64)
@@ -362,7 +372,8 @@ def e_metadata(rnd, header, body):
     if choice == 0:
         del meta[rnd.choice(list(meta))]
     elif choice == 1:
-        meta["qrt.version"] = rnd.choice(["0", "2", "999999999999", "1.0", " 1", "one", "\u00b9", "\u0661", "-1"])
+        # "1": a version-1 reader's view (F64 tensors must then be refused); "3": newer than this qrt
+        meta["qrt.version"] = rnd.choice(["0", "1", "3", "999999999999", "1.0", " 1", "one", "\u00b9", "\u0661", "-1"])
     elif choice == 2:
         meta["qrt.data_sha256"] = rnd.choice(["", "0" * 64, meta["qrt.data_sha256"].upper(), "zz"])
     elif choice == 3:
@@ -493,21 +504,23 @@ def _patch_tensor(header, body, name, values: np.ndarray) -> bytes:
     b, e = t["data_offsets"]
     if not 0 <= b <= e <= len(body):  # an earlier edit made the offsets hostile: nothing to patch
         return body
-    raw = values.astype(np.dtype(qrt.format.DTYPES[t["dtype"]]), copy=False).tobytes()
+    with np.errstate(over="ignore"):  # a hostile float64 scale becomes inf in an F32 tensor, as intended
+        raw = values.astype(np.dtype(qrt.format.DTYPES[t["dtype"]]), copy=False).tobytes()
     return body[:b] + raw[: e - b].ljust(e - b, b"\0") + body[e:]
 
 
 def e_values(rnd, header, body):
     """Rewrite a stored tensor's values: hostile scales, zero points, weights."""
     names = tensor_names(header)
-    scales = [n for n in names if header[n]["dtype"] == "F32" and "scale" in n]
+    scales = [n for n in names if header[n]["dtype"] in ("F32", "F64") and "scale" in n]
     zps = [n for n in names if header[n]["dtype"] == "I32" and "zero_point" in n]
     pick = rnd.random()
     if scales and pick < 0.45:
         name = rnd.choice(scales)
-        bad = rnd.choice([0.0, -0.0, -1.0, np.nan, np.inf, -np.inf, 1e-45, 1e-38, 3.4e38, 1e-30])
+        # 1e-50 and 1e300 reach an F64 tensor as they are: float64 values whose float32 rounding is 0 or inf
+        bad = rnd.choice([0.0, -0.0, -1.0, np.nan, np.inf, -np.inf, 1e-45, 1e-38, 3.4e38, 1e-30, 1e-50, 1e300])
         size = _size(header[name])
-        vals = np.full(size, 0.1, np.float32)
+        vals = np.full(size, 0.1)
         if size:
             vals[rnd.randrange(size)] = bad
         return _patch_tensor(header, body, name, vals)

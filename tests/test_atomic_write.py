@@ -152,7 +152,7 @@ def test_invalid_graph_raises_before_writing(tmp_path):
     with pytest.raises(qrt.FormatError, match="weight_scale must be finite and > 0"):
         b.save(target)
     with pytest.raises(ValueError, match="not storable"):
-        qformat.save(target, _model(8).graph(), {**_model(8).tensors, "bad": np.zeros(2, np.float64)})
+        qformat.save(target, _model(8).graph(), {**_model(8).tensors, "bad": np.zeros(2, np.int64)})
     assert target.read_bytes() == old
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.qrt"], "a stray file was left"
 

@@ -116,7 +116,7 @@ def test_inspect_shows_header_nodes_tensors_and_bytes(files):
     r = qrt_cli("inspect", files["static.qrt"])
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    assert "qrt format v1" in out and "producer qrt tools/convert.py" in out
+    assert "qrt format v2" in out and "producer qrt tools/convert.py" in out
     assert "checksum: ok" in out
     assert "inputs:  x: float32[?, 37]" in out
     for name, op in (("quantize_per_tensor", "quantize_per_tensor"), ("fc1", "linear"), ("relu", "relu")):
@@ -131,7 +131,7 @@ def test_inspect_json_is_complete_and_consistent(files):
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     model = qrt.load(files["dyn.qrt"])
-    assert report["format_version"] == 1 and report["checksum"]["status"] == "ok"
+    assert report["format_version"] == 2 and report["checksum"]["status"] == "ok"
     assert report["inputs"] == [{"name": "x", "dtype": "float32", "shape": [None, 37]}]
     assert [n["op"] for n in report["nodes"]] == [n.op for n in model.graph.nodes]
     fc2 = next(n for n in report["nodes"] if n["name"] == "fc2")

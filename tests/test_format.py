@@ -64,7 +64,7 @@ def raw_header(text: str | bytes, body: bytes = b"") -> bytes:
 
 def valid_meta(body: bytes = b"", graph: str = "{}") -> dict:
     return {
-        "qrt.version": "1",
+        "qrt.version": str(qformat.FORMAT_VERSION),
         "qrt.producer": "test",
         "qrt.data_sha256": hashlib.sha256(body).hexdigest(),
         "qrt.graph": graph,
@@ -109,7 +109,7 @@ def test_round_trip(tmp_path):
         np.testing.assert_array_equal(got, a)
     assert json.loads(f.metadata["qrt.graph"]) == json.loads(json.dumps(b.graph()))
     assert f.metadata["qrt.producer"] == "unit test" and f.metadata["note"] == "hello"
-    assert f.version == 1 and f.metadata["qrt.version"] == "1"
+    assert f.version == 2 == qformat.FORMAT_VERSION and f.metadata["qrt.version"] == "2"
     assert [n.op for n in f.graph.nodes] == ["linear_dynamic", "linear_dynamic"]
     assert [s.name for s in f.graph.outputs] == ["linear_dynamic_0", "linear_dynamic_1"]
     assert f.graph.output_tuple
@@ -147,7 +147,7 @@ def test_safetensors_reads_qrt(tmp_path):
         np.testing.assert_array_equal(loaded[name], a)
     with safe_open(str(p), framework="numpy") as f:
         meta = f.metadata()
-        assert meta["qrt.version"] == "1"
+        assert meta["qrt.version"] == "2"
         assert json.loads(meta["qrt.graph"])["output_structure"] == "tuple"
         np.testing.assert_array_equal(f.get_tensor("extra.u8"), np.arange(7, dtype=np.uint8))
 
@@ -305,8 +305,45 @@ def test_missing_version(tmp_path):
 
 
 def test_newer_version(tmp_path):
-    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].update({"qrt.version": "2"})),
-            r"format version 2 is newer than this qrt reads \(\[1\]\): upgrade qrt")
+    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].update({"qrt.version": "3"})),
+            r"format version 3 is newer than this qrt reads \(\[1, 2\]\): upgrade qrt")
+
+
+def test_version_1_files_still_load(tmp_path):
+    """A version-1 file (no F64 tensor) loads as version 1 and runs as the version-2 file does."""
+    for seed in ("quantize_per_channel", "dequantize_per_channel", "linear"):
+        v2 = write(tmp_path, seed_files()[seed], "v2.qrt")
+        v1 = write(tmp_path, edited(seed, lambda h: h["__metadata__"].update({"qrt.version": "1"})), "v1.qrt")
+        f = qformat.load_file(v1)
+        assert f.version == 1 and qformat.load_file(v2).version == 2
+        m1, m2 = qrt.load(v1), qrt.load(v2)
+        shapes = {s.name: [d or 2 for d in s.shape] for s in f.graph.inputs}
+        x = {s.name: np.arange(np.prod(shapes[s.name])).reshape(shapes[s.name]).astype(s.dtype) for s in f.graph.inputs}
+        np.testing.assert_array_equal(m1.run(x), m2.run(x))
+
+
+def test_version_1_file_with_f64_is_refused(tmp_path):
+    """F64 did not exist in version 1: such a file is malformed, not silently read."""
+    rejects(tmp_path, edited("per_channel_f64", lambda h: h["__metadata__"].update({"qrt.version": "1"})),
+            r"tensor 'q.scale': dtype F64 needs format version 2, the file says 1")
+
+
+def test_f64_round_trip(tmp_path):
+    """float64 tensors are stored as F64 and read back bit for bit (safetensors reads them too)."""
+    scales = np.array([0.03, 0.2, 1 / 3, 2.0**-20 + 2.0**-60])  # no float32 holds these exactly
+    b = GraphBuilder()
+    b.output(b.node("dequantize", {"x": b.input("q", "int8", [None, 4]), "scale": scales,
+                                   "zero_point": np.zeros(4, np.int32)}, {"axis": 1}, name="dq"))
+    b.tensor("extra.f64", np.arange(5, dtype=">f8").reshape(5, 1)[::2])  # big-endian, strided, unused
+    p = tmp_path / "m.qrt"
+    b.save(p)
+    header, _ = split(p.read_bytes())
+    assert header["dq.scale"]["dtype"] == "F64" and header["extra.f64"]["dtype"] == "F64"
+    f = qformat.load_file(p)
+    assert f.tensors["dq.scale"].dtype == np.dtype("<f8") and f.tensors["dq.scale"].tobytes() == scales.tobytes()
+    np.testing.assert_array_equal(f.tensors["extra.f64"], [[0.0], [2.0], [4.0]])
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    assert safetensors_numpy.load_file(str(p))["dq.scale"].tobytes() == scales.tobytes()
 
 
 @pytest.mark.parametrize("v", ["0", "1.0", " 1", "\u00b9", "\u0661", "1" * 5000, ""])
@@ -320,7 +357,7 @@ def test_missing_metadata_key(tmp_path, key):
     rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].pop(key), fix_checksum=False), f"lacks '{key}'")
 
 
-@pytest.mark.parametrize("code", ["F64", "BF16", "i8", "", 8, None])
+@pytest.mark.parametrize("code", ["F8", "I64", "BF16", "f64", "i8", "", 8, None])
 def test_bad_dtype(tmp_path, code):
     rejects(tmp_path, edited("linear_dynamic", lambda h: h["linear_dynamic_0.weight"].update({"dtype": code})),
             "linear_dynamic_0.weight'.*unsupported dtype")

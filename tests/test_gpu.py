@@ -247,7 +247,7 @@ def test_static_linear(tmp_path, gemm_path, m, k, n, per_channel, wzp, bias, rel
 # ---------------------------------------------------------------- quantize / dequantize
 
 
-def _roundtrip_model(tmp_path, shape, dtype, axis):
+def _roundtrip_model(tmp_path, shape, dtype, axis, scale_dtype=np.float32):
     b = GraphBuilder()
     x = b.input("x", "float32", list(shape))
     zmax = {"quint8": (0, 255), "qint8": (-128, 127), "qint32": (-1000, 1000)}[dtype]
@@ -257,7 +257,7 @@ def _roundtrip_model(tmp_path, shape, dtype, axis):
     else:
         c = shape[axis]
         qp = {
-            "scale": RNG.uniform(0.01, 0.2, c).astype(np.float32),
+            "scale": RNG.uniform(0.01, 0.2, c).astype(scale_dtype),
             "zero_point": RNG.integers(zmax[0], zmax[1] + 1, c).astype(np.int32),
         }
         q = b.node("quantize_per_channel", {"x": x, **qp}, {"dtype": dtype, "axis": axis})
@@ -275,6 +275,22 @@ def test_quantize_dequantize(tmp_path, dtype, shape, axis):
     path = _roundtrip_model(tmp_path, shape, dtype, axis)
     x = RNG.normal(0, 8, shape).astype(np.float32)
     x.flat[0] = 1e12  # saturates every dtype
+    want, got = _both_tuple(path, x)
+    for w, g in zip(want, got):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["quint8", "qint8", "qint32"])
+def test_quantize_dequantize_float64_scales(tmp_path, dtype):
+    """float64 per-channel scales (format version 2): the GPU gives the CPU's bits, which are torch's.
+
+    x reaches 2**28 steps of its scale, so qint32 has |q - zp| > 2**24, where torch's float32 subtraction rounds.
+    """
+    shape = (3, 5, 11)
+    path = _roundtrip_model(tmp_path, shape, dtype, 1, np.float64)
+    x = (RNG.uniform(-1, 1, shape) * 2.0 ** RNG.integers(0, 29, shape) * 0.05).astype(np.float32)
     want, got = _both_tuple(path, x)
     for w, g in zip(want, got):
         assert g.dtype == w.dtype

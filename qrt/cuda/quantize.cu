@@ -14,7 +14,8 @@ __device__ void quantize_per_tensor(const float* x, unsigned n, float scale, int
     }
 }
 
-// Q2: x viewed as [outer, channels, inner]; rne(fl(fl(x * fl(1/s_c)) + zp_c)), no fma.
+// Q2: x viewed as [outer, channels, inner]; rne(fl(fl(x * fl(1/s_c)) + zp_c)), no fma. s_c is fl(scale)
+// even when the file holds float64: torch computes 1.0f / (float)scale.
 template <typename T>
 __device__ void quantize_per_channel(const float* x, unsigned n, unsigned channels, unsigned inner,
                                      const float* scale, const int* zero_point, T* y) {
@@ -32,13 +33,15 @@ __device__ void dequantize_per_tensor(const T* q, unsigned n, float scale, int z
         y[i] = __fmul_rn(__ll2float_rn((long long)q[i] - zero_point), scale);
 }
 
-// Q3 per channel: fl(double(q - zp_c) * double(s_c)), in double as torch does.
+// Q3 per channel, as torch computes it: fl(double(fl(fl(q) - fl(zp_c))) * s_c) with s_c float64 (the
+// subtraction is float32, exact for 8-bit q, may round for qint32 beyond 2**24; the product is double).
 template <typename T>
 __device__ void dequantize_per_channel(const T* q, unsigned n, unsigned channels, unsigned inner,
-                                       const float* scale, const int* zero_point, float* y) {
+                                       const double* scale, const int* zero_point, float* y) {
     for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         const unsigned c = (i / inner) % channels;
-        y[i] = __double2float_rn(__dmul_rn((double)((long long)q[i] - zero_point[c]), (double)scale[c]));
+        const float d = __fsub_rn(__int2float_rn((int)q[i]), __int2float_rn(zero_point[c]));
+        y[i] = __double2float_rn(__dmul_rn((double)d, scale[c]));
     }
 }
 
@@ -57,7 +60,7 @@ __device__ void dequantize_per_channel(const T* q, unsigned n, unsigned channels
         dequantize_per_tensor<T>(q, n, scale, zero_point, y);                                             \
     }                                                                                                     \
     extern "C" __global__ void dequantize_per_channel_##SUFFIX(const T* q, unsigned n, unsigned channels, \
-                                                               unsigned inner, const float* scale,        \
+                                                               unsigned inner, const double* scale,       \
                                                                const int* zero_point, float* y) {         \
         dequantize_per_channel<T>(q, n, channels, inner, scale, zero_point, y);                           \
     }
