@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: demo test lint build bench asan clean
+.PHONY: demo test lint build bench asan golden clean
 
 $(VENV)/.installed: requirements-dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,7 +37,7 @@ bench: build
 # their scalar oracles, the fuzzed loader running every op, the API and robustness tests).
 # RSS grows under ASan's quarantine, so the flat-memory test is left to the normal run.
 ASAN_TESTS := tests/test_gemm_kernels.py tests/test_api.py tests/test_robustness.py tests/test_format.py \
-	tests/test_fuzz_loader.py tests/test_atomic_write.py
+	tests/test_fuzz_loader.py tests/test_atomic_write.py tests/test_golden.py
 asan: $(VENV)/.installed
 	rm -rf build/asan && mkdir -p build/asan && cp -r qrt tests docs setup.py pyproject.toml build/asan/
 	rm -f build/asan/qrt/*.so build/asan/qrt/_kernels.c
@@ -46,6 +46,15 @@ asan: $(VENV)/.installed
 	cd build/asan && PYTHONPATH=$(CURDIR)/build/asan LD_PRELOAD=$$(gcc -print-file-name=libasan.so) \
 		ASAN_OPTIONS=detect_leaks=0 $(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider $(ASAN_TESTS) \
 		-k "not memory_stays_flat"
+
+# The golden reference outputs (tests/golden, see its README.md): written by the portable scalar
+# build of the kernels, made in a copy so the normal build stays as it is. Every build must then
+# reproduce them bit for bit (tests/test_golden.py). Never rerun this to make a failing build pass.
+golden: $(VENV)/.installed
+	rm -rf build/golden && mkdir -p build/golden && cp -r qrt setup.py pyproject.toml build/golden/
+	rm -f build/golden/qrt/*.so build/golden/qrt/_kernels.c
+	cd build/golden && QRT_PORTABLE=1 QRT_EXTRA_CFLAGS= $(CURDIR)/$(PY) setup.py -q build_ext --inplace
+	PYTHONPATH=$(CURDIR)/build/golden QRT_PORTABLE=1 QRT_EXTRA_CFLAGS= $(PY) tests/golden/make_golden.py --out tests/golden
 
 clean:
 	rm -rf build qrt/_kernels.c qrt/_kernels*.so

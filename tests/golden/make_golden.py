@@ -1,0 +1,603 @@
+"""Write qrt's golden reference outputs: tests/golden/<case>.qrt and <case>.npz.
+
+Run through `make golden`, which builds a portable copy of the kernels (QRT_PORTABLE=1: the
+scalar C branches of qrt_gemm.h and qrt_gates.h) in build/golden and runs this script against
+it. Every build on every machine must then reproduce the stored outputs bit for bit
+(tests/test_golden.py). Read tests/golden/README.md before regenerating anything.
+
+Torch-free on purpose: the models are built by hand with GraphBuilder from seeded numpy
+random numbers, so the set can be regenerated (and checked) where torch does not run.
+
+Each case is one .qrt model and one .npz holding one or more runs: `r<i>.in.<input>` and
+`r<i>.out.<output>` raw arrays, plus `meta`, a JSON string naming what produced them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import glob
+import io
+import json
+import os
+import platform
+import sys
+import zipfile
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import qrt
+from qrt import _kernels as K
+from qrt.builder import GraphBuilder
+from qrt.ops import OPS
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+F32 = np.float32
+
+
+@dataclass
+class Case:
+    """A model under construction and the input sets it will be run on."""
+
+    g: GraphBuilder = field(default_factory=GraphBuilder)
+    runs: list[dict[str, np.ndarray]] = field(default_factory=list)
+    # checks that the inputs exercise what the case claims (saturation, clamping): fn(outputs) -> bool
+    claims: list[tuple[str, Callable[[list[dict[str, np.ndarray]]], bool]]] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- value generators
+
+
+def wide(rng: np.random.Generator, shape: tuple, lo: float = -3.0, hi: float = 3.0) -> np.ndarray:
+    """Signed values whose magnitudes spread over 10**lo .. 10**hi within one tensor."""
+    return (rng.standard_normal(shape) * 10.0 ** rng.uniform(lo, hi, shape)).astype(F32)
+
+
+def normal(rng: np.random.Generator, shape: tuple, std: float = 1.0, mean: float = 0.0) -> np.ndarray:
+    return (rng.standard_normal(shape) * std + mean).astype(F32)
+
+
+def float_specials() -> np.ndarray:
+    """Values every float -> quantized conversion must place right: zeros, denormals, extremes, infinities."""
+    tiny = np.finfo(F32).tiny
+    big = np.finfo(F32).max
+    return np.array(
+        [0.0, -0.0, 1e-45, -1e-45, tiny, -tiny, 1e-20, -1e-20, 1e10, -1e10, big, -big, np.inf, -np.inf], F32
+    )
+
+
+def near_ties(scale: float, zp: int, ks: np.ndarray) -> np.ndarray:
+    """x whose x / scale + zp lies on or next to a .5 tie (rounding to even vs away matters)."""
+    mid = ((ks + 0.5 - zp) * np.float64(scale)).astype(F32)
+    return np.concatenate([mid, np.nextafter(mid, F32(np.inf)), np.nextafter(mid, F32(-np.inf))])
+
+
+def int8_weight(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
+    """int8 [n, k] over the whole range, with a row of -128 and a row of 127 (int16 pair-sum overflow)."""
+    w = rng.integers(-128, 128, (n, k), dtype=np.int8)
+    w[0] = -128
+    w[-1] = 127
+    return w
+
+
+def dynamic_set(
+    rng: np.random.Generator,
+    n: int,
+    k: int,
+    kind: str,
+    scale: float = 0.01,
+    bias: bool = True,
+    zp: bool = False,
+    prefix: str = "",
+) -> dict[str, np.ndarray]:
+    """A dynamic weight set: kind 'tensor' / 'channel' (int8 per tensor / per channel) or 'f16'."""
+    out: dict[str, np.ndarray] = {}
+    if kind == "f16":
+        out["weight"] = (rng.standard_normal((n, k)) * scale * 60).astype(np.float16)
+    else:
+        out["weight"] = int8_weight(rng, n, k)
+        if kind == "tensor":
+            out["weight_scale"] = np.asarray(scale, F32)
+            out["weight_zero_point"] = np.asarray(rng.integers(-9, 10) if zp else 0, np.int32)
+        else:
+            out["weight_scale"] = (scale * 10.0 ** rng.uniform(-1, 1, n)).astype(F32)
+            out["weight_zero_point"] = (rng.integers(-9, 10, n) if zp else np.zeros(n)).astype(np.int32)
+    if bias:
+        out["bias"] = wide(rng, (n,), -2, 0.5)
+    return {prefix + p: v for p, v in out.items()}
+
+
+def recurrent_sets(
+    rng: np.random.Generator, gates: int, n_in: int, hidden: int, kind: str, prefix: str = "", scale: float = 0.02
+) -> dict[str, np.ndarray]:
+    """ih and hh weight sets of one layer direction."""
+    return {
+        **dynamic_set(rng, gates * hidden, n_in, kind, scale, prefix=prefix + "ih_", zp=kind == "channel"),
+        **dynamic_set(rng, gates * hidden, hidden, kind, scale, prefix=prefix + "hh_"),
+    }
+
+
+def state_runs(rng: np.random.Generator, batches: tuple[int, ...], shapes: dict[str, tuple]) -> list[dict]:
+    """Input sets for recurrent ops, one per batch size: gates near 0 (small values) to saturated (large).
+
+    shapes maps input name -> shape with 'B' for the batch; each run scales everything by its own
+    magnitude so one run keeps the gates near 0 and another drives them into saturation.
+    """
+    runs = []
+    for b, mag in zip(batches, (0.05, 3.0, 40.0, 1.0)):
+        runs.append(
+            {
+                name: (wide(rng, tuple(b if d == "B" else d for d in shape), -1, 0.7) * mag).astype(F32)
+                for name, shape in shapes.items()
+            }
+        )
+    return runs
+
+
+# ---------------------------------------------------------------- cases
+
+
+def case_quantize_per_tensor(rng: np.random.Generator) -> Case:
+    c = Case()
+    x = c.g.input("x", "float32", [None, 37])
+    params = {"quint8": (0.0371, 113), "qint8": (0.0093, -7), "qint32": (1e-3, 12345)}
+    outs = []
+    for dtype, (s, z) in params.items():
+        outs.append(
+            c.g.node(
+                "quantize_per_tensor",
+                {"x": x, "scale": np.asarray(s, F32), "zero_point": np.asarray(z, np.int32)},
+                {"dtype": dtype},
+                name=f"q_{dtype}",
+            )
+        )
+    c.g.output(*outs)
+    ties = np.concatenate([near_ties(s, z, np.arange(-140, 140, 7)) for s, z in params.values()])
+    pool = np.concatenate([float_specials(), ties, wide(rng, (300,), -4, 8)])  # 1e8 saturates qint32 too
+    pool = np.concatenate([pool, np.zeros(-len(pool) % 37, F32)])
+    c.runs.append({"x": pool.reshape(-1, 37)})
+    c.runs.append({"x": wide(rng, (1, 37), -2, 1)})
+    c.claims.append(("u8 clamps both ends", lambda o: {0, 255} <= set(o[0]["q_quint8"].ravel().tolist())))
+    c.claims.append(("i8 clamps both ends", lambda o: {-128, 127} <= set(o[0]["q_qint8"].ravel().tolist())))
+    c.claims.append(
+        ("i32 clamps both ends", lambda o: {-(2**31), 2**31 - 1} <= set(o[0]["q_qint32"].ravel().tolist()))
+    )
+    return c
+
+
+def case_quantize_per_channel(rng: np.random.Generator) -> Case:
+    c = Case()
+    x = c.g.input("x", "float32", [None, 13, 7])
+    specs = [("quint8", 1, 13, (0, 255)), ("qint8", 2, 7, (-128, 127)), ("qint32", 1, 13, (-50000, 50000))]
+    outs = []
+    for dtype, axis, ch, (zlo, zhi) in specs:
+        scale = (10.0 ** rng.uniform(-3.5, -0.5, ch)).astype(F32)
+        if dtype == "qint32":
+            scale = (10.0 ** rng.uniform(-6, -4, ch)).astype(F32)
+        zp = rng.integers(zlo, zhi + 1, ch).astype(np.int32)
+        zp[0], zp[-1] = zlo, zhi  # zero points at the range's ends
+        outs.append(
+            c.g.node(
+                "quantize_per_channel",
+                {"x": x, "scale": scale, "zero_point": zp},
+                {"dtype": dtype, "axis": axis},
+                name=f"qc_{dtype}_axis{axis}",
+            )
+        )
+    c.g.output(*outs)
+    base = wide(rng, (5, 13, 7), -4, 5.5)
+    base[0].flat[: len(float_specials())] = float_specials()
+    c.runs.append({"x": base})
+    c.runs.append({"x": normal(rng, (1, 13, 7), 0.5)})
+    return c
+
+
+def case_dequantize(rng: np.random.Generator) -> Case:
+    c = Case()
+    i32 = np.iinfo(np.int32)
+    per_tensor = [("q_u8", "uint8", 0.0371, 113), ("q_i8", "int8", 0.0093, -7), ("q_i32", "int32", 3.1e-5, -123457)]
+    outs = []
+    for name, dtype, s, z in per_tensor:
+        x = c.g.input(name, dtype, [None, 11])
+        node = {"x": x, "scale": np.asarray(s, F32), "zero_point": np.asarray(z, np.int32)}
+        outs.append(c.g.node("dequantize", node, name=f"dq_{name}"))
+    # per channel: scales over five decades; int32 zero points at the ends of the range (q - zp exact)
+    per_channel = [
+        ("qc_u8", "uint8", [None, 6, 5], 1, rng.integers(0, 256, 6)),
+        ("qc_i8", "int8", [None, 6, 5], 2, rng.integers(-128, 128, 5)),
+        ("qc_i32", "int32", [3, 6, 5], 0, np.array([i32.min + 5, 0, i32.max - 100])),
+    ]
+    for name, dtype, shape, axis, zp in per_channel:
+        x = c.g.input(name, dtype, shape)
+        scale = (10.0 ** rng.uniform(-4, 1, len(zp))).astype(F32)
+        node = {"x": x, "scale": scale, "zero_point": zp.astype(np.int32)}
+        outs.append(c.g.node("dequantize", node, {"axis": axis}, name=f"dqc_{name}"))
+    c.g.output(*outs)
+    for b in (4, 1):
+        run = {
+            "q_u8": rng.integers(0, 256, (b, 11), dtype=np.uint8),
+            "q_i8": rng.integers(-128, 128, (b, 11), dtype=np.int8),
+            "q_i32": rng.integers(i32.min, i32.max, (b, 11), dtype=np.int64).astype(np.int32),
+            "qc_u8": rng.integers(0, 256, (b, 6, 5), dtype=np.uint8),
+            "qc_i8": rng.integers(-128, 128, (b, 6, 5), dtype=np.int8),
+            "qc_i32": rng.integers(i32.min, i32.max, (3, 6, 5), dtype=np.int64).astype(np.int32),
+        }
+        # the ends of each range; per tensor, int32 q - zp wraps as torch's does
+        run["q_u8"].flat[:2], run["q_i8"].flat[:2] = [0, 255], [-128, 127]
+        run["q_i32"].flat[:4] = [i32.min, i32.max, 0, -123457]
+        run["qc_i32"].flat[:3] = [i32.min, i32.max, 0]
+        c.runs.append(run)
+    return c
+
+
+def static_node(
+    c: Case,
+    rng: np.random.Generator,
+    x: str,
+    n: int,
+    k: int,
+    name: str,
+    per_channel: bool,
+    x_qp: tuple[float, int],
+    y_qp: tuple[float, int],
+    relu: bool,
+    bias: bool = True,
+    w_zp: bool = False,
+    w_scale: float = 0.005,
+) -> str:
+    """One static linear node: quint8 x, int8 weights over the whole range."""
+    if per_channel:
+        ws = (w_scale * 10.0 ** rng.uniform(-0.7, 0.7, n)).astype(F32)
+        wz = (rng.integers(-20, 21, n) if w_zp else np.zeros(n)).astype(np.int32)
+    else:
+        ws, wz = np.asarray(w_scale, F32), np.asarray(rng.integers(-20, 21) if w_zp else 0, np.int32)
+    ports = {
+        "x": x,
+        "x_scale": np.asarray(x_qp[0], F32),
+        "x_zero_point": np.asarray(x_qp[1], np.int32),
+        "weight": int8_weight(rng, n, k),
+        "weight_scale": ws,
+        "weight_zero_point": wz,
+        "bias": wide(rng, (n,), -1, 1.5) if bias else None,
+        "y_scale": np.asarray(y_qp[0], F32),
+        "y_zero_point": np.asarray(y_qp[1], np.int32),
+    }
+    return c.g.node("linear", ports, {"relu": relu}, name=name)
+
+
+def full_range_u8(rng: np.random.Generator, shape: tuple) -> list[np.ndarray]:
+    """quint8 inputs over 0..255: random, all 255 (int16 pair sums overflow), alternating 0 / 255."""
+    alt = np.zeros(shape, np.uint8)
+    alt[..., ::2] = 255
+    return [rng.integers(0, 256, shape, dtype=np.uint8), np.full(shape, 255, np.uint8), alt]
+
+
+def case_linear_static(rng: np.random.Generator) -> Case:
+    c = Case()
+    x = c.g.input("x", "uint8", [None, 67])
+    outs = [
+        static_node(c, rng, x, 29, 67, "pt", False, (0.02, 0), (0.5, 120), relu=False),
+        static_node(c, rng, x, 29, 67, "pc_relu", True, (0.02, 128), (0.1, 40), relu=True, w_zp=True),
+        # tiny output scale: the requantized value saturates int16 before the zero point is added
+        static_node(c, rng, x, 19, 67, "pt_sat16", False, (0.05, 255), (0.002, 7), relu=False, bias=False),
+        static_node(c, rng, x, 21, 67, "pc_relu_zp0", True, (0.01, 17), (0.05, 0), relu=True, bias=False),
+        static_node(c, rng, x, 5, 67, "pt_relu_wzp", False, (0.03, 64), (0.4, 250), relu=True, w_zp=True),
+    ]
+    c.g.output(*outs)
+    for b in (5, 1, 3):
+        c.runs += [{"x": v} for v in full_range_u8(rng, (b, 67))]
+
+    def clamps(o: list[dict[str, np.ndarray]]) -> bool:
+        pt = np.concatenate([r["pt"].ravel() for r in o])
+        relu = np.concatenate([r["pc_relu"].ravel() for r in o])
+        return pt.min() == 0 and pt.max() == 255 and relu.min() == 40 and relu.max() == 255
+
+    c.claims.append(("outputs clamp at 0, 255 and the ReLU zero point", clamps))
+    return c
+
+
+def case_mlp_static(rng: np.random.Generator) -> Case:
+    """quantize -> Linear+ReLU -> Linear -> dequantize: a whole static model as the converter writes it."""
+    c = Case()
+    x = c.g.input("x", "float32", [None, 37])
+    q = c.g.node("quantize_per_tensor", {"x": x, "scale": np.asarray(0.05, F32),
+                                         "zero_point": np.asarray(128, np.int32)}, {"dtype": "quint8"}, name="q")
+    h = static_node(c, rng, q, 41, 37, "fc1", True, (0.05, 128), (0.1, 0), relu=True)
+    y = static_node(c, rng, h, 11, 41, "fc2", False, (0.1, 0), (0.2, 120), relu=False)
+    out = c.g.node("dequantize", {"x": y, "scale": np.asarray(0.2, F32), "zero_point": np.asarray(120, np.int32)},
+                   name="dq")
+    c.g.output(out)
+    c.runs = [{"x": normal(rng, (6, 37), 3.0)}, {"x": wide(rng, (1, 37), -2, 1.5)}]
+    return c
+
+
+def case_linear_dynamic_int8(rng: np.random.Generator) -> Case:
+    c = Case()
+    x = c.g.input("x", "float32", [None, 45])
+    nodes = [  # name, out features, weights, reduce_range, bias, weight zero points
+        ("pt_rr", 23, "tensor", True, True, False),
+        ("pc_full", 31, "channel", False, False, False),
+        ("pt_zp_full", 7, "tensor", False, True, True),
+        ("pc_zp_rr", 33, "channel", True, True, True),
+    ]
+    outs = []
+    for name, n, kind, rr, bias, zp in nodes:
+        ports = {"x": x, **dynamic_set(rng, n, 45, kind, 0.004, bias=bias, zp=zp)}
+        outs.append(c.g.node("linear_dynamic", ports, {"reduce_range": rr}, name=name))
+    c.g.output(*outs)
+    c.runs = [
+        {"x": normal(rng, (5, 45))},
+        {"x": wide(rng, (1, 45))},
+        {"x": np.zeros((3, 45), F32)},  # zero range: the 0.1 fallback scale
+        {"x": rng.uniform(1e-4, 5e-3, (2, 45)).astype(F32)},  # below the 6.1e-5 scale floor, min 0
+        {"x": -rng.uniform(1e-4, 5e-3, (2, 45)).astype(F32)},  # ... max 0
+        {"x": rng.uniform(-2e-3, 5e-3, (4, 45)).astype(F32)},  # ... both stretched
+        {"x": wide(rng, (3, 45), -3, 30)},  # magnitudes to 1e30
+        {"x": np.full((2, 45), 7.25, F32)},  # constant
+        {"x": normal(rng, (3, 45), 1.0, 5.0)},  # all positive: zero point 0
+        {"x": normal(rng, (3, 45), 1.0, -5.0)},  # all negative: zero point qmax
+    ]
+    return c
+
+
+def case_linear_dynamic_fp16(rng: np.random.Generator) -> Case:
+    """float16 weights; K > 512 with N % 32 != 0 takes the restarted-chain tail (NUMERICS.md)."""
+    c = Case()
+    shapes = [("xa", 531, 37, True), ("xb", 700, 5, False), ("xc", 19, 70, True)]  # input, K, N, bias
+    outs = []
+    for name, k, n, bias in shapes:
+        x = c.g.input(name, "float32", [None, k])
+        ports = {"x": x, **dynamic_set(rng, n, k, "f16", 0.01, bias=bias)}
+        w = ports["weight"]
+        w[0, 0], w[1, 1], w[2, 2], w[3, 3] = 65504, -65504, 6e-8, -0.0  # extremes and a subnormal
+        outs.append(c.g.node("linear_dynamic", ports, {"reduce_range": name != "xb"}, name=f"f16_{name}"))
+    c.g.output(*outs)
+    for b, lo, hi in ((2, -3, 3), (1, -3, 4)):
+        c.runs.append({name: wide(rng, (b, k), lo, hi) for name, k, _, _ in shapes})
+    return c
+
+
+def case_linear_float(rng: np.random.Generator) -> Case:
+    c = Case()
+    xa = c.g.input("xa", "float32", [None, 129])
+    xb = c.g.input("xb", "float32", [None, 520])
+    a = c.g.node("linear_float", {"x": xa, "weight": normal(rng, (13, 129), 0.1), "bias": wide(rng, (13,), -2, 0)},
+                 name="fa")
+    b = c.g.node("linear_float", {"x": xb, "weight": normal(rng, (5, 520), 0.05)}, name="fb")
+    c.g.output(a, b)
+    c.runs = [{"xa": wide(rng, (b, 129), -2, 2), "xb": wide(rng, (b, 520), -2, 2)} for b in (4, 1)]
+    return c
+
+
+def case_linear_rank3(rng: np.random.Generator) -> Case:
+    """Linear layers on [batch, steps, features]: rows from every leading dimension."""
+    c = Case()
+    xf = c.g.input("xf", "float32", [None, 3, 23])
+    xq = c.g.input("xq", "uint8", [None, 2, 23])
+    d = c.g.node("linear_dynamic", {"x": xf, **dynamic_set(rng, 17, 23, "channel", 0.01)}, name="dyn")
+    s = static_node(c, rng, xq, 9, 23, "static", True, (0.03, 90), (0.2, 60), relu=False)
+    c.g.output(d, s)
+    c.runs = [{"xf": wide(rng, (b, 3, 23), -2, 1), "xq": rng.integers(0, 256, (b, 2, 23), dtype=np.uint8)}
+              for b in (2, 1)]
+    return c
+
+
+CELL_WEIGHTS = [("tensor", True), ("channel", False), ("f16", True)]  # weights, reduce_range
+
+
+def cell_case(rng: np.random.Generator, kind: str, hidden: int) -> Case:
+    c = Case()
+    gates = {"rnn": 1, "lstm": 4, "gru": 3}[kind]
+    ports = {"x": c.g.input("x", "float32", [None, 15]), "h": c.g.input("h", "float32", [None, hidden])}
+    if kind == "lstm":
+        ports["c"] = c.g.input("c", "float32", [None, hidden])
+    outs: list[str] = []
+    variants = [(w, rr, {}) for w, rr in CELL_WEIGHTS]
+    if kind == "rnn":
+        variants = [("tensor", True, {"nonlinearity": "tanh"}), ("channel", False, {"nonlinearity": "relu"}),
+                    ("f16", True, {"nonlinearity": "tanh"}), ("tensor", True, {"nonlinearity": "relu"})]
+    for i, (w, rr, extra) in enumerate(variants):
+        node = {**ports, **recurrent_sets(rng, gates, 15, hidden, w)}
+        name = f"{kind}_{w}_{'rr' if rr else 'full'}_{extra.get('nonlinearity', '')}{i}"
+        out = c.g.node(f"{kind}_cell_dynamic", node, {"reduce_range": rr, **extra}, name=name)
+        outs += list(out) if isinstance(out, tuple) else [out]
+    c.g.output(*outs)
+    shapes = {name: ("B", 15 if name == "x" else hidden) for name in ports}
+    c.runs = state_runs(rng, (1, 4, 3), shapes)
+    return c
+
+
+def sequence_case(rng: np.random.Generator, kind: str, batch_first: bool) -> Case:
+    """2 layers bidirectional with initial states, plus one-layer variants (other weights, other layout)."""
+    c = Case()
+    gates, hidden, n_in, seq = {"rnn": 1, "lstm": 4, "gru": 3}[kind], 11, 9, 7
+    x = c.g.input("x", "float32", [None, None, n_in])
+    states = ["h"] + (["c"] if kind == "lstm" else [])
+    for s in states:
+        c.g.input(f"{s}0", "float32", [4, None, hidden])
+    variants = [  # layers, bidirectional, weights, reduce_range, batch_first, with states, extra attributes
+        (2, True, "tensor" if kind != "lstm" else "channel", kind != "gru", batch_first, True, {}),
+        (1, False, "channel" if kind != "lstm" else "tensor", kind == "gru", not batch_first, False, {}),
+        (1, True, "f16", True, batch_first, False, {}),
+    ]
+    if kind == "rnn":
+        variants[1] = variants[1][:-1] + ({"nonlinearity": "relu"},)
+        variants.append((2, False, "tensor", False, batch_first, False, {"nonlinearity": "relu"}))
+    outs: list[str] = []
+    for i, (layers, bidir, w, rr, bf, with_states, extra) in enumerate(variants):
+        ports: dict[str, str | np.ndarray] = {"x": x}
+        if with_states:
+            ports.update({f"{s}0": f"{s}0" for s in states})
+        dirs = 2 if bidir else 1
+        for n in range(layers):
+            for d in range(dirs):
+                prefix = f"l{n}_{'reverse_' if d else ''}"
+                ports.update(recurrent_sets(rng, gates, n_in if n == 0 else dirs * hidden, hidden, w, prefix))
+        attrs = {"num_layers": layers, "bidirectional": bidir, "batch_first": bf, "reduce_range": rr, **extra}
+        outs += c.g.node(f"{kind}_dynamic", ports, attrs, name=f"{kind}{i}_L{layers}{'_bi' if bidir else ''}")
+    c.g.output(*outs)
+    for b, mag in ((1, 0.05), (2, 3.0), (2, 40.0)):
+        shape = (b, seq, n_in) if batch_first else (seq, b, n_in)
+        run = {"x": (wide(rng, shape, -1, 0.7) * mag).astype(F32)}
+        run.update({f"{s}0": wide(rng, (4, b, hidden), -1, 0.7) * F32(min(mag, 3.0)) for s in states})
+        c.runs.append(run)
+    return c
+
+
+def case_glue(rng: np.random.Generator) -> Case:
+    """relu, add, flatten (float and quantized), with -0.0, overflow to infinity and denormals."""
+    c = Case()
+    a = c.g.input("a", "float32", [None, 3, 5])
+    b = c.g.input("b", "float32", [None, 3, 5])
+    s = c.g.node("add", {"a": a, "b": b}, name="sum")
+    r = c.g.node("relu", {"x": s}, name="relu_sum")
+    ra = c.g.node("relu", {"x": a}, name="relu_a")
+    f1 = c.g.node("flatten", {"x": r}, {"start_dim": 1}, name="flat1")
+    f0 = c.g.node("flatten", {"x": a}, {"start_dim": 0}, name="flat0")
+    q8 = c.g.node("quantize_per_tensor", {"x": a, "scale": np.asarray(0.1, F32), "zero_point": np.asarray(3, np.int32)},
+                  {"dtype": "qint8"}, name="q8")
+    q32 = c.g.node("quantize_per_tensor", {"x": b, "scale": np.asarray(0.01, F32),
+                                           "zero_point": np.asarray(-4, np.int32)}, {"dtype": "qint32"}, name="q32")
+    fq8 = c.g.node("flatten", {"x": q8}, {"start_dim": 2}, name="flat_q8")
+    fq32 = c.g.node("flatten", {"x": q32}, {"start_dim": 1}, name="flat_q32")
+    c.g.output(s, ra, f1, f0, fq8, fq32)
+    big = np.finfo(F32).max
+    for n in (4, 1):
+        av, bv = wide(rng, (n, 3, 5), -3, 3), wide(rng, (n, 3, 5), -3, 3)
+        av.flat[:6] = [-0.0, 0.0, -1e-45, 1e-45, big, -big]
+        bv.flat[:6] = [-0.0, -0.0, 1e-45, -1e-45, big, -big]  # -0 + -0 = -0; max + max overflows to inf
+        c.runs.append({"a": av, "b": bv})
+    return c
+
+
+CASES: dict[str, Callable[[np.random.Generator], Case]] = {
+    "quantize_per_tensor": case_quantize_per_tensor,
+    "quantize_per_channel": case_quantize_per_channel,
+    "dequantize": case_dequantize,
+    "linear_static": case_linear_static,
+    "mlp_static": case_mlp_static,
+    "linear_dynamic_int8": case_linear_dynamic_int8,
+    "linear_dynamic_fp16": case_linear_dynamic_fp16,
+    "linear_float": case_linear_float,
+    "linear_rank3": case_linear_rank3,
+    "rnn_cell": lambda rng: cell_case(rng, "rnn", 13),
+    "lstm_cell": lambda rng: cell_case(rng, "lstm", 13),
+    "gru_cell": lambda rng: cell_case(rng, "gru", 11),
+    "rnn_sequence": lambda rng: sequence_case(rng, "rnn", batch_first=False),
+    "lstm_sequence": lambda rng: sequence_case(rng, "lstm", batch_first=True),
+    "gru_sequence": lambda rng: sequence_case(rng, "gru", batch_first=False),
+    "glue": case_glue,
+}
+
+
+# ---------------------------------------------------------------- writing
+
+
+def blas_info() -> str:
+    """numpy's BLAS as it runs here (linear_float goes through it), best effort."""
+    libs = glob.glob(os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs", "*openblas*"))
+    for lib in libs:
+        try:
+            f = ctypes.CDLL(lib).scipy_openblas_get_config64_
+            f.restype = ctypes.c_char_p
+            return f().decode()
+        except (OSError, AttributeError):
+            pass
+    return "unknown"
+
+
+def producer_info() -> dict[str, object]:
+    return {
+        "generator": "tests/golden/make_golden.py",
+        "qrt": qrt.__version__,
+        "kernel_paths": dict(K.KERNEL_PATHS),
+        "QRT_PORTABLE": os.environ.get("QRT_PORTABLE", ""),
+        "QRT_EXTRA_CFLAGS": os.environ.get("QRT_EXTRA_CFLAGS", ""),
+        "machine": platform.machine(),
+        "system": platform.system(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "blas": blas_info(),
+        "threads": 1,
+    }
+
+
+def write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """An uncompressed .npz with fixed timestamps: regenerating unchanged outputs gives the same bytes."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+        for name, a in arrays.items():
+            item = io.BytesIO()
+            # not ascontiguousarray: it turns a 0-d array (meta) into a 1-d one
+            np.lib.format.write_array(item, a if a.flags.c_contiguous else a.copy(), allow_pickle=False)
+            z.writestr(zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0)), item.getvalue())
+    with open(path, "wb") as f:
+        f.write(buf.getvalue())
+
+
+def run_case(name: str, case: Case, out_dir: str, info: dict[str, object]) -> int:
+    """Write <name>.qrt, run every input set, write <name>.npz; returns the bytes written."""
+    model_path = os.path.join(out_dir, f"{name}.qrt")
+    case.g.save(model_path)
+    model = qrt.load(model_path)
+    arrays: dict[str, np.ndarray] = {}
+    results = []
+    for i, inputs in enumerate(case.runs):
+        with np.errstate(over="ignore"):  # glue's add overflows to infinity on purpose
+            got = model.run(inputs)
+        got = got if isinstance(got, tuple) else (got,)
+        outs = {spec.name: np.asarray(v) for spec, v in zip(model.outputs, got)}
+        for k, v in outs.items():
+            # NaN bits are not portable (sign differs between vector and scalar code): keep them out
+            if v.dtype.kind == "f" and np.isnan(v).any():
+                raise SystemExit(f"case {name!r} run {i}: output {k!r} contains NaN; change the inputs")
+        arrays.update({f"r{i}.in.{k}": v for k, v in inputs.items()})
+        arrays.update({f"r{i}.out.{k}": v for k, v in outs.items()})
+        results.append(outs)
+    for what, holds in case.claims:
+        if not holds(results):
+            raise SystemExit(f"case {name!r}: the inputs no longer exercise what they should: {what}")
+    arrays["meta"] = np.array(json.dumps({**info, "case": name, "seed": zlib.crc32(name.encode())}, sort_keys=True))
+    npz_path = os.path.join(out_dir, f"{name}.npz")
+    write_npz(npz_path, arrays)
+    return os.path.getsize(model_path) + os.path.getsize(npz_path)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=HERE, help="folder to write into (default: this script's)")
+    ap.add_argument("--allow-native", action="store_true",
+                    help="run on non-portable kernels (experiments only: golden files come from the portable build)")
+    args = ap.parse_args()
+    info = producer_info()
+    if set(K.KERNEL_PATHS.values()) != {"portable"} and not args.allow_native:
+        raise SystemExit(f"qrt at {qrt.__file__} has kernels {K.KERNEL_PATHS}, not the portable build: "
+                         "run `make golden` (or pass --allow-native for an experiment)")
+    qrt.set_num_threads(1)
+
+    cases = {name: make(np.random.default_rng(zlib.crc32(name.encode()))) for name, make in CASES.items()}
+    used = {node["op"] for case in cases.values() for node in case.g.nodes}
+    missing = sorted(set(OPS) - used)
+    if missing:  # a new op needs a golden case before the set can be written
+        raise SystemExit(f"no golden case covers op(s) {missing}: add one to CASES in {__file__}")
+
+    os.makedirs(args.out, exist_ok=True)
+    stale = {p for ext in ("qrt", "npz") for p in glob.glob(os.path.join(args.out, f"*.{ext}"))}
+    total = 0
+    for name, case in cases.items():
+        size = run_case(name, case, args.out, info)
+        stale -= {os.path.join(args.out, f"{name}.{ext}") for ext in ("qrt", "npz")}
+        ops = sorted({node["op"] for node in case.g.nodes})
+        print(f"{name:22s} {len(case.runs):2d} runs {size / 1024:7.1f} KiB  {', '.join(ops)}")
+        total += size
+    for path in sorted(stale):  # a renamed or removed case leaves nothing behind
+        os.remove(path)
+        print(f"removed stale {path}")
+    print(f"{len(cases)} cases, {total / 1024:.1f} KiB, kernels {K.KERNEL_PATHS}, {sys.executable}")
+
+
+if __name__ == "__main__":
+    main()
