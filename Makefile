@@ -14,7 +14,7 @@ $(VENV)/.installed: requirements-dev.txt pyproject.toml
 	$(PY) -m pip install -q -r requirements-dev.txt
 	touch $@
 
-build/.kernels: $(VENV)/.installed setup.py $(wildcard qrt/*.pyx qrt/*.pxd qrt/*.h)
+build/.kernels: $(VENV)/.installed setup.py $(wildcard qrt/*.pyx qrt/kernels/*.[ch] qrt/kernels/isa/*.h)
 	$(PY) setup.py -q build_ext --inplace
 	mkdir -p build && touch $@
 
@@ -47,14 +47,11 @@ asan: $(VENV)/.installed
 		ASAN_OPTIONS=detect_leaks=0 $(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider $(ASAN_TESTS) \
 		-k "not memory_stays_flat"
 
-# The golden reference outputs (tests/golden, see its README.md): written by the portable scalar
-# build of the kernels, made in a copy so the normal build stays as it is. Every build must then
-# reproduce them bit for bit (tests/test_golden.py). Never rerun this to make a failing build pass.
-golden: $(VENV)/.installed
-	rm -rf build/golden && mkdir -p build/golden && cp -r qrt setup.py pyproject.toml build/golden/
-	rm -f build/golden/qrt/*.so build/golden/qrt/_kernels.c
-	cd build/golden && QRT_PORTABLE=1 QRT_EXTRA_CFLAGS= $(CURDIR)/$(PY) setup.py -q build_ext --inplace
-	PYTHONPATH=$(CURDIR)/build/golden QRT_PORTABLE=1 QRT_EXTRA_CFLAGS= $(PY) tests/golden/make_golden.py --out tests/golden
+# The golden reference outputs (tests/golden, see its README.md): written by the "portable" kernel
+# variant (plain C) of the normal build. Every variant on every CPU must then reproduce them bit for
+# bit (tests/test_golden.py). Never rerun this to make a failing build pass.
+golden: build
+	QRT_KERNELS=portable $(PY) tests/golden/make_golden.py --out tests/golden
 
 clean:
 	rm -rf build qrt/_kernels.c qrt/_kernels*.so

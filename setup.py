@@ -1,16 +1,18 @@
 """Build qrt and its Cython kernels.
 
-The kernels are compiled with -O3 for the host CPU (-march=native), which
-lets the compiler use its vector and dot-product instructions. Set
-QRT_PORTABLE=1 to drop machine-specific flags (for wheels, or to build on
-one machine and run on another). Floating-point contraction and fast-math
-stay off in every build: results must be bit-identical everywhere.
+One build holds every kernel variant of its architecture (qrt/kernels/variant_*.c: portable C,
+AVX2, AVX-512 VNNI on x86-64; portable C, NEON, NEON dotprod on aarch64), each compiled for its
+own instruction set by a target pragma; qrt picks the best the CPU runs when it is imported
+(qrt.kernel_variant(); QRT_KERNELS=<name> forces another). So no -march=native is needed, and a
+build (a wheel) runs at full speed on any CPU of its architecture. Floating-point contraction
+and fast-math stay off in every file: results must be bit-identical everywhere.
 
 Threads use OpenMP when the compiler supports -fopenmp (checked by compiling
 a test program); otherwise the parallel loops run serially. Set
 QRT_OPENMP=0 to build without it.
 """
 
+import glob
 import os
 import tempfile
 
@@ -21,10 +23,7 @@ from setuptools import Extension, setup
 
 def compile_args() -> list[str]:
     args = ["-O3", "-ffp-contract=off", "-fno-fast-math", "-fwrapv", "-std=c11"]
-    if os.environ.get("QRT_PORTABLE", "") in ("", "0"):
-        args.append("-march=native")
-    args += os.environ.get("QRT_EXTRA_CFLAGS", "").split()
-    return args
+    return args + os.environ.get("QRT_EXTRA_CFLAGS", "").split()
 
 
 def openmp_flags() -> list[str]:
@@ -55,9 +54,9 @@ OPENMP = openmp_flags()
 extensions = [
     Extension(
         "qrt._kernels",
-        ["qrt/_kernels.pyx"],
-        include_dirs=[np.get_include()],
-        depends=["qrt/qrt_gemm.h", "qrt/qrt_gates.h"],
+        ["qrt/_kernels.pyx", *sorted(glob.glob("qrt/kernels/*.c"))],
+        include_dirs=[np.get_include(), "qrt/kernels"],
+        depends=sorted(glob.glob("qrt/kernels/*.h") + glob.glob("qrt/kernels/isa/*.h")),
         extra_compile_args=compile_args() + OPENMP,
         extra_link_args=OPENMP + os.environ.get("QRT_EXTRA_LDFLAGS", "").split(),
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],

@@ -282,16 +282,17 @@ def main() -> None:
     all_cores = qrt.get_num_threads()
     thread_counts = args.threads or sorted({1, all_cores})
     info = machine()
-    print(f"machine: {info.get('cpu')} | {info['cores']} cores | flags {' '.join(info.get('flags', []))}")
+    print(f"machine: {info.get('cpu')} | {info['cores']} cores | flags {' '.join(info.get('flags', []))}"
+          f" | qrt kernels {info['qrt_kernels']}")
     print(
-        f"qrt kernels {_kernels.KERNEL_PATHS} | torch {torch.__version__} ({torch.backends.quantized.engine})"
+        f"qrt kernels {_kernels.kernel_variant_info()} | torch {torch.__version__} ({torch.backends.quantized.engine})"
         f" | onnxruntime {ort.__version__ if ort else 'not installed'}"
     )
     repeats = 5 if args.quick else 15
     if args.scaling:
         rows = thread_scaling(args.quick, args.only, all_cores)
         if args.json:
-            write_json(args.json, {"machine": info, "kernels": _kernels.KERNEL_PATHS, "scaling": rows})
+            write_json(args.json, {"machine": info, "kernels": _kernels.kernel_variant_info(), "scaling": rows})
         return
     rows = []
     with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
@@ -346,7 +347,7 @@ def main() -> None:
             args.json,
             {
                 "machine": info,
-                "kernels": _kernels.KERNEL_PATHS,
+                "kernels": _kernels.kernel_variant_info(),
                 "rows": rows,
                 "summary": {str(k): v for k, v in summary.items()},
             },

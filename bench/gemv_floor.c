@@ -1,14 +1,16 @@
 /* How close qrt's one-row int8 product (a recurrent step at batch 1) is to what the core can stream.
  *
- *   cc -O3 -march=native -ffp-contract=off -I qrt bench/gemv_floor.c -o /tmp/gemv_floor -lm
+ *   cc -O3 -ffp-contract=off -std=c11 -I qrt/kernels bench/gemv_floor.c qrt/kernels/*.c -o /tmp/gemv_floor -lm
  *   /tmp/gemv_floor 256 1024     # k n: the hidden-to-hidden product of an LSTM with hidden 256
  *
  * floor: the same number of weight bytes read once each, straight through, by one vpdpbusd per
  * 64 bytes into eight independent sums: no packing, no epilogue; what the cache level holding the
- * weights delivers to one core. qrt: qrt_gemm_u8s8 on one row, float epilogue, one thread.
+ * weights delivers to one core (AVX-512 VNNI machines only). qrt: the int8 product of the kernel
+ * variant dispatch picks (qrt_kernels_best), on one row, float epilogue, one thread.
  * Best of 7 timings of many repetitions each (the weights stay wherever they settled).
  */
-#include "qrt_gemm.h"
+#define _POSIX_C_SOURCE 200112L
+#include "qrt_kernels.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,8 +22,9 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-#if defined(__AVX512VNNI__)
-static double stream_floor(const int8_t* w, size_t bytes, int reps) {
+#if defined(__x86_64__)
+#include <immintrin.h>
+__attribute__((target("avx512f,avx512vnni"))) static double stream_floor(const int8_t* w, size_t bytes, int reps) {
     __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
     const __m512i x = _mm512_set1_epi32(0x01020304);
     double best = 1e30;
@@ -54,13 +57,15 @@ int main(int argc, char** argv) {
         fprintf(stderr, "usage: %s k n\n", argv[0]);
         return 2;
     }
-    const ptrdiff_t k = atol(argv[1]), n = atol(argv[2]), panels = (n + I8_NR - 1) / I8_NR;
-    const size_t bytes = (size_t)qrt_i8_packed_size(n, k);
+    const qrt_kernels* kern = qrt_kernels_best();
+    const ptrdiff_t k = atol(argv[1]), n = atol(argv[2]), panels = (n + kern->i8_nr - 1) / kern->i8_nr;
+    const size_t bytes = (size_t)kern->i8_packed_size(n, k);
     int8_t* w = malloc((size_t)(n * k));
     int8_t* packed = aligned_alloc(64, bytes);
     uint8_t* x = malloc((size_t)k);
-    uint8_t* xp = aligned_alloc(64, (size_t)qrt_round_up(qrt_i8_packed_x_size(1, k), 64));
-    int32_t *rowsum = calloc((size_t)n, 4), *zp = calloc((size_t)n, 4), *offset = calloc((size_t)(panels * I8_NR), 4);
+    uint8_t* xp = aligned_alloc(64, (size_t)((kern->i8_packed_x_size(1, k) + 63) / 64 * 64));
+    int32_t *rowsum = calloc((size_t)n, 4), *zp = calloc((size_t)n, 4),
+            *offset = calloc((size_t)(panels * kern->i8_nr), 4);
     float *y = malloc((size_t)n * 4), *scale = malloc((size_t)n * 4);
     for (ptrdiff_t i = 0; i < n * k; i++)
         w[i] = (int8_t)(i * 37);
@@ -68,9 +73,9 @@ int main(int argc, char** argv) {
         x[i] = (uint8_t)(i * 11);
     for (ptrdiff_t j = 0; j < n; j++)
         scale[j] = 1e-3f;
-    qrt_i8_pack(w, n, k, packed);
-    qrt_i8_pack_x(x, 1, k, xp);
-    qrt_i8_col_offset(3, rowsum, zp, n, k, offset);
+    kern->i8_pack(w, n, k, packed);
+    const int small_x = kern->i8_pack_x(x, 1, k, xp) <= 128;
+    kern->i8_col_offset(3, rowsum, zp, n, k, offset);
     qrt_epilogue e = {0};
     e.y = y;
     e.y_scale = scale;
@@ -79,18 +84,20 @@ int main(int argc, char** argv) {
     for (int trial = 0; trial < 7; trial++) {
         double t = now();
         for (int r = 0; r < reps; r++)
-            qrt_gemm_u8s8(xp, offset, packed, zp, NULL, n, k, 0, 1, 0, panels, &e);
+            kern->gemm_u8s8(xp, offset, packed, zp, NULL, n, k, 0, 1, 0, panels, small_x, &e);
         t = (now() - t) / reps;
         best = t < best ? t : best;
     }
-    printf("k=%td n=%td (%zu KiB of packed weights), path %s\n", k, n, bytes / 1024, QRT_I8_PATH);
+    printf("k=%td n=%td (%zu KiB of packed weights), variant %s\n", k, n, bytes / 1024, kern->name);
     printf("  qrt one-row product: %8.2f us  %6.1f GB/s of weights\n", best * 1e6, (double)bytes / best / 1e9);
-#if defined(__AVX512VNNI__)
-    const double floor = stream_floor(packed, bytes, reps);
-    printf("  streaming floor:     %8.2f us  %6.1f GB/s  (qrt at %.0f%% of it)\n", floor * 1e6,
-           (double)bytes / floor / 1e9, 100.0 * floor / best);
-#else
-    printf("  streaming floor: needs AVX-512 VNNI\n");
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni")) {
+        const double floor = stream_floor(packed, bytes, reps);
+        printf("  streaming floor:     %8.2f us  %6.1f GB/s  (qrt at %.0f%% of it)\n", floor * 1e6,
+               (double)bytes / floor / 1e9, 100.0 * floor / best);
+        return 0;
+    }
 #endif
+    printf("  streaming floor: needs AVX-512 VNNI\n");
     return 0;
 }

@@ -52,8 +52,11 @@ def time_calls(fns: list[Callable[[], object]], min_time: float = 0.02, repeats:
 
 
 def machine() -> dict:
-    """CPU model, flags relevant to integer kernels, cores."""
-    info = {"platform": platform.platform(), "python": platform.python_version(), "cores": os.cpu_count()}
+    """CPU model, flags relevant to integer kernels, cores, and the qrt kernel variant in use."""
+    from qrt._kernels import kernel_variant
+
+    info = {"platform": platform.platform(), "python": platform.python_version(), "cores": os.cpu_count(),
+            "qrt_kernels": kernel_variant()}
     try:
         with open("/proc/cpuinfo") as f:
             text = f.read()

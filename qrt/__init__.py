@@ -10,13 +10,29 @@ Only numpy is required; torch is never imported.
 The kernels use all the CPUs this process may run on by default;
 ``qrt.set_num_threads(n)`` changes that for every later call (results do not
 depend on it) and ``qrt.get_num_threads()`` reads it.
+
+One build holds a kernel variant per instruction set of its architecture and
+uses the best this CPU runs: ``qrt.kernel_variant()`` names it (for example
+"avx512-vnni", "avx2", "neon-dotprod", "neon", "portable"); the environment
+variable ``QRT_KERNELS=<name>`` forces another when qrt is imported. Every
+variant gives the same bits.
 """
 
 __version__ = "0.1.0"
 
-from ._kernels import get_num_threads, set_num_threads  # noqa: E402
+from ._kernels import get_num_threads, kernel_variant, set_num_threads  # noqa: E402
 from .errors import FormatError  # noqa: E402
 from .graph import ValueSpec  # noqa: E402
 from .model import Model, load, run  # noqa: E402
 
-__all__ = ["FormatError", "Model", "ValueSpec", "get_num_threads", "load", "run", "set_num_threads", "__version__"]
+__all__ = [
+    "FormatError",
+    "Model",
+    "ValueSpec",
+    "get_num_threads",
+    "kernel_variant",
+    "load",
+    "run",
+    "set_num_threads",
+    "__version__",
+]

@@ -22,12 +22,7 @@ import os
 
 import numpy as np
 
-cdef extern from "qrt_gemm.h" nogil:
-    const char* QRT_I8_PATH
-    const char* QRT_F16_PATH
-    const int I8_NR, I8_MR, F_NR, F_MR
-    ptrdiff_t qrt_i8_packed_size(ptrdiff_t n, ptrdiff_t k)
-    void qrt_i8_pack(const int8_t* w, ptrdiff_t n, ptrdiff_t k, int8_t* out)
+cdef extern from "qrt_kernels.h" nogil:
     ctypedef struct qrt_epilogue:
         int32_t* acc
         float* y
@@ -39,21 +34,36 @@ cdef extern from "qrt_gemm.h" nogil:
         float bias_inv
         const float* mult
         int32_t zp, lo
-    ptrdiff_t qrt_i8_packed_x_size(ptrdiff_t m, ptrdiff_t k)
-    void qrt_i8_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* out)
-    void qrt_i8_col_offset(int32_t x_zp, const int32_t* w_rowsum, const int32_t* w_zp, ptrdiff_t n, ptrdiff_t k,
-                           int32_t* out)
-    void qrt_gemm_u8s8(const uint8_t* xpacked, const int32_t* col_offset, const int8_t* packed,
-                       const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0,
-                       ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, const qrt_epilogue* e)
-    int qrt_min_max(const float* x, ptrdiff_t n, float* lo, float* hi)
-    void qrt_quantize_u8(const float* x, ptrdiff_t n, float inv, float zp, uint8_t* q)
-    ptrdiff_t qrt_f16_packed_size(ptrdiff_t n, ptrdiff_t k)
-    void qrt_f16_pack(const float* w, ptrdiff_t n, ptrdiff_t k, void* out)
-    ptrdiff_t qrt_f16_packed_x_size(ptrdiff_t m, ptrdiff_t k)
-    void qrt_f16_pack_x(const float* x, ptrdiff_t m, ptrdiff_t k, float* out)
-    void qrt_gemm_f16(const float* xpacked, const void* packed, const float* bias, ptrdiff_t n, ptrdiff_t k,
-                      ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, float* y, ptrdiff_t ldy)
+    ctypedef struct qrt_kernels:
+        const char* name
+        const char* i8_isa
+        const char* fp_isa
+        int i8_nr, i8_mr, fp_nr, fp_mr
+        ptrdiff_t (*i8_packed_size)(ptrdiff_t n, ptrdiff_t k) noexcept nogil
+        void (*i8_pack)(const int8_t* w, ptrdiff_t n, ptrdiff_t k, int8_t* out) noexcept nogil
+        ptrdiff_t (*i8_packed_x_size)(ptrdiff_t m, ptrdiff_t k) noexcept nogil
+        int (*i8_pack_x)(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* out) noexcept nogil
+        void (*i8_col_offset)(int32_t x_zp, const int32_t* w_rowsum, const int32_t* w_zp, ptrdiff_t n,
+                              ptrdiff_t k, int32_t* out) noexcept nogil
+        void (*gemm_u8s8)(const uint8_t* xpacked, const int32_t* col_offset, const int8_t* packed,
+                          const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0,
+                          ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, int small_x,
+                          const qrt_epilogue* e) noexcept nogil
+        ptrdiff_t (*fp_packed_size)(ptrdiff_t n, ptrdiff_t k, int half) noexcept nogil
+        void (*fp_pack)(const float* w, ptrdiff_t n, ptrdiff_t k, int half, void* out) noexcept nogil
+        ptrdiff_t (*fp_packed_x_size)(ptrdiff_t m, ptrdiff_t k) noexcept nogil
+        void (*fp_pack_x)(const float* x, ptrdiff_t m, ptrdiff_t k, float* out) noexcept nogil
+        void (*gemm_fp)(const float* xpacked, const void* packed, int half, const float* bias, ptrdiff_t n,
+                        ptrdiff_t k, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, float* y,
+                        ptrdiff_t ldy) noexcept nogil
+        int (*min_max)(const float* x, ptrdiff_t n, float* lo, float* hi) noexcept nogil
+        void (*quantize_u8)(const float* x, ptrdiff_t n, float inv, float zp, uint8_t* q) noexcept nogil
+        void (*gate_update)(int kind, const float* gi, float* gh, const float* h, const float* c, float* h_out,
+                            float* c_out, ptrdiff_t batch, ptrdiff_t hidden, ptrdiff_t j0,
+                            ptrdiff_t j1) noexcept nogil
+    const qrt_kernels* const* qrt_kernels_compiled(int* count)
+    int qrt_kernels_runnable(const qrt_kernels* k)
+    const qrt_kernels* qrt_kernels_best()
 
 ctypedef fused qint_t:
     uint8_t
@@ -197,7 +207,61 @@ cdef void choose_qparams(float lo, float hi, bint reduce_range, float* scale, in
 
 # ------------------------------------------------------------ GEMM kernels
 
-KERNEL_PATHS = {"int8": QRT_I8_PATH.decode(), "float16": QRT_F16_PATH.decode()}
+# The kernel variant (qrt_kernels.h) of the layers prepared from now on. Each packed weight keeps
+# the variant that packed it, so switching affects only layers prepared afterwards.
+cdef const qrt_kernels* active = qrt_kernels_best()
+
+
+def kernel_variants() -> dict:
+    """Every kernel variant this build holds, best first: name -> whether this CPU can run it."""
+    cdef int n, i
+    cdef const qrt_kernels* const* compiled = qrt_kernels_compiled(&n)
+    return {compiled[i].name.decode(): bool(qrt_kernels_runnable(compiled[i])) for i in range(n)}
+
+
+cdef const qrt_kernels* find_variant(str name) except NULL:
+    cdef int n, i
+    cdef const qrt_kernels* const* compiled = qrt_kernels_compiled(&n)
+    runnable = [v for v, ok in kernel_variants().items() if ok]
+    for i in range(n):
+        if compiled[i].name.decode() == name:
+            if not qrt_kernels_runnable(compiled[i]):
+                raise ValueError(f"kernel variant {name!r} cannot run on this CPU; it runs {runnable}")
+            return compiled[i]
+    raise ValueError(f"no kernel variant {name!r} in this build; this CPU runs {runnable}")
+
+
+def kernel_variant() -> str:
+    """The kernel variant layers are prepared with: the best this CPU runs, or $QRT_KERNELS."""
+    return active.name.decode()
+
+
+def kernel_variant_info() -> dict:
+    """The active variant's name, the instruction sets of its two products and their tiles (rows, columns)."""
+    return {"variant": active.name.decode(), "int8": active.i8_isa.decode(), "float": active.fp_isa.decode(),
+            "int8_tile": (active.i8_mr, active.i8_nr), "float_tile": (active.fp_mr, active.fp_nr)}
+
+
+def _use_variant(str name) -> str:
+    """Prepare layers from now on with variant `name` (tests, benchmarks); returns the previous one."""
+    global active
+    old = active.name.decode()
+    active = find_variant(name)
+    return old
+
+
+def _initial_variant() -> str:
+    forced = os.environ.get("QRT_KERNELS", "")
+    if not forced:
+        return qrt_kernels_best().name.decode()
+    try:
+        find_variant(forced)
+    except ValueError as e:
+        raise ImportError(f"QRT_KERNELS={forced}: {e}") from None
+    return forced
+
+
+_use_variant(_initial_variant())
 
 # Threads: one parallel loop per product, over tiles of whole panels by row
 # blocks. A product smaller than MIN_WORK multiply-adds per thread runs on
@@ -267,7 +331,7 @@ cdef inline Py_ssize_t chunk(Py_ssize_t total, Py_ssize_t parts, Py_ssize_t i) n
 cdef int64_t MIN_QUANTIZE = 1 << 15  # values per thread below which quantizing x stays on one thread
 
 
-cdef int quantize_activations(const float* x, Py_ssize_t n, bint reduce_range,
+cdef int quantize_activations(const qrt_kernels* kern, const float* x, Py_ssize_t n, bint reduce_range,
                               uint8_t* q, float* scale, int32_t* zero_point) noexcept nogil:
     """Choose (scale, zp) from x's range and quantize x to quint8; returns 1 on NaN or infinity.
 
@@ -280,11 +344,11 @@ cdef int quantize_activations(const float* x, Py_ssize_t n, bint reduce_range,
     cdef int bad[64]
     cdef float inv, zp
     if parts == 1:  # the common small case: no parallel region to open
-        bad[0] = qrt_min_max(x, n, &lo[0], &hi[0])
+        bad[0] = kern.min_max(x, n, &lo[0], &hi[0])
     else:
         for c in prange(parts, num_threads=parts, schedule="static"):
-            bad[c] = qrt_min_max(x + chunk(n, parts, c), chunk(n, parts, c + 1) - chunk(n, parts, c),
-                                 &lo[c], &hi[c])
+            bad[c] = kern.min_max(x + chunk(n, parts, c), chunk(n, parts, c + 1) - chunk(n, parts, c),
+                                  &lo[c], &hi[c])
     for c in range(1, parts):
         bad[0] |= bad[c]
         lo[0] = lo[c] if lo[c] < lo[0] else lo[0]
@@ -295,11 +359,11 @@ cdef int quantize_activations(const float* x, Py_ssize_t n, bint reduce_range,
     inv, zp = <float>1.0 / scale[0], <float>zero_point[0]
     # clamp to 255 even under reduce_range: PyTorch does the same
     if parts == 1:
-        qrt_quantize_u8(x, n, inv, zp, q)
+        kern.quantize_u8(x, n, inv, zp, q)
     else:
         for c in prange(parts, num_threads=parts, schedule="static"):
-            qrt_quantize_u8(x + chunk(n, parts, c), chunk(n, parts, c + 1) - chunk(n, parts, c), inv, zp,
-                            q + chunk(n, parts, c))
+            kern.quantize_u8(x + chunk(n, parts, c), chunk(n, parts, c + 1) - chunk(n, parts, c), inv, zp,
+                             q + chunk(n, parts, c))
     return 0
 
 
@@ -394,8 +458,10 @@ cdef object aligned_empty(Py_ssize_t nbytes):
 
 
 cdef class PackedS8:
-    """qint8 weights [n, k] packed once for qrt_gemm_u8s8, with their row sums and zero points."""
+    """qint8 weights [n, k] packed once for the active variant's int8 product, with their row sums and zero
+    points."""
     cdef readonly Py_ssize_t n, k
+    cdef const qrt_kernels* kern
     cdef bint any_zp
     cdef object arrays
     cdef const int8_t* packed
@@ -405,14 +471,15 @@ cdef class PackedS8:
     def __init__(self, weight, zero_point):
         w = np.ascontiguousarray(weight, np.int8)
         self.n, self.k = w.shape
+        self.kern = active
         z = np.ascontiguousarray(np.broadcast_to(np.asarray(zero_point, np.int32), (self.n,)))
         rs = w.sum(axis=1, dtype=np.int32)
-        packed = aligned_empty(max(qrt_i8_packed_size(self.n, self.k), 1))
+        packed = aligned_empty(max(self.kern.i8_packed_size(self.n, self.k), 1))
         cdef const int8_t[:, ::1] wv = w
         cdef int8_t[::1] pv = packed.view(np.int8)
         cdef const int32_t[::1] zv = z, rv = rs
         if self.n and self.k:
-            qrt_i8_pack(&wv[0, 0], self.n, self.k, &pv[0])
+            self.kern.i8_pack(&wv[0, 0], self.n, self.k, &pv[0])
         self.packed = &pv[0]
         self.zp = &zv[0] if self.n else NULL
         self.rowsum = &rv[0] if self.n else NULL
@@ -421,15 +488,17 @@ cdef class PackedS8:
 
     cdef int matmul(self, const uint8_t* x, Py_ssize_t m, int32_t x_zp, const qrt_epilogue* e) noexcept nogil:
         """(x - x_zp) @ (w - w_zp).T, exact in int32, to the epilogue e; x is [m, k]. -1: out of memory."""
-        cdef Py_ssize_t n = self.n, k = self.k, i, t, task, cn, cm
-        cdef Py_ssize_t panels = (n + I8_NR - 1) // I8_NR
+        cdef const qrt_kernels* kern = self.kern
+        cdef Py_ssize_t n = self.n, k = self.k, i, t, task, cn, cm, nr = kern.i8_nr, mr = kern.i8_mr
+        cdef bint small_x
+        cdef Py_ssize_t panels = (n + nr - 1) // nr
         cdef int32_t* xsum = NULL
         cdef int32_t* col_offset
         cdef uint8_t* xp
         if m == 0 or n == 0:
             return 0
-        col_offset = <int32_t*>malloc(panels * I8_NR * sizeof(int32_t))
-        xp = <uint8_t*>malloc(qrt_i8_packed_x_size(m, k))
+        col_offset = <int32_t*>malloc(panels * nr * sizeof(int32_t))
+        xp = <uint8_t*>malloc(kern.i8_packed_x_size(m, k))
         if self.any_zp:  # rowsum(x) is only needed against nonzero weight zero points
             xsum = <int32_t*>malloc(m * sizeof(int32_t))
         if xp == NULL or col_offset == NULL or (self.any_zp and xsum == NULL):
@@ -437,23 +506,23 @@ cdef class PackedS8:
             free(col_offset)
             free(xsum)
             return -1
-        qrt_i8_pack_x(x, m, k, xp)
-        qrt_i8_col_offset(x_zp, self.rowsum, self.zp, n, k, col_offset)
-        memset(col_offset + n, 0, (panels * I8_NR - n) * sizeof(int32_t))  # padding columns, never stored
+        small_x = kern.i8_pack_x(x, m, k, xp) <= 128  # picks the faster flavour; both are exact
+        kern.i8_col_offset(x_zp, self.rowsum, self.zp, n, k, col_offset)
+        memset(col_offset + n, 0, (panels * nr - n) * sizeof(int32_t))  # padding columns, never stored
         if self.any_zp:
             for i in range(m):
                 xsum[i] = 0
                 for t in range(k):
                     xsum[i] += x[i * k + t]
-        split_work(m, panels, I8_MR, <int64_t>m * n * k, MIN_WORK_I8, &cn, &cm)
+        split_work(m, panels, mr, <int64_t>m * n * k, MIN_WORK_I8, &cn, &cm)
         if cn * cm == 1:
-            qrt_gemm_u8s8(xp, col_offset, self.packed, self.zp, xsum, n, k, 0, m, 0, panels, e)
+            kern.gemm_u8s8(xp, col_offset, self.packed, self.zp, xsum, n, k, 0, m, 0, panels, small_x, e)
         else:
             for task in prange(cn * cm, num_threads=cn * cm, schedule="static"):
-                qrt_gemm_u8s8(xp, col_offset, self.packed, self.zp, xsum, n, k,
-                              chunk((m + I8_MR - 1) // I8_MR, cm, task % cm) * I8_MR,
-                              min(chunk((m + I8_MR - 1) // I8_MR, cm, task % cm + 1) * I8_MR, m),
-                              chunk(panels, cn, task // cm), chunk(panels, cn, task // cm + 1), e)
+                kern.gemm_u8s8(xp, col_offset, self.packed, self.zp, xsum, n, k,
+                               chunk((m + mr - 1) // mr, cm, task % cm) * mr,
+                               min(chunk((m + mr - 1) // mr, cm, task % cm + 1) * mr, m),
+                               chunk(panels, cn, task // cm), chunk(panels, cn, task // cm + 1), small_x, e)
         free(xsum)
         free(col_offset)
         free(xp)
@@ -474,57 +543,63 @@ cdef class PackedS8:
             raise MemoryError()
 
 
-cdef class PackedF16:
-    """float16 weights [n, k] (given as float16, or float32 holding float16 values) packed for qrt_gemm_f16."""
+cdef class PackedFloat:
+    """float16 weights (half; given as float16, or float32 holding float16 values) or float32 weights
+    [n, k], packed for the active variant's float product: fma chains in fbgemm's float16 order."""
     cdef readonly Py_ssize_t n, k
+    cdef readonly bint half
+    cdef const qrt_kernels* kern
     cdef object arrays
     cdef const void* packed
 
-    def __init__(self, weight):
+    def __init__(self, weight, bint half=True):
         w = np.ascontiguousarray(np.asarray(weight).astype(np.float32))  # float16 -> float32 is exact
         self.n, self.k = w.shape
-        packed = aligned_empty(max(qrt_f16_packed_size(self.n, self.k), 1))
+        self.half = half
+        self.kern = active
+        packed = aligned_empty(max(self.kern.fp_packed_size(self.n, self.k, half), 1))
         cdef const float[:, ::1] wv = w
         cdef uint8_t[::1] pv = packed
         if self.n and self.k:
-            qrt_f16_pack(&wv[0, 0], self.n, self.k, &pv[0])
+            self.kern.fp_pack(&wv[0, 0], self.n, self.k, half, &pv[0])
         self.packed = &pv[0]
         self.arrays = [packed]
 
     cdef int gemm(self, const float* x, Py_ssize_t m, const float* bias, float* y) noexcept nogil:
         """y[m, n] = x @ w.T (+ bias) with fbgemm's float16 rounding; x is [m, k]. -1: out of memory."""
-        cdef Py_ssize_t n = self.n, k = self.k, task, cn, cm
-        cdef Py_ssize_t panels = (n + F_NR - 1) // F_NR
+        cdef const qrt_kernels* kern = self.kern
+        cdef Py_ssize_t n = self.n, k = self.k, task, cn, cm, nr = kern.fp_nr, mr = kern.fp_mr
+        cdef Py_ssize_t panels = (n + nr - 1) // nr
         cdef float* xp
         if m == 0 or n == 0:
             return 0
-        xp = <float*>malloc(qrt_f16_packed_x_size(m, k) * sizeof(float) + 1)
+        xp = <float*>malloc(kern.fp_packed_x_size(m, k) * sizeof(float) + 1)
         if xp == NULL:
             return -1
-        qrt_f16_pack_x(x, m, k, xp)
-        split_work(m, panels, F_MR, <int64_t>m * n * k, MIN_WORK_F16, &cn, &cm)
+        kern.fp_pack_x(x, m, k, xp)
+        split_work(m, panels, mr, <int64_t>m * n * k, MIN_WORK_F16, &cn, &cm)
         if cn * cm == 1:
-            qrt_gemm_f16(xp, self.packed, bias, n, k, 0, m, 0, panels, y, n)
+            kern.gemm_fp(xp, self.packed, self.half, bias, n, k, 0, m, 0, panels, y, n)
         else:
             for task in prange(cn * cm, num_threads=cn * cm, schedule="static"):
-                qrt_gemm_f16(xp, self.packed, bias, n, k,
-                             chunk((m + F_MR - 1) // F_MR, cm, task % cm) * F_MR,
-                             min(chunk((m + F_MR - 1) // F_MR, cm, task % cm + 1) * F_MR, m),
+                kern.gemm_fp(xp, self.packed, self.half, bias, n, k,
+                             chunk((m + mr - 1) // mr, cm, task % cm) * mr,
+                             min(chunk((m + mr - 1) // mr, cm, task % cm + 1) * mr, m),
                              chunk(panels, cn, task // cm), chunk(panels, cn, task // cm + 1), y, n)
         free(xp)
         return 0
 
     def __call__(self, const float[:, ::1] x, bias, float[:, ::1] y):
-        """y = x @ w.T (+ bias) (for tests and benchmarks)."""
+        """y = x @ w.T (+ bias); shapes are checked here, before the GIL is released."""
         cdef Py_ssize_t m = x.shape[0]
         if x.shape[1] != self.k or y.shape[0] != m or y.shape[1] != self.n:
-            raise ValueError("PackedF16: shape mismatch")
+            raise ValueError("PackedFloat: shape mismatch")
         cdef const float[::1] b
         cdef const float* bp = NULL
         if bias is not None:
             b = np.ascontiguousarray(bias, np.float32)
             if b.shape[0] != self.n:
-                raise ValueError("PackedF16: bias shape mismatch")
+                raise ValueError("PackedFloat: bias shape mismatch")
             bp = &b[0] if self.n else NULL
         cdef int err
         with nogil:
@@ -554,13 +629,14 @@ cdef class DynamicLinear:
     int8 weights: y = fma(fl(acc), fl(s_x * s_w[n]), bias[n]) where acc is
     the exact integer product of the per-call quantized input and the
     weights. float16 weights: applied with the fp16 kernel's accumulation
-    order (PackedF16).
+    order (PackedFloat).
     """
     cdef readonly Py_ssize_t out_features, in_features
     cdef readonly bint is_int8
     cdef bint reduce_range
+    cdef const qrt_kernels* kern
     cdef PackedS8 w8
-    cdef PackedF16 w16
+    cdef PackedFloat w16
     cdef object arrays  # keeps the buffers below alive
     cdef const float* scale
     cdef const float* bias
@@ -569,6 +645,7 @@ cdef class DynamicLinear:
         n, k = weight.shape
         self.out_features, self.in_features = n, k
         self.reduce_range = reduce_range
+        self.kern = active
         self.is_int8 = weight.dtype == np.int8
         cdef const float[::1] fv
         keep = []
@@ -579,7 +656,7 @@ cdef class DynamicLinear:
             fv = s
             self.scale = &fv[0] if n else NULL
         else:
-            self.w16 = PackedF16(weight)
+            self.w16 = PackedFloat(weight)
         if bias is not None:
             b = np.ascontiguousarray(bias, dtype=np.float32)
             keep.append(b)
@@ -600,7 +677,7 @@ cdef class DynamicLinear:
         p.y_scale = <float*>malloc(n * sizeof(float))
         if p.q == NULL or p.y_scale == NULL:
             return -1
-        if k and quantize_activations(x, m * k, self.reduce_range, p.q, &p.scale, &p.zero_point):
+        if k and quantize_activations(self.kern, x, m * k, self.reduce_range, p.q, &p.scale, &p.zero_point):
             return 1
         for j in range(n):
             p.y_scale[j] = p.scale * self.scale[j]
@@ -713,11 +790,11 @@ cdef class StaticLinear:
 
 # ------------------------------------------------------------ recurrent layers
 
-cdef extern from "qrt_gates.h" nogil:
+cdef extern from "gate_math.h" nogil:
     enum qrt_cell:
         QRT_RNN_TANH, QRT_RNN_RELU, QRT_LSTM, QRT_GRU
-    void qrt_gate_update(int kind, const float* gi, float* gh, const float* h, const float* c,
-                         float* h_out, float* c_out, ptrdiff_t batch, ptrdiff_t hidden, ptrdiff_t j0, ptrdiff_t j1)
+    float qrt_tanh(float v)
+    float qrt_sigmoid(float v)
 
 KINDS = {"rnn_tanh": QRT_RNN_TANH, "rnn_relu": QRT_RNN_RELU, "lstm": QRT_LSTM, "gru": QRT_GRU}
 GATES = {"rnn_tanh": 1, "rnn_relu": 1, "lstm": 4, "gru": 3}
@@ -738,12 +815,14 @@ cdef class Recurrent:
     sequence at once); for RNN it is per step, as a loop of RNNCells does.
     """
     cdef DynamicLinear ih, hh
+    cdef const qrt_kernels* kern
     cdef int kind
     cdef readonly Py_ssize_t hidden, input_size
     cdef Py_ssize_t gates
 
     def __init__(self, str kind, DynamicLinear ih, DynamicLinear hh):
         self.kind = KINDS[kind]
+        self.kern = active
         self.gates = GATES[kind]
         self.ih, self.hh = ih, hh
         self.hidden = hh.in_features
@@ -753,16 +832,17 @@ cdef class Recurrent:
 
     cdef void update(self, const float* gi, float* gh, const float* h, const float* c, float* h_out, float* c_out,
                      Py_ssize_t b) noexcept nogil:
-        """The step's gates and new states (qrt_gate_update), hidden units split across threads
+        """The step's gates and new states (the variant's gate_update), hidden units split across threads
         in runs of 16 (whole vectors)."""
         cdef Py_ssize_t hidden = self.hidden, vectors = (hidden + 15) // 16, part
         cdef Py_ssize_t parts = max(1, min(<Py_ssize_t>num_threads, b * hidden // MIN_GATE_UNITS, vectors))
         if parts == 1:
-            qrt_gate_update(self.kind, gi, gh, h, c, h_out, c_out, b, hidden, 0, hidden)
+            self.kern.gate_update(self.kind, gi, gh, h, c, h_out, c_out, b, hidden, 0, hidden)
             return
         for part in prange(parts, num_threads=parts, schedule="static"):
-            qrt_gate_update(self.kind, gi, gh, h, c, h_out, c_out, b, hidden,
-                            chunk(vectors, parts, part) * 16, min(chunk(vectors, parts, part + 1) * 16, hidden))
+            self.kern.gate_update(self.kind, gi, gh, h, c, h_out, c_out, b, hidden,
+                                  chunk(vectors, parts, part) * 16,
+                                  min(chunk(vectors, parts, part + 1) * 16, hidden))
 
     def step(self, const float[:, ::1] x, const float[:, ::1] h, const float[:, ::1] c,
              float[:, ::1] h_out, float[:, ::1] c_out):
@@ -838,11 +918,6 @@ cdef class Recurrent:
                     memcpy(&y[t, i, y_offset], &h_new[i * hidden], hidden * sizeof(float))
             release(&xin)
         check_error(err)
-
-
-cdef extern from "qrt_gates.h" nogil:
-    float qrt_tanh(float v)
-    float qrt_sigmoid(float v)
 
 
 def gate_activations(const float[::1] x, float[::1] tanh_out, float[::1] sigmoid_out) -> None:

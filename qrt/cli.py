@@ -24,6 +24,7 @@ import numpy as np
 
 from . import __version__
 from . import format as qformat
+from ._kernels import kernel_variant_info
 from .errors import FormatError
 from .graph import Graph, Node, ValueSpec
 from .model import Model
@@ -249,6 +250,7 @@ def inspect_report(path: str) -> dict:
         "file_bytes": os.path.getsize(path),
         "format_version": qfile.version,
         "producer": meta.get(qformat.META_PRODUCER),
+        "kernels": kernel_variant_info(),  # what this machine would run it with
         # load_file refuses a file whose data does not hash to the header's checksum.
         "checksum": {"algorithm": "sha256", "status": "ok", "value": meta[qformat.META_CHECKSUM]},
         "metadata": {k: v for k, v in meta.items() if k not in qformat.RESERVED_META},
@@ -276,6 +278,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         return 0
     print(f"{r['file']}: {_human_bytes(r['file_bytes'])}, qrt format v{r['format_version']}, producer {r['producer']}")
     print(f"checksum: {r['checksum']['status']} (sha256 {r['checksum']['value'][:16]}...)")
+    k = r["kernels"]
+    print(f"kernels here: {k['variant']} (int8 {k['int8']}, float {k['float']})")
     for k, v in r["metadata"].items():
         print(f"  {k}: {v if len(v) <= 100 else v[:97] + '...'}")
     print(f"inputs:  {_io(r['inputs'])}")

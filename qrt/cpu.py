@@ -130,15 +130,16 @@ def _linear_dynamic(node: Node, c: Mapping[str, np.ndarray]) -> Step:
 
 
 def _linear_float(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    """Float32 linear through numpy's BLAS: not bit-exact with torch's GEMM (summation order differs)."""
-    w_t = np.ascontiguousarray(np.asarray(c["weight"], np.float32).T)  # [in, out], laid out once
-    bias = None if c.get("bias") is None else np.asarray(c["bias"], np.float32)
+    """Float32 linear as fma chains in the float16 kernel's order: the same bits on every CPU (not BLAS,
+    whose order depends on the CPU), close to but not bit-exact with torch's float GEMM."""
+    w = K.PackedFloat(c["weight"], half=False)
+    bias = None if c.get("bias") is None else np.ascontiguousarray(c["bias"], np.float32)
 
     def step(x):
-        y = np.matmul(x, w_t)
-        if bias is not None:
-            y += bias
-        return (y,)
+        rows = np.ascontiguousarray(x).reshape(-1, w.k)
+        y = np.empty((rows.shape[0], w.n), np.float32)
+        w(rows, bias, y)
+        return (y.reshape(x.shape[:-1] + (w.n,)),)
 
     return step
 

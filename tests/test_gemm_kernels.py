@@ -1,17 +1,19 @@
-"""The vectorised GEMM kernels against their scalar oracles: bit-exact.
+"""Every kernel variant this CPU runs against the scalar oracles, and against each other: bit-exact.
 
 The oracles (gemm_u8s8_reference, gemm_f32_chain_reference) are the plain
-loops the kernels replaced; the op-level tests hold them to torch. Here the
-fast paths (whichever this build compiled: qrt._kernels.KERNEL_PATHS) must
-reproduce them exactly at sizes that are not multiples of the vector or
-tile widths, at the u8 x s8 saturation corners, with extreme zero points,
-and for any number of threads.
+loops the kernels replaced; the op-level tests hold them to torch. Here each
+variant of the build (qrt/kernels/variant_*.c) that this CPU can run, not only
+the one dispatch picks, must reproduce them exactly at sizes that are not
+multiples of the vector or tile widths, at the u8 x s8 saturation corners,
+with extreme zero points, and for any number of threads; whole layers and
+recurrent steps must give the portable variant's bits.
 """
 
+import os
 import pathlib
-import platform
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -22,6 +24,17 @@ from qrt import _kernels as K
 # (m, n, k): K = 1, M = 0 and 1, sizes just off multiples of 4, 16 and 64, more rows than one tile
 SHAPES = [(0, 5, 3), (1, 1, 1), (1, 7, 1), (3, 1, 5), (1, 65, 4), (5, 17, 3), (7, 63, 65), (13, 130, 129),
           (6, 64, 256), (19, 33, 1030), (2, 200, 7)]
+
+
+RUNNABLE = [name for name, ok in K.kernel_variants().items() if ok]
+
+
+@pytest.fixture(params=RUNNABLE)
+def variant(request):
+    """Prepare the weights of the test with this kernel variant."""
+    before = K._use_variant(request.param)
+    yield request.param
+    K._use_variant(before)
 
 
 @pytest.fixture(params=[1, 2, 3], ids=["1thread", "2threads", "3threads"])
@@ -46,9 +59,10 @@ def _u8s8(x, x_zp, w, w_zp):
 
 @pytest.mark.parametrize("m,n,k", SHAPES)
 @pytest.mark.parametrize("x_zp", [0, 128, 255, -7])
-def test_u8s8_random(m, n, k, x_zp, threads):
+@pytest.mark.parametrize("x_max", [255, 128], ids=["x8bit", "x7bit"])  # x <= 128 takes the u7 flavour (AVX2)
+def test_u8s8_random(m, n, k, x_zp, x_max, threads, variant):
     rng = np.random.default_rng(m * 10007 + n * 101 + k)
-    x = rng.integers(0, 256, (m, k), dtype=np.uint8)
+    x = rng.integers(0, x_max + 1, (m, k), dtype=np.uint8)
     w = rng.integers(-128, 128, (n, k), dtype=np.int8)
     w_zp = rng.integers(-128, 128, n).astype(np.int32)
     got, want = _u8s8(x, x_zp, w, w_zp)
@@ -59,7 +73,7 @@ def test_u8s8_random(m, n, k, x_zp, threads):
 
 @pytest.mark.parametrize("xv,wv", [(255, -128), (255, 127), (0, -128), (128, -128)])
 @pytest.mark.parametrize("k", [1, 4, 255, 1027])
-def test_u8s8_saturation_corners(xv, wv, k, threads):
+def test_u8s8_saturation_corners(xv, wv, k, threads, variant):
     """Where vpmaddubsw would saturate int16 (255 * -128 * 2): the kernels must not."""
     m, n = 7, 70
     x = np.full((m, k), xv, np.uint8)
@@ -69,7 +83,7 @@ def test_u8s8_saturation_corners(xv, wv, k, threads):
         np.testing.assert_array_equal(got, want)
 
 
-def test_u8s8_wraps_like_int32(threads):
+def test_u8s8_wraps_like_int32(threads, variant):
     """Sums beyond int32 wrap modulo 2**32 in both, whatever the order of the additions."""
     m, n, k = 2, 20, 70000
     x = np.full((m, k), 255, np.uint8)
@@ -88,19 +102,23 @@ def _f16_weights(rng, n, k):
 
 @pytest.mark.parametrize("m,n,k", SHAPES + [(3, 70, 513), (9, 32, 1100), (4, 31, 512), (2, 95, 1537)])
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
-def test_f16_chain(m, n, k, bias, threads):
+@pytest.mark.parametrize("half", [True, False], ids=["float16", "float32"])
+def test_float_chain(m, n, k, bias, half, threads, variant):
+    """float16 weights (dynamic linear) and float32 weights (linear_float): one chain order."""
     rng = np.random.default_rng(m * 31 + n * 7 + k)
-    w = _f16_weights(rng, n, k)
+    w = _f16_weights(rng, n, k).astype(np.float32)
+    if not half:
+        w *= np.float32(1 + 2**-20)  # values float16 cannot hold
     x = rng.standard_normal((m, k)).astype(np.float32) * np.float32(100)
     b = rng.standard_normal(n).astype(np.float32) if bias else None
     want = np.empty((m, n), np.float32)
-    K.gemm_f32_chain_reference(x, w.astype(np.float32), b, want)
+    K.gemm_f32_chain_reference(x, w, b, want)
     got = np.full((m, n), np.nan, np.float32)
-    K.PackedF16(w)(x, b, got)
+    K.PackedFloat(w, half=half)(x, b, got)
     np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))  # bits: -0.0 and NaN too
 
 
-def test_f16_signed_zero_and_specials():
+def test_f16_signed_zero_and_specials(variant):
     """Exact bits for -0.0 sums, infinities and NaN, in plain and tail (k > 512) columns."""
     m, n, k = 2, 40, 600
     w = np.zeros((n, k), np.float16)
@@ -111,7 +129,7 @@ def test_f16_signed_zero_and_specials():
     want = np.empty((m, n), np.float32)
     K.gemm_f32_chain_reference(x, w.astype(np.float32), None, want)
     got = np.empty((m, n), np.float32)
-    K.PackedF16(w)(x, None, got)
+    K.PackedFloat(w)(x, None, got)
     np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
 
 
@@ -125,18 +143,38 @@ def test_threads_setting():
     qrt.set_num_threads(before)
 
 
-def test_kernel_paths_are_named():
-    assert set(K.KERNEL_PATHS) == {"int8", "float16"}
+def test_variants_and_dispatch():
+    """The best runnable variant is active unless QRT_KERNELS says otherwise; portable always runs."""
+    variants = K.kernel_variants()
+    assert variants["portable"] and list(variants)[-1] == "portable"
+    if not os.environ.get("QRT_KERNELS"):
+        assert K.kernel_variant() == RUNNABLE[0]
+    assert K.kernel_variant_info()["variant"] == K.kernel_variant() == qrt.kernel_variant()
+    with pytest.raises(ValueError, match="no kernel variant 'sse9'"):
+        K._use_variant("sse9")
+    for name, ok in variants.items():
+        if not ok:
+            with pytest.raises(ValueError, match="cannot run on this CPU"):
+                K._use_variant(name)
 
 
-def test_layers_identical_for_any_thread_count():
-    """Whole layers (quantization, GEMM, epilogues) give the same bits on 1, 2 and 3 threads."""
-    rng = np.random.default_rng(5)
-    m, k, n = 37, 300, 200
+@pytest.mark.parametrize("forced", ["portable", "sse9"])
+def test_qrt_kernels_environment_variable(forced):
+    env = {**os.environ, "QRT_KERNELS": forced}
+    r = subprocess.run([sys.executable, "-c", "import qrt; print(qrt.kernel_variant())"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    if forced == "portable":
+        assert r.returncode == 0 and r.stdout.strip() == "portable", r.stderr
+    else:
+        assert r.returncode != 0 and "QRT_KERNELS=sse9: no kernel variant 'sse9'" in r.stderr
+
+
+def _layers(rng, m, k, n):
+    """A dynamic int8, a dynamic float16 and a static layer with inputs and output dtypes."""
     w8 = rng.integers(-128, 128, (n, k), dtype=np.int8)
     scale = (rng.random(n) * 0.01 + 1e-3).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
-    layers = [
+    return [
         (K.DynamicLinear(w8, scale, np.zeros(n, np.int32), bias), rng.standard_normal((m, k)).astype(np.float32),
          np.float32),
         (K.DynamicLinear(rng.standard_normal((n, k)).astype(np.float16), None, None, bias),
@@ -144,6 +182,12 @@ def test_layers_identical_for_any_thread_count():
         (K.StaticLinear(w8, scale, rng.integers(-3, 4, n).astype(np.int32), bias, np.float32(0.02), 128,
                         np.float32(0.3), 60, True), rng.integers(0, 256, (m, k), dtype=np.uint8), np.uint8),
     ]
+
+
+def test_layers_identical_for_any_thread_count(variant):
+    """Whole layers (quantization, GEMM, epilogues) give the same bits on 1, 2 and 3 threads."""
+    m, k, n = 37, 300, 200
+    layers = _layers(np.random.default_rng(5), m, k, n)
     before, floors = qrt.get_num_threads(), K._set_min_work(1, 1, 1)
     try:
         for layer, x, dtype in layers:
@@ -160,13 +204,76 @@ def test_layers_identical_for_any_thread_count():
         qrt.set_num_threads(before)
 
 
+def _outputs_of(name: str, make, run) -> list:
+    """run(make()) with the objects made under variant `name`, as raw bytes."""
+    before = K._use_variant(name)
+    try:
+        objects = make()
+    finally:
+        K._use_variant(before)
+    return [np.ascontiguousarray(y).view(np.uint8) for y in run(objects)]
+
+
+@pytest.mark.parametrize("variant_name", [v for v in RUNNABLE if v != "portable"])
+def test_layers_identical_to_portable(variant_name):
+    """Whole layers, dynamic quantization included, on 3 threads: every variant gives portable's bits."""
+    m, k, n = 45, 257, 131
+
+    def run(layers):
+        outs = []
+        for layer, x, dtype in layers:
+            y = np.empty((m, n), dtype)
+            layer(x, y)
+            outs.append(y)
+        return outs
+
+    def make():
+        return _layers(np.random.default_rng(9), m, k, n)
+
+    for got, want in zip(_outputs_of(variant_name, make, run), _outputs_of("portable", make, run)):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("variant_name", [v for v in RUNNABLE if v != "portable"])
+@pytest.mark.parametrize("kind", ["rnn_tanh", "rnn_relu", "lstm", "gru"])
+def test_recurrent_steps_identical_to_portable(variant_name, kind):
+    """Gates (exp, sigmoid, tanh as vector code) over a wide range of pre-activations: portable's bits."""
+    gates = {"lstm": 4, "gru": 3}.get(kind, 1)
+    b, i, h = 3, 29, 77
+    rng = np.random.default_rng(len(kind))
+    x = (rng.standard_normal((b, i)) * 4).astype(np.float32)
+    h0 = np.tanh(rng.standard_normal((b, h))).astype(np.float32)
+    c0 = (rng.standard_normal((b, h)) * 3).astype(np.float32)
+
+    def make():
+        w_ih = rng.integers(-128, 128, (gates * h, i), dtype=np.int8)
+        w_hh = rng.integers(-128, 128, (gates * h, h), dtype=np.int8)
+        s = np.full(gates * h, 0.02, np.float32)
+        zp = np.zeros(gates * h, np.int32)
+        bias = (rng.standard_normal(gates * h) * 5).astype(np.float32)
+        return K.Recurrent(kind, K.DynamicLinear(w_ih, s, zp, bias), K.DynamicLinear(w_hh, s, zp, bias))
+
+    def run(cell):
+        h1, c1 = np.empty((b, h), np.float32), np.empty((b, h), np.float32)
+        cell.step(x, h0, c0, h1, c1)
+        return [h1, c1] if kind == "lstm" else [h1]
+
+    state = rng.bit_generator.state
+    got = _outputs_of(variant_name, make, run)
+    rng.bit_generator.state = state  # the same weights for the portable run
+    want = _outputs_of("portable", make, run)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
 def test_gemv_floor_benchmark_builds_and_runs(tmp_path):
-    """bench/gemv_floor.c includes qrt_gemm.h directly: keep it compiling as the header changes."""
+    """bench/gemv_floor.c links the kernel variants directly: keep it compiling as they change."""
     root = pathlib.Path(__file__).resolve().parent.parent
     exe = tmp_path / "gemv_floor"
-    flags = ["-O2", "-ffp-contract=off", "-march=native"] if platform.machine() in ("x86_64", "AMD64") else ["-O2"]
-    subprocess.run(["cc", *flags, "-I", str(root / "qrt"), str(root / "bench" / "gemv_floor.c"), "-o", str(exe),
-                    "-lm"], check=True, capture_output=True)
+    kernels = sorted(str(p) for p in (root / "qrt" / "kernels").glob("*.c"))
+    subprocess.run(["cc", "-O2", "-ffp-contract=off", "-std=c11", "-I", str(root / "qrt" / "kernels"),
+                    str(root / "bench" / "gemv_floor.c"), *kernels, "-o", str(exe), "-lm"], check=True,
+                   capture_output=True)
     out = subprocess.run([str(exe), "37", "70"], check=True, capture_output=True, text=True).stdout
-    assert "qrt one-row product" in out
+    assert "qrt one-row product" in out and f"variant {RUNNABLE[0]}" in out

@@ -1,9 +1,11 @@
 """Write qrt's golden reference outputs: tests/golden/<case>.qrt and <case>.npz.
 
-Run through `make golden`, which builds a portable copy of the kernels (QRT_PORTABLE=1: the
-scalar C branches of qrt_gemm.h and qrt_gates.h) in build/golden and runs this script against
-it. Every build on every machine must then reproduce the stored outputs bit for bit
-(tests/test_golden.py). Read tests/golden/README.md before regenerating anything.
+Run through `make golden` (QRT_KERNELS=portable, after `make build`). The outputs come from the
+"portable" kernel variant (plain C, qrt/kernels/variant_portable.c), which every build holds: the
+script switches to it in-process before loading any model (K._use_variant) and checks it is
+active. Every kernel variant on every CPU must then reproduce the stored outputs bit for bit
+(tests/test_golden.py runs all the variants the CPU can run). Read tests/golden/README.md before
+regenerating anything.
 
 Torch-free on purpose: the models are built by hand with GraphBuilder from seeded numpy
 random numbers, so the set can be regenerated (and checked) where torch does not run.
@@ -15,7 +17,6 @@ Each case is one .qrt model and one .npz holding one or more runs: `r<i>.in.<inp
 from __future__ import annotations
 
 import argparse
-import ctypes
 import glob
 import io
 import json
@@ -496,31 +497,19 @@ CASES: dict[str, Callable[[np.random.Generator], Case]] = {
 # ---------------------------------------------------------------- writing
 
 
-def blas_info() -> str:
-    """numpy's BLAS as it runs here (linear_float goes through it), best effort."""
-    libs = glob.glob(os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs", "*openblas*"))
-    for lib in libs:
-        try:
-            f = ctypes.CDLL(lib).scipy_openblas_get_config64_
-            f.restype = ctypes.c_char_p
-            return f().decode()
-        except (OSError, AttributeError):
-            pass
-    return "unknown"
+GOLDEN_VARIANT = "portable"  # the kernel variant the committed golden files come from
 
 
 def producer_info() -> dict[str, object]:
+    """What wrote the outputs. numpy matters only for the seeded inputs: no op runs on numpy's BLAS."""
     return {
         "generator": "tests/golden/make_golden.py",
         "qrt": qrt.__version__,
-        "kernel_paths": dict(K.KERNEL_PATHS),
-        "QRT_PORTABLE": os.environ.get("QRT_PORTABLE", ""),
-        "QRT_EXTRA_CFLAGS": os.environ.get("QRT_EXTRA_CFLAGS", ""),
+        "kernels": K.kernel_variant_info(),
         "machine": platform.machine(),
         "system": platform.system(),
         "python": platform.python_version(),
         "numpy": np.__version__,
-        "blas": blas_info(),
         "threads": 1,
     }
 
@@ -569,13 +558,23 @@ def run_case(name: str, case: Case, out_dir: str, info: dict[str, object]) -> in
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=HERE, help="folder to write into (default: this script's)")
-    ap.add_argument("--allow-native", action="store_true",
-                    help="run on non-portable kernels (experiments only: golden files come from the portable build)")
+    ap.add_argument("--variant", default=GOLDEN_VARIANT,
+                    help=f"kernel variant to run (default {GOLDEN_VARIANT!r}; any other is for experiments only "
+                    "and may not write into this folder)")
     args = ap.parse_args()
+    forced = os.environ.get("QRT_KERNELS", "")
+    if forced and forced != args.variant:
+        raise SystemExit(f"QRT_KERNELS={forced} but --variant {args.variant}: make them agree")
+    if args.variant != GOLDEN_VARIANT and os.path.realpath(args.out) == os.path.realpath(HERE):
+        raise SystemExit(f"the golden files come from the {GOLDEN_VARIANT!r} variant: write --variant "
+                         f"{args.variant} outputs elsewhere (--out)")
+    try:
+        K._use_variant(args.variant)  # before any qrt.load: a model keeps the variant it was loaded with
+    except ValueError as e:
+        raise SystemExit(f"qrt at {qrt.__file__}: {e}") from None
+    if K.kernel_variant() != args.variant:
+        raise SystemExit(f"kernel variant {K.kernel_variant()!r} is active, not {args.variant!r}")
     info = producer_info()
-    if set(K.KERNEL_PATHS.values()) != {"portable"} and not args.allow_native:
-        raise SystemExit(f"qrt at {qrt.__file__} has kernels {K.KERNEL_PATHS}, not the portable build: "
-                         "run `make golden` (or pass --allow-native for an experiment)")
     qrt.set_num_threads(1)
 
     cases = {name: make(np.random.default_rng(zlib.crc32(name.encode()))) for name, make in CASES.items()}
@@ -596,7 +595,7 @@ def main() -> None:
     for path in sorted(stale):  # a renamed or removed case leaves nothing behind
         os.remove(path)
         print(f"removed stale {path}")
-    print(f"{len(cases)} cases, {total / 1024:.1f} KiB, kernels {K.KERNEL_PATHS}, {sys.executable}")
+    print(f"{len(cases)} cases, {total / 1024:.1f} KiB, kernels {info['kernels']}, {sys.executable}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,64 @@
+/* Which kernel variants this build holds, which this CPU can run, and the best of them. */
+#include "qrt_kernels.h"
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)
+#endif
+#endif
+
+#if defined(__x86_64__) || defined(_M_X64)
+extern const qrt_kernels qrt_kernels_avx512_vnni, qrt_kernels_avx2;
+#endif
+#if defined(__aarch64__)
+extern const qrt_kernels qrt_kernels_neon_dotprod, qrt_kernels_neon;
+#endif
+extern const qrt_kernels qrt_kernels_portable;
+
+static const qrt_kernels* const compiled[] = {
+#if defined(__x86_64__) || defined(_M_X64)
+    &qrt_kernels_avx512_vnni, &qrt_kernels_avx2,
+#endif
+#if defined(__aarch64__)
+    &qrt_kernels_neon_dotprod, &qrt_kernels_neon,
+#endif
+    &qrt_kernels_portable,
+};
+
+const qrt_kernels* const* qrt_kernels_compiled(int* count) {
+    *count = (int)(sizeof compiled / sizeof compiled[0]);
+    return compiled;
+}
+
+int qrt_kernels_runnable(const qrt_kernels* k) {
+#if defined(__x86_64__) || defined(_M_X64)
+    /* __builtin_cpu_supports also checks that the OS saves the vector registers (xgetbv) */
+    __builtin_cpu_init();
+    if (k == &qrt_kernels_avx512_vnni)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma");
+    if (k == &qrt_kernels_avx2)
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#endif
+#if defined(__aarch64__)
+    if (k == &qrt_kernels_neon_dotprod) {
+#if defined(__linux__)
+        return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#else
+        return 0;
+#endif
+    }
+#endif
+    return 1; /* portable C, and ARMv8.0 NEON, which every aarch64 core has */
+}
+
+const qrt_kernels* qrt_kernels_best(void) {
+    int n;
+    const qrt_kernels* const* all = qrt_kernels_compiled(&n);
+    for (int i = 0; i < n; i++)
+        if (qrt_kernels_runnable(all[i]))
+            return all[i];
+    return &qrt_kernels_portable;
+}

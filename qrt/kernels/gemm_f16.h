@@ -1,0 +1,162 @@
+/* The float32 x float16 -> float32 product as fbgemm's AVX-512 kernel rounds it, generic over the
+ * primitives of one ISA (isa/f16_*.h); float32 weights (linear_float) take the same order.
+ *
+ * Each output is one fma chain over k in order (an explicit fused multiply-add per product, so
+ * every ISA rounds alike); in the last partial block of 32 output columns, when K > 512, the chain
+ * restarts every 512 k and the block sums are added with plain float adds (docs/NUMERICS.md).
+ * Weights are packed once into panels of F_NR columns, each k's F_NR values together, as float16
+ * bits (`half`, where the ISA converts them: F_HALF) or float32 values.
+ *
+ * Included once per variant (variant.h); everything here is static to that variant.
+ */
+#define F_NV (F_NR / F_LANES)
+#define QRT_F16_BLOCK 512 /* fbgemm restarts the chain every 512 k in its tail block */
+#define QRT_F16_TAIL 32   /* ... the last partial block of 32 output columns */
+
+/* Bytes per packed weight: float16 bits only where asked for and the ISA can widen them. */
+static inline ptrdiff_t qrt_fp_wsize(int half) { return F_HALF && half ? 2 : 4; }
+
+static inline ptrdiff_t qrt_fp_packed_size(ptrdiff_t n, ptrdiff_t k, int half) {
+    return qrt_round_up(n, F_NR) * k * qrt_fp_wsize(half);
+}
+
+/* w[n][k] float32 (holding float16 values, exactly, when half) -> panels of F_NR columns, each k's
+ * F_NR values together. */
+static void qrt_fp_pack(const float* w, ptrdiff_t n, ptrdiff_t k, int half, void* out) {
+    ptrdiff_t j, t;
+    memset(out, 0, (size_t)qrt_fp_packed_size(n, k, half));
+    for (j = 0; j < n; j++) {
+        ptrdiff_t at = (j / F_NR) * F_NR * k + j % F_NR;
+        for (t = 0; t < k; t++) {
+#if F_HALF
+            if (half) {
+                ((uint16_t*)out)[at + t * F_NR] = F_TOHALF(w[j * k + t]);
+                continue;
+            }
+#endif
+            ((float*)out)[at + t * F_NR] = w[j * k + t];
+        }
+    }
+}
+
+/* Floats of packed x for m x k. */
+static inline ptrdiff_t qrt_fp_packed_x_size(ptrdiff_t m, ptrdiff_t k) { return qrt_round_up(m, F_MR) * k; }
+
+/* x[m][k] -> tiles of F_MR rows, each k's F_MR values together (one stream per tile; rows
+ * 4*K bytes apart would share L1 sets when K is a multiple of 1024). Padding rows are 0. */
+static void qrt_fp_pack_x(const float* x, ptrdiff_t m, ptrdiff_t k, float* out) {
+    for (ptrdiff_t i0 = 0; i0 < m; i0 += F_MR) {
+        float* tile = out + i0 * k;
+        int rows = (int)(m - i0 < F_MR ? m - i0 : F_MR);
+        for (ptrdiff_t t = 0; t < k; t++)
+            for (int r = 0; r < F_MR; r++)
+                tile[t * F_MR + r] = r < rows ? x[(i0 + r) * k + t] : 0.0f;
+    }
+}
+
+/* For the r < mr rows of a packed x tile, over `count` k from those at xt and w: the fma chain
+ * of x[r][t] * w[col][t] in k order, into c[r][col] (rows F_NR apart). w is the panel's packed
+ * weights, or (wide) the same slice already widened to float32.
+ *   plain panels: the chain starts at 0 (first) or continues from c, and c takes its value;
+ *   blocked panels (the tail quirk; the k are one 512 block): the chain starts at 0 and
+ *   c = (first ? 0 : c) + chain, a plain float add. */
+QRT_INLINE void f_tile(const float* xt, const int mr, const void* w, const int wide, ptrdiff_t count, int first,
+                       int blocked, float* c) {
+    f_vec acc[F_MR][F_NV];
+    ptrdiff_t t;
+    int r, v;
+    QRT_UNROLL for (r = 0; r < F_MR; r++)
+        if (r < mr)
+            QRT_UNROLL for (v = 0; v < F_NV; v++)
+                acc[r][v] = first || blocked ? F_ZERO() : F_LOADC(c + r * F_NR + v * F_LANES);
+    for (t = 0; t < count; t++) {
+        f_vec wv[F_NV];
+        QRT_UNROLL for (v = 0; v < F_NV; v++)
+            wv[v] = wide ? F_LOADF((const float*)w + t * F_NR + v * F_LANES)
+                         : F_LOADW((const uint16_t*)w + t * F_NR + v * F_LANES);
+        QRT_UNROLL for (r = 0; r < F_MR; r++) {
+            if (r < mr) {
+                f_vec xr = F_SET1(xt[t * F_MR + r]);
+                QRT_UNROLL for (v = 0; v < F_NV; v++)
+                    acc[r][v] = F_FMA(xr, wv[v], acc[r][v]);
+            }
+        }
+    }
+    QRT_UNROLL for (r = 0; r < F_MR; r++)
+        if (r < mr)
+            QRT_UNROLL for (v = 0; v < F_NV; v++) {
+                float* cv = c + r * F_NR + v * F_LANES;
+                F_STORE(cv, blocked ? F_ADD(first ? F_ZERO() : F_LOADC(cv), acc[r][v]) : acc[r][v]);
+            }
+}
+
+/* One instance per (mr, wide), both constants, so the accumulators live in registers. */
+#define F_TILE_MR(R) f_tile(xt, R, w, wide, count, first, blocked, c)
+#define F_TILE_WIDE(W)                                                                                                \
+    do {                                                                                                              \
+        const int wide = W;                                                                                           \
+        switch (mr) {                                                                                                 \
+        case 1: F_TILE_MR(1); break;                                                                                  \
+        case 2: F_TILE_MR(2); break;                                                                                  \
+        case 3: F_TILE_MR(3); break;                                                                                  \
+        case 4: F_TILE_MR(4); break;                                                                                  \
+        case 5: F_TILE_MR(5); break;                                                                                  \
+        case 6: F_TILE_MR(6); break;                                                                                  \
+        case 7: F_TILE_MR(7); break;                                                                                  \
+        default: F_TILE_MR(8); break;                                                                                 \
+        }                                                                                                             \
+    } while (0)
+
+static void f_tile_any(const float* xt, int mr, const void* w, int wide_, ptrdiff_t count, int first, int blocked,
+                       float* c) {
+    if (wide_)
+        F_TILE_WIDE(1);
+    else
+        F_TILE_WIDE(0);
+}
+
+/* Cache blocking as for int8: F_KC k of a panel stay in L1 while up to F_MC rows sweep them.
+ * When several row tiles share a slice, it is widened to float32 once (wbuf) instead of in
+ * every tile: the conversions would otherwise compete with the FMAs for the same port.
+ * F_KC divides QRT_F16_BLOCK, so the tail quirk's blocks are whole numbers of slices. */
+#define F_KC 128
+#define F_MC (F_MR * 16)
+
+/* y[i][j] = chain(x[i], w[j]) (+ bias[j], a separate float add) for rows [i0, i1) (i0 a multiple of
+ * F_MR) and panels [p0, p1), from x packed by qrt_fp_pack_x and weights packed by qrt_fp_pack with
+ * the same `half`. */
+static void qrt_gemm_fp(const float* xpacked, const void* packed, int half, const float* bias, ptrdiff_t n,
+                        ptrdiff_t k, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, float* y, ptrdiff_t ldy) {
+    float c[F_MC * F_NR], wbuf[F_KC * F_NR];
+    const ptrdiff_t wsize = qrt_fp_wsize(half);
+    ptrdiff_t tail_start = n - n % QRT_F16_TAIL, p, ib, ie, i, kb, j, j0, j1, t;
+    for (p = p0; p < p1; p++) {
+        const char* panel = (const char*)packed + p * F_NR * k * wsize;
+        j0 = p * F_NR;
+        j1 = j0 + F_NR < n ? j0 + F_NR : n;
+        /* F_NR divides 32, so a panel lies wholly inside or outside the tail block */
+        int blocked = j0 >= tail_start && k > QRT_F16_BLOCK;
+        ptrdiff_t slice = blocked ? QRT_F16_BLOCK : F_KC;
+        for (ib = i0; ib < i1; ib += F_MC) {
+            ie = ib + F_MC < i1 ? ib + F_MC : i1;
+            int widen = wsize == 2 && !blocked && ie - ib > F_MR;
+            for (kb = 0; kb < k || kb == 0; kb += slice) {
+                ptrdiff_t ke = kb + slice < k ? kb + slice : k;
+                const void* w = panel + kb * F_NR * wsize;
+                if (widen) {
+                    for (t = 0; t < (ke - kb) * F_NR; t += F_LANES)
+                        F_STORE(wbuf + t, F_LOADW((const uint16_t*)w + t));
+                    w = wbuf;
+                }
+                for (i = ib; i < ie; i += F_MR)
+                    f_tile_any(xpacked + i * k + kb * F_MR, (int)(ie - i < F_MR ? ie - i : F_MR), w,
+                               wsize == 4 || widen, ke - kb, kb == 0, blocked, c + (i - ib) * F_NR);
+            }
+            for (i = ib; i < ie; i++) {
+                const float* ci = c + (i - ib) * F_NR - j0;
+                for (j = j0; j < j1; j++)
+                    y[i * ldy + j] = bias ? ci[j] + bias[j] : ci[j];
+            }
+        }
+    }
+}

@@ -1,0 +1,194 @@
+/* The u8 x s8 -> int32 product (exact), generic over the primitives of one ISA (isa/i8_*.h).
+ *
+ * Weights are packed once at load into panels of I8_NR output columns; in a panel each group of
+ * 4 k values holds I8_NR x 4 bytes (column-major within the group: what one vpdpbusd / sdot lane
+ * consumes); K is padded to a multiple of 4 and N to a multiple of I8_NR with zeros. A tile is
+ * I8_MR rows of x times one panel, accumulated in registers over the whole of K; the driver walks
+ * panels outside and row tiles inside, so a panel stays in L2 while x streams past. Every output
+ * is computed by one tile with one fixed order of operations, whatever the tiling or the number of
+ * threads, and integer sums are exact modulo 2^32 in any order: every ISA gives the same bits.
+ *
+ * Included once per variant (variant.h); everything here is static to that variant.
+ */
+#ifndef I8_ROWS
+#define I8_ROWS I8_MR /* rows the exact flavour keeps in registers per call */
+#endif
+
+/* Bytes of packed int8 weights for n x k. */
+static inline ptrdiff_t qrt_i8_packed_size(ptrdiff_t n, ptrdiff_t k) {
+    return qrt_round_up(n, I8_NR) * qrt_round_up(k, 4);
+}
+
+/* w[n][k] (row-major) -> panels of I8_NR columns, groups of 4 k, zero padded. */
+static void qrt_i8_pack(const int8_t* w, ptrdiff_t n, ptrdiff_t k, int8_t* out) {
+    ptrdiff_t kp = qrt_round_up(k, 4), j, t;
+    memset(out, 0, (size_t)qrt_i8_packed_size(n, k));
+    for (j = 0; j < n; j++) {
+        int8_t* panel = out + (j / I8_NR) * I8_NR * kp;
+        for (t = 0; t < k; t++)
+            panel[(t / 4) * I8_NR * 4 + (j % I8_NR) * 4 + t % 4] = w[j * k + t];
+    }
+}
+
+/* Bytes of packed x for m x k. */
+static inline ptrdiff_t qrt_i8_packed_x_size(ptrdiff_t m, ptrdiff_t k) {
+    return qrt_round_up(m, I8_MR) * qrt_round_up(k, 4);
+}
+
+/* x[m][k] -> tiles of I8_MR rows; in a tile, each group of 4 k holds the rows' 4 bytes in turn,
+ * so a tile reads one contiguous stream (rows of x K bytes apart would share L1 sets when K is a
+ * multiple of 4096). Padding rows and k are 0. Returns the largest value of x, which decides the
+ * product's flavour (qrt_gemm_u8s8). */
+static int qrt_i8_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* out) {
+    ptrdiff_t kp = qrt_round_up(k, 4), i, g;
+    uint8_t largest = 0;
+    for (i = 0; i < m * k; i++)
+        largest = x[i] > largest ? x[i] : largest;
+    if (m % I8_MR || k % 4)
+        memset(out, 0, (size_t)qrt_i8_packed_x_size(m, k));
+    for (ptrdiff_t i0 = 0; i0 < m; i0 += I8_MR) {
+        uint8_t* tile = out + i0 * kp;
+        int rows = (int)(m - i0 < I8_MR ? m - i0 : I8_MR);
+        for (g = 0; g < k / 4; g++)
+            for (int r = 0; r < rows; r++)
+                memcpy(tile + (g * I8_MR + r) * 4, x + (i0 + r) * k + 4 * g, 4);
+        for (i = i0; i < i0 + rows; i++)
+            memcpy(tile + (g * I8_MR + i - i0) * 4, x + i * k + 4 * g, (size_t)(k % 4));
+    }
+    return largest;
+}
+
+/* The exact flavour, on every ISA: any u8 activations. */
+#define T_TILE i8_tile_exact
+#define T_TILE_ANY i8_tile_any_exact
+#define T_ACC i8_acc
+#define T_W i8_w
+#define T_X i8_x
+#define T_COLS I8_COLS
+#define T_ROWS I8_ROWS
+#define T_LOADW I8_LOADW
+#define T_SETX I8_SETX
+#define T_DOT I8_DOT
+#define T_STORE I8_STORE
+#define T_LOADC I8_LOADC
+#include "gemm_i8_tile.h"
+
+/* A faster flavour for activations of at most 128 (every dynamic linear with reduce_range, every
+ * static linear fed 7-bit activations), where the ISA has one (I8_U7_COLS). */
+#if defined(I8_U7_COLS)
+#define T_TILE i8_tile_u7
+#define T_TILE_ANY i8_tile_any_u7
+#define T_ACC i8u7_acc
+#define T_W i8u7_w
+#define T_X i8u7_x
+#define T_COLS I8_U7_COLS
+#define T_ROWS I8_U7_ROWS
+#define T_LOADW I8_U7_LOADW
+#define T_SETX I8_U7_SETX
+#define T_DOT I8_U7_DOT
+#define T_STORE I8_U7_STORE
+#define T_LOADC I8_U7_LOADC
+#include "gemm_i8_tile.h"
+#endif
+
+/* Cache blocking: a panel's slice of I8_KC k values (I8_NR * I8_KC bytes, 16 KiB) stays in L1
+ * while up to I8_MC rows of x sweep it; their sums wait in c between slices. */
+#ifndef I8_KC
+#define I8_KC 256
+#endif
+#define I8_MC (I8_MR * 16)
+
+/* Row i, columns [j0, j1), of the epilogue from the exact results a[0 .. j1 - j0).
+ * Fields are read into locals first: stores through uint8_t* may alias anything, and the
+ * compiler would reload them at every element otherwise. Static linear requantization
+ * (NUMERICS.md): v = fl(a) plus the folded bias, v + bias_q[j] (per-channel) or
+ * fma(bias[j], bias_inv, v) (per-tensor); then clamp(sat_int16(rne(fl(v * mult[j]))) + zp, lo, 255). */
+static void qrt_epilogue_row(const qrt_epilogue* e, ptrdiff_t i, ptrdiff_t n, ptrdiff_t j0, ptrdiff_t j1,
+                             const int32_t* a) {
+    ptrdiff_t j, cols = j1 - j0;
+    if (e->acc) {
+        memcpy(e->acc + i * n + j0, a, (size_t)cols * sizeof(int32_t));
+    } else if (e->q) {
+        uint8_t* out = e->q + i * n + j0;
+        const float *bias_q = e->bias_q, *bias_t = e->bias_t, *mult = e->mult + j0;
+        float bias_inv = e->bias_inv;
+        int32_t zp = e->zp, lo = e->lo;
+        for (j = 0; j < cols; j++) {
+            float v = (float)a[j];
+            if (bias_q)
+                v = v + bias_q[j0 + j];
+            else if (bias_t)
+                v = fmaf(bias_t[j0 + j], bias_inv, v);
+            float r = nearbyintf(v * mult[j]);
+            r = r < -32768.0f ? -32768.0f : (r > 32767.0f ? 32767.0f : r);
+            int32_t q = (int32_t)r + zp;
+            out[j] = (uint8_t)(q < lo ? lo : (q > 255 ? 255 : q));
+        }
+    } else {
+        float* out = e->y + i * n + j0;
+        const float *scale = e->y_scale + j0, *bias = e->bias;
+        if (bias)
+            for (j = 0; j < cols; j++)
+                out[j] = fmaf((float)a[j], scale[j], bias[j0 + j]);
+        else
+            for (j = 0; j < cols; j++)
+                out[j] = (float)a[j] * scale[j];
+    }
+}
+
+/* The part of the expansion below that depends on the column only, for columns [0, n) of weights
+ * with row sums w_rowsum and zero points w_zp, against x_zp: what each sum starts from. */
+static void qrt_i8_col_offset(int32_t x_zp, const int32_t* w_rowsum, const int32_t* w_zp, ptrdiff_t n, ptrdiff_t k,
+                              int32_t* out) {
+    uint32_t zx = (uint32_t)x_zp, kz = (uint32_t)k * zx;
+    for (ptrdiff_t j = 0; j < n; j++)
+        out[j] = (int32_t)(((uint32_t)I8_XBIAS - zx) * (uint32_t)w_rowsum[j] + kz * (uint32_t)w_zp[j]);
+}
+
+/* acc[i][j] = sum_t (x[i][t] - x_zp) * (w[j][t] - w_zp[j]) in int32 (wrapping), for
+ * rows [i0, i1) (i0 a multiple of I8_MR) and columns of panels [p0, p1) (clipped to n),
+ * from x packed by qrt_i8_pack_x.
+ *
+ * Expanded as dot(x, w) + col_offset[j] - w_zp[j] * rowsum(x)[i], where col_offset (from
+ * qrt_i8_col_offset, padded to whole panels) holds - x_zp * rowsum(w)[j] + k * x_zp * w_zp[j]:
+ * the dot products start from it, so a sum needs no fixing afterwards unless x_rowsum is given
+ * (it may be NULL when every w_zp is 0). All exact modulo 2^32. Each result goes to the epilogue
+ * e (row stride n). Activations of at most 128 (small_x) take the faster flavour where the ISA has
+ * one; both are exact, so the choice never changes a result. */
+static void qrt_gemm_u8s8(const uint8_t* xpacked, const int32_t* col_offset, const int8_t* packed,
+                          const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0,
+                          ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, int small_x, const qrt_epilogue* e) {
+    void (*tile)(const uint8_t*, int, const int8_t*, ptrdiff_t, ptrdiff_t, const int32_t*, int32_t*) =
+        i8_tile_any_exact;
+#if defined(I8_U7_COLS)
+    if (small_x)
+        tile = i8_tile_any_u7;
+#else
+    (void)small_x;
+#endif
+    int32_t c[I8_MC * I8_NR];
+    ptrdiff_t kp = qrt_round_up(k, 4), groups = kp / 4, p, ib, ie, i, gb, j, j0, j1;
+    for (p = p0; p < p1; p++) {
+        const int8_t* panel = packed + p * I8_NR * kp;
+        j0 = p * I8_NR;
+        j1 = j0 + I8_NR < n ? j0 + I8_NR : n;
+        for (ib = i0; ib < i1; ib += I8_MC) {
+            ie = ib + I8_MC < i1 ? ib + I8_MC : i1;
+            for (gb = 0; gb < groups || gb == 0; gb += I8_KC / 4) {
+                ptrdiff_t ge = gb + I8_KC / 4 < groups ? gb + I8_KC / 4 : groups;
+                for (i = ib; i < ie; i += I8_MR)
+                    tile(xpacked + i * kp, (int)(ie - i < I8_MR ? ie - i : I8_MR), panel, gb, ge,
+                         gb == 0 ? col_offset + j0 : NULL, c + (i - ib) * I8_NR);
+            }
+            for (i = ib; i < ie; i++) {
+                int32_t* ci = c + (i - ib) * I8_NR;
+                if (x_rowsum) {
+                    uint32_t xs = (uint32_t)x_rowsum[i];
+                    for (j = j0; j < j1; j++)
+                        ci[j - j0] = (int32_t)((uint32_t)ci[j - j0] - (uint32_t)w_zp[j] * xs);
+                }
+                qrt_epilogue_row(e, i, n, j0, j1, ci);
+            }
+        }
+    }
+}

@@ -1,0 +1,73 @@
+/* One tile flavour of the int8 product, included by gemm_i8.h once per flavour (no include guard).
+ * Expects the flavour's primitives as T_* macros (see isa/i8_avx2.h for both flavours):
+ *   T_TILE, T_TILE_ANY  names of the two functions defined here
+ *   T_ACC, T_W, T_X     accumulator, weight and broadcast x types
+ *   T_COLS, T_ROWS      columns per accumulator; most rows one call keeps in registers
+ *   T_LOADW(p), T_SETX(word), T_DOT(acc, x, w), T_STORE(out, acc), T_LOADC(p)
+ * and undefines them at the end.
+ */
+#define T_NV (I8_NR / T_COLS)
+
+/* c[r][col] = start[col] + sum over the k of groups [g0, g1) of (x[r][t] - I8_XBIAS) * panel column col,
+ * for the r < mr rows of one packed x tile (rows I8_MR apart in it); start is `init` (one row, shared
+ * by all rows) or, when init is NULL, c itself (continuing an earlier slice). c rows are I8_NR apart. */
+QRT_INLINE void T_TILE(const uint8_t* xtile, const int mr, const int8_t* panel, ptrdiff_t g0, ptrdiff_t g1,
+                       const int32_t* init, int32_t* c) {
+    T_ACC acc[T_ROWS][T_NV];
+    ptrdiff_t g;
+    int r, v;
+    QRT_UNROLL for (r = 0; r < T_ROWS; r++)
+        if (r < mr)
+            QRT_UNROLL for (v = 0; v < T_NV; v++)
+                acc[r][v] = init ? T_LOADC(init + v * T_COLS) : T_LOADC(c + r * I8_NR + v * T_COLS);
+    for (g = g0; g < g1; g++) {
+        T_W w[T_NV];
+        QRT_UNROLL for (v = 0; v < T_NV; v++)
+            w[v] = T_LOADW(panel + g * I8_NR * 4 + v * T_COLS * 4);
+        QRT_UNROLL for (r = 0; r < T_ROWS; r++) {
+            if (r < mr) {
+                uint32_t word;
+                memcpy(&word, xtile + (g * I8_MR + r) * 4, 4);
+                T_X xr = T_SETX(word);
+                QRT_UNROLL for (v = 0; v < T_NV; v++)
+                    acc[r][v] = T_DOT(acc[r][v], xr, w[v]);
+            }
+        }
+    }
+    QRT_UNROLL for (r = 0; r < T_ROWS; r++)
+        if (r < mr)
+            QRT_UNROLL for (v = 0; v < T_NV; v++)
+                T_STORE(c + r * I8_NR + v * T_COLS, acc[r][v]);
+}
+
+/* The mr rows of a tile in calls of at most T_ROWS rows, each with its row count a constant, so the
+ * accumulators live in registers. */
+static void T_TILE_ANY(const uint8_t* xtile, int mr, const int8_t* panel, ptrdiff_t g0, ptrdiff_t g1,
+                       const int32_t* init, int32_t* c) {
+    for (int r0 = 0; r0 < mr; r0 += T_ROWS) {
+        const uint8_t* xt = xtile + r0 * 4;
+        int32_t* cr = c + r0 * I8_NR;
+        switch (mr - r0 < T_ROWS ? mr - r0 : T_ROWS) {
+        case 1: T_TILE(xt, 1, panel, g0, g1, init, cr); break;
+        case 2: T_TILE(xt, 2, panel, g0, g1, init, cr); break;
+        case 3: T_TILE(xt, 3, panel, g0, g1, init, cr); break;
+        case 4: T_TILE(xt, 4, panel, g0, g1, init, cr); break;
+        case 5: T_TILE(xt, 5, panel, g0, g1, init, cr); break;
+        default: T_TILE(xt, 6, panel, g0, g1, init, cr); break;
+        }
+    }
+}
+
+#undef T_NV
+#undef T_TILE
+#undef T_TILE_ANY
+#undef T_ACC
+#undef T_W
+#undef T_X
+#undef T_COLS
+#undef T_ROWS
+#undef T_LOADW
+#undef T_SETX
+#undef T_DOT
+#undef T_STORE
+#undef T_LOADC

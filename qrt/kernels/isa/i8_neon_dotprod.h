@@ -1,0 +1,16 @@
+/* u8 x s8 primitives, ARMv8.2 dotprod: one sdot per 4 columns x 4 k. */
+#include <arm_neon.h>
+#define QRT_I8_ISA "neon-dotprod"
+#define I8_NR 16
+#define I8_MR 4
+#define I8_COLS 4
+/* sdot is s8 x s8: feed x - 128 (x ^ 0x80) and add 128 * rowsum(w) back (qrt_i8_col_offset) */
+#define I8_XBIAS 128
+typedef int32x4_t i8_acc;
+typedef int8x16_t i8_w;
+typedef int8x16_t i8_x;
+#define I8_LOADW(p) vld1q_s8((const int8_t*)(p))
+#define I8_SETX(word) vreinterpretq_s8_u32(vdupq_n_u32((uint32_t)(word) ^ 0x80808080u))
+#define I8_DOT(acc, x, w) vdotq_s32((acc), (w), (x))
+#define I8_STORE(out, acc) vst1q_s32((out), (acc))
+#define I8_LOADC(p) vld1q_s32(p)

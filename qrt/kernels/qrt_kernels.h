@@ -1,0 +1,76 @@
+/* The CPU kernels of qrt as one table per instruction-set variant, chosen at run time.
+ *
+ * Each variant_*.c compiles the same generic kernels (gemm_i8.h, gemm_f16.h, quantize.h,
+ * gates.h) over one ISA's primitives (isa/) with that ISA's target flags, and exports one
+ * qrt_kernels table. One build holds every variant of its architecture; dispatch.c picks the
+ * best the CPU can run (cpuid on x86-64, getauxval(AT_HWCAP) on Linux/aarch64), and the
+ * environment variable QRT_KERNELS forces another. Packed weights belong to the variant that
+ * packed them: callers keep the table with the weights.
+ *
+ * Every variant gives the same bits for every entry point (docs/NUMERICS.md); the tests hold
+ * each one the host can run to the portable variant and the scalar oracles.
+ */
+#ifndef QRT_KERNELS_H
+#define QRT_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* What the int8 product does with each exact int32 result a = acc[i][j], while its tile is in cache. */
+typedef struct {
+    int32_t* acc;         /* if not NULL: acc[i][j] = a */
+    float* y;             /* dynamic linear: y[i][j] = fma(fl(a), y_scale[j], bias[j]) or fl(a) * y_scale[j] */
+    const float* y_scale; /* fl(s_x * s_w[j]) */
+    const float* bias;
+    uint8_t* q;           /* static linear: q[i][j] = requantized a */
+    const float* bias_q;  /* per-channel folded bias, or NULL */
+    const float* bias_t;  /* per-tensor bias, or NULL */
+    float bias_inv;
+    const float* mult;
+    int32_t zp, lo;
+} qrt_epilogue;
+
+typedef struct {
+    const char* name;     /* "avx512-vnni", "avx2", "neon-dotprod", "neon", "portable" */
+    const char* i8_isa;   /* the primitives of each product */
+    const char* fp_isa;
+    int i8_nr, i8_mr;     /* panel columns and tile rows of the int8 product */
+    int fp_nr, fp_mr;     /* ... and of the float product */
+
+    /* int8: w[n][k] -> panels; x[m][k] -> row tiles; column offsets; the product with its epilogue */
+    ptrdiff_t (*i8_packed_size)(ptrdiff_t n, ptrdiff_t k);
+    void (*i8_pack)(const int8_t* w, ptrdiff_t n, ptrdiff_t k, int8_t* out);
+    ptrdiff_t (*i8_packed_x_size)(ptrdiff_t m, ptrdiff_t k);
+    int (*i8_pack_x)(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* out); /* returns max(x) */
+    void (*i8_col_offset)(int32_t x_zp, const int32_t* w_rowsum, const int32_t* w_zp, ptrdiff_t n, ptrdiff_t k,
+                          int32_t* out);
+    void (*gemm_u8s8)(const uint8_t* xpacked, const int32_t* col_offset, const int8_t* packed, const int32_t* w_zp,
+                      const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t p0,
+                      ptrdiff_t p1, int small_x, const qrt_epilogue* e); /* small_x: max(x) <= 128 */
+
+    /* float16 (half) or float32 weights: the same four steps, fma chains in fbgemm's fp16 order,
+     * bias added after the chain */
+    ptrdiff_t (*fp_packed_size)(ptrdiff_t n, ptrdiff_t k, int half);
+    void (*fp_pack)(const float* w, ptrdiff_t n, ptrdiff_t k, int half, void* out);
+    ptrdiff_t (*fp_packed_x_size)(ptrdiff_t m, ptrdiff_t k);
+    void (*fp_pack_x)(const float* x, ptrdiff_t m, ptrdiff_t k, float* out);
+    void (*gemm_fp)(const float* xpacked, const void* packed, int half, const float* bias, ptrdiff_t n, ptrdiff_t k,
+                    ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, float* y, ptrdiff_t ldy);
+
+    /* dynamic quantization of activations */
+    int (*min_max)(const float* x, ptrdiff_t n, float* lo, float* hi);
+    void (*quantize_u8)(const float* x, ptrdiff_t n, float inv, float zp, uint8_t* q);
+
+    /* recurrent gates: units [j0, j1) of every batch row of one step (gates.h) */
+    void (*gate_update)(int kind, const float* gi, float* gh, const float* h, const float* c, float* h_out,
+                        float* c_out, ptrdiff_t batch, ptrdiff_t hidden, ptrdiff_t j0, ptrdiff_t j1);
+} qrt_kernels;
+
+/* The variants compiled into this build, best first; *count receives their number. */
+const qrt_kernels* const* qrt_kernels_compiled(int* count);
+/* Whether this CPU (and its OS) can run the variant. */
+int qrt_kernels_runnable(const qrt_kernels* k);
+/* The best variant this CPU can run. */
+const qrt_kernels* qrt_kernels_best(void);
+
+#endif /* QRT_KERNELS_H */

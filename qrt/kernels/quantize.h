@@ -1,0 +1,49 @@
+/* Dynamic quantization of activations: vectorisable loops, included once per variant (variant.h). */
+/* Min and max of x[0..n) (n >= 1); returns 1 if any is NaN or infinite (torch's parameter choice has
+ * no defined result for those: its zero point becomes a cast of NaN). Kept in 8 lanes (GCC/Clang vector
+ * extensions), so it runs as vector compares and selects: only the sign of a zero result may
+ * differ from a serial scan, and callers extend the range to include 0, making both zeros +0. */
+static int qrt_min_max(const float* x, ptrdiff_t n, float* lo, float* hi) {
+    float mn = x[0], mx = x[0];
+    int nan = 0;
+    ptrdiff_t i = 0;
+#if defined(__GNUC__)
+    typedef float f8 __attribute__((vector_size(32)));
+    typedef int32_t i8 __attribute__((vector_size(32)));
+    f8 vmn = {0}, vmx, v;
+    i8 vnan = {0}, less, more;
+    vmn += mn;
+    vmx = vmn;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&v, x + i, sizeof v);
+        vnan |= v != v;
+        less = v < vmn;
+        more = v > vmx;
+        vmn = (f8)((less & (i8)v) | (~less & (i8)vmn));
+        vmx = (f8)((more & (i8)v) | (~more & (i8)vmx));
+    }
+    for (int l = 0; l < 8; l++) {
+        nan |= vnan[l] != 0;
+        mn = vmn[l] < mn ? vmn[l] : mn;
+        mx = vmx[l] > mx ? vmx[l] : mx;
+    }
+#endif
+    for (; i < n; i++) {
+        nan |= x[i] != x[i];
+        mn = x[i] < mn ? x[i] : mn;
+        mx = x[i] > mx ? x[i] : mx;
+    }
+    *lo = mn;
+    *hi = mx;
+    return nan || isinf(mn) || isinf(mx);
+}
+
+/* q = clamp(rne(fma(x, inv, zp)), 0, 255) (NUMERICS.md Q1); a NaN product maps to 0. */
+static void qrt_quantize_u8(const float* x, ptrdiff_t n, float inv, float zp, uint8_t* q) {
+    for (ptrdiff_t i = 0; i < n; i++) {
+        float r = nearbyintf(fmaf(x[i], inv, zp));
+        r = r > 0.0f ? r : 0.0f;
+        r = r < 255.0f ? r : 255.0f;
+        q[i] = (uint8_t)(int32_t)r;
+    }
+}

@@ -1,0 +1,19 @@
+/* The body of one variant: the generic kernels over the ISA primitives the including file chose
+ * (isa/i8_*.h, isa/f16_*.h), and its table, named qrt_kernels_<QRT_VARIANT_ID>. */
+#include "qrt_kernels.h"
+
+#include "gates.h"
+#include "gemm_f16.h"
+#include "gemm_i8.h"
+#include "quantize.h"
+
+#define QRT_CAT_(a, b) a##b
+#define QRT_CAT(a, b) QRT_CAT_(a, b)
+
+const qrt_kernels QRT_CAT(qrt_kernels_, QRT_VARIANT_ID) = {
+    QRT_VARIANT_NAME, QRT_I8_ISA, QRT_F16_ISA, I8_NR, I8_MR, F_NR, F_MR,
+    qrt_i8_packed_size, qrt_i8_pack, qrt_i8_packed_x_size, qrt_i8_pack_x, qrt_i8_col_offset, qrt_gemm_u8s8,
+    qrt_fp_packed_size, qrt_fp_pack, qrt_fp_packed_x_size, qrt_fp_pack_x, qrt_gemm_fp,
+    qrt_min_max, qrt_quantize_u8,
+    qrt_gate_update,
+};
