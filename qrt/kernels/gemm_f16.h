@@ -115,7 +115,8 @@ static void f_tile_any(const float* xt, int mr, const void* w, int wide_, ptrdif
         F_TILE_WIDE(0);
 }
 
-/* Cache blocking as for int8: F_KC k of a panel stay in L1 while up to F_MC rows sweep them.
+/* Cache blocking: F_KC k of a panel stay in L1 while up to F_MC rows sweep them; row blocks are the
+ * outer loop, so a block of x stays in L2 while every panel passes it (x is 4 bytes a value).
  * When several row tiles share a slice, it is widened to float32 once (wbuf) instead of in
  * every tile: the conversions would otherwise compete with the FMAs for the same port.
  * F_KC divides QRT_F16_BLOCK, so the tail quirk's blocks are whole numbers of slices. */
@@ -130,15 +131,15 @@ static void qrt_gemm_fp(const float* xpacked, const void* packed, int half, cons
     float c[F_MC * F_NR], wbuf[F_KC * F_NR];
     const ptrdiff_t wsize = qrt_fp_wsize(half);
     ptrdiff_t tail_start = n - n % QRT_F16_TAIL, p, ib, ie, i, kb, j, j0, j1, t;
-    for (p = p0; p < p1; p++) {
-        const char* panel = (const char*)packed + p * F_NR * k * wsize;
-        j0 = p * F_NR;
-        j1 = j0 + F_NR < n ? j0 + F_NR : n;
-        /* F_NR divides 32, so a panel lies wholly inside or outside the tail block */
-        int blocked = j0 >= tail_start && k > QRT_F16_BLOCK;
-        ptrdiff_t slice = blocked ? QRT_F16_BLOCK : F_KC;
-        for (ib = i0; ib < i1; ib += F_MC) {
-            ie = ib + F_MC < i1 ? ib + F_MC : i1;
+    for (ib = i0; ib < i1; ib += F_MC) {
+        ie = ib + F_MC < i1 ? ib + F_MC : i1;
+        for (p = p0; p < p1; p++) {
+            const char* panel = (const char*)packed + p * F_NR * k * wsize;
+            j0 = p * F_NR;
+            j1 = j0 + F_NR < n ? j0 + F_NR : n;
+            /* F_NR divides 32, so a panel lies wholly inside or outside the tail block */
+            int blocked = j0 >= tail_start && k > QRT_F16_BLOCK;
+            ptrdiff_t slice = blocked ? QRT_F16_BLOCK : F_KC;
             int widen = wsize == 2 && !blocked && ie - ib > F_MR;
             for (kb = 0; kb < k || kb == 0; kb += slice) {
                 ptrdiff_t ke = kb + slice < k ? kb + slice : k;

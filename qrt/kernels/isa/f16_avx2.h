@@ -3,7 +3,7 @@
 #define QRT_F16_ISA "avx2-fma-f16c"
 #define F_HALF 1
 #define F_NR 16
-#define F_MR 4
+#define F_MR 6
 #define F_LANES 8
 typedef __m256 f_vec;
 #define F_TOHALF(v) ((uint16_t)_cvtss_sh((v), 0))
