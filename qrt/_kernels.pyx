@@ -19,6 +19,7 @@ from libc.string cimport memcpy, memset
 from cython.parallel cimport prange
 
 import os
+import warnings
 
 import numpy as np
 
@@ -303,6 +304,15 @@ def _set_projection_bytes(Py_ssize_t n) -> int:
 
 
 def _default_threads() -> int:
+    """QRT_NUM_THREADS, else OMP_NUM_THREADS (its first level), else the CPUs this process may use."""
+    for var in ("QRT_NUM_THREADS", "OMP_NUM_THREADS"):
+        text = os.environ.get(var, "").strip()
+        if not text:
+            continue
+        first = text.split(",")[0].strip()  # OpenMP allows one count per nesting level: "4,2"
+        if first.isascii() and first.isdigit() and int(first) >= 1:
+            return int(first)
+        warnings.warn(f"qrt: ignoring {var}={text!r}: not a positive number of threads", stacklevel=2)
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux

@@ -90,6 +90,12 @@ class Model:
     def __repr__(self) -> str:
         return f"Model({self.path!r}, inputs={list(self.inputs)}, outputs={list(self.outputs)})"
 
+    def __reduce__(self) -> tuple:
+        """Pickled as its path: the receiving process maps and validates the file again (for
+        multiprocessing, concurrent.futures, Ray or Dask workers), and refuses it if its data is
+        no longer the data this Model was loaded from."""
+        return _unpickle, (self.path, self.device, self.metadata[qformat.META_CHECKSUM])
+
     def _accept(self, i: int, a: Any) -> np.ndarray:
         """Input i checked: returned as it is when it already conforms, else by _check_input."""
         dtype, ndim, fixed = self._accepts[i]
@@ -167,6 +173,13 @@ def _check_input(spec: ValueSpec, a: Any, array_module: Any = None) -> np.ndarra
         want_shape = "[" + ", ".join("?" if d is None else str(d) for d in spec.shape) + "]"
         raise ValueError(f"input {spec.name!r}: shape is {list(a.shape)}, expected {want_shape}")
     return xp.ascontiguousarray(a)
+
+
+def _unpickle(path: str, device: str, checksum: str) -> Model:
+    model = Model(path, device)
+    if model.metadata[qformat.META_CHECKSUM] != checksum:
+        raise qformat.FormatError(f"{path}: the file changed since this Model was pickled (its data checksum differs)")
+    return model
 
 
 def load(path: str | os.PathLike, device: str = "cpu") -> Model:

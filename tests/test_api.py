@@ -148,3 +148,61 @@ def test_threads_share_one_model_and_get_the_serial_results(two_input_model):
 def test_import_qrt_does_not_import_torch():
     code = "import sys, qrt; assert 'torch' not in sys.modules and 'cupy' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _pickled_run(args):
+    model, inputs = args
+    return model.run(inputs)
+
+
+def test_model_pickles_by_path_into_worker_processes(two_input_model):
+    """A Model goes to multiprocessing workers (spawned: nothing inherited) and gives the same bits."""
+    import multiprocessing
+    import pickle
+
+    model = qrt.load(two_input_model)
+    cases = [_inputs(batch=1 + i, seed=i) for i in range(4)]
+    want = [model.run(c) for c in cases]
+    assert len(pickle.dumps(model)) < 1000  # the path and checksum, not the weights
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        got = pool.map(_pickled_run, [(model, c) for c in cases])
+    for (gy, gz), (wy, wz) in zip(got, want):
+        np.testing.assert_array_equal(gy, wy)
+        np.testing.assert_array_equal(gz, wz)
+
+
+def test_unpickling_refuses_a_changed_file(tmp_path, two_input_model):
+    import pickle
+
+    path = tmp_path / "m.qrt"
+    path.write_bytes(two_input_model.read_bytes())
+    blob = pickle.dumps(qrt.load(path))
+    g = GraphBuilder()
+    g.output(g.node("relu", {"x": g.input("x", "float32", [None, 4])}))
+    g.save(path)
+    with pytest.raises(qrt.FormatError, match="changed since this Model was pickled"):
+        pickle.loads(blob)
+
+
+@pytest.mark.parametrize(
+    "env, want",
+    [
+        ({"OMP_NUM_THREADS": "1"}, 1),
+        ({"OMP_NUM_THREADS": "3,2"}, 3),
+        ({"QRT_NUM_THREADS": "2", "OMP_NUM_THREADS": "1"}, 2),
+        ({"OMP_NUM_THREADS": "lots"}, None),
+    ],
+)
+def test_thread_count_from_the_environment(env, want):
+    """QRT_NUM_THREADS wins over OMP_NUM_THREADS; a bad value is named in a warning and ignored."""
+    import os
+
+    base = {k: v for k, v in os.environ.items() if k not in ("QRT_NUM_THREADS", "OMP_NUM_THREADS")}
+    code = "import os, qrt; print(qrt.get_num_threads(), len(os.sched_getaffinity(0)))"
+    r = subprocess.run([sys.executable, "-W", "always", "-c", code], env={**base, **env}, capture_output=True,
+                       text=True, check=True)
+    got, cpus = map(int, r.stdout.split())
+    if want is None:
+        assert got == cpus and "ignoring OMP_NUM_THREADS='lots'" in r.stderr
+    else:
+        assert got == want
