@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: demo test test-torch-avx2 lint build bench asan golden clean
+.PHONY: demo test test-torch-avx2 lint build bench asan golden clean arm wheel wheel-check
 
 $(VENV)/.installed: requirements-dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -70,3 +70,23 @@ golden: build
 
 clean:
 	rm -rf build qrt/_kernels.c qrt/_kernels*.so
+
+# The wheel users install (pip install dist/wheelhouse/qrt-*.whl, with [convert] for the converter): the
+# sdist first, then the wheel built from it (a file the sdist lacks fails here), then auditwheel tags it
+# manylinux and copies the OpenMP runtime in. It runs at full speed on every CPU of its architecture
+# (run-time kernel dispatch). dist/ holds the sdist and the untagged wheel, dist/wheelhouse the wheel.
+wheel: $(VENV)/.installed
+	rm -rf dist
+	$(PY) -m build --no-isolation --quiet --outdir dist .
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH auditwheel repair --strip --wheel-dir dist/wheelhouse dist/qrt-*.whl
+	@ls -l dist/*.tar.gz dist/wheelhouse/*.whl
+
+# The wheel installed into a fresh virtual environment with no compiler and no checkout, used as a user
+# would: qrt-convert, qrt run, qrt compare, and the golden outputs bit for bit (.ci/wheel).
+wheel-check: $(VENV)/.installed
+	.ci/wheel
+
+# The ARM leg of CI: the kernels cross-compiled for aarch64 (in build/arm, the in-place build stays
+# as it is) and tested under qemu-user on an ARMv8.0 and a dotprod CPU model (.ci/arm).
+arm: build
+	.ci/arm
