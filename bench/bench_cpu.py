@@ -285,7 +285,8 @@ def main() -> None:
     print(f"machine: {info.get('cpu')} | {info['cores']} cores | flags {' '.join(info.get('flags', []))}"
           f" | qrt kernels {info['qrt_kernels']}")
     print(
-        f"qrt kernels {_kernels.kernel_variant_info()} | torch {torch.__version__} ({torch.backends.quantized.engine})"
+        f"qrt kernels {_kernels.kernel_variant_info()} | torch {torch.__version__} ({torch.backends.quantized.engine},"
+        f" capability {torch.backends.cpu.get_cpu_capability()})"
         f" | onnxruntime {ort.__version__ if ort else 'not installed'}"
     )
     repeats = 5 if args.quick else 15
