@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: demo test test-torch-avx2 lint build bench asan golden clean arm wheel wheel-check
+.PHONY: demo test test-torch-avx2 lint build bench asan golden clean arm wheel wheel-check wheel-arm
 
 $(VENV)/.installed: requirements-dev.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -85,6 +85,11 @@ wheel: $(VENV)/.installed
 # would: qrt-convert, qrt run, qrt compare, and the golden outputs bit for bit (.ci/wheel).
 wheel-check: $(VENV)/.installed
 	.ci/wheel
+
+# The same wheel for aarch64, cross-compiled, run under qemu on the golden outputs (.ci/wheel aarch64;
+# needs the arm64 sysroot that make arm assembles).
+wheel-arm: $(VENV)/.installed
+	.ci/wheel aarch64
 
 # The ARM leg of CI: the kernels cross-compiled for aarch64 (in build/arm, the in-place build stays
 # as it is) and tested under qemu-user on an ARMv8.0 and a dotprod CPU model (.ci/arm).

@@ -19,6 +19,7 @@ import tempfile
 import numpy as np
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
 
 
 def compile_args() -> list[str]:
@@ -66,4 +67,19 @@ extensions = [
     )
 ]
 
-setup(ext_modules=cythonize(extensions, compiler_directives={"language_level": "3"}))
+
+class BuildPy(build_py):
+    """Leaves out of the installed converter (qrt_tools, from tools/) the modules that work only in a
+    checkout: the fuzzing harness imports tests/fuzz_cases.py and atheris."""
+
+    CHECKOUT_ONLY = {("qrt_tools", "fuzz_loader")}
+
+    def find_package_modules(self, package, package_dir):
+        modules = super().find_package_modules(package, package_dir)
+        return [m for m in modules if (m[0], m[1]) not in self.CHECKOUT_ONLY]
+
+
+setup(
+    ext_modules=cythonize(extensions, compiler_directives={"language_level": "3"}),
+    cmdclass={"build_py": BuildPy},
+)

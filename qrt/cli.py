@@ -489,19 +489,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _import_compare() -> Any:
-    """tools/compare.py, imported only for `qrt compare`: it needs PyTorch and the converter,
-    which live outside the runtime (qrt itself never imports torch)."""
+    """The converter's compare module, imported only for `qrt compare` (it needs PyTorch; qrt itself
+    never imports torch): `tools.compare` of the checkout this qrt runs from, else the installed
+    `qrt_tools.compare` (pip install 'qrt[convert]')."""
+    import importlib
+
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if os.path.isfile(os.path.join(root, "tools", "compare.py")) and root not in sys.path:
-        sys.path.insert(0, root)  # a source checkout: the converter sits beside the qrt package
+    if os.path.isfile(os.path.join(root, "tools", "qrt_backend.py")):
+        if root not in sys.path:
+            sys.path.insert(0, root)  # a source checkout: the converter sits beside the qrt package
+        name = "tools.compare"
+    else:
+        name = "qrt_tools.compare"
     try:
-        from tools import compare
+        return importlib.import_module(name)
     except ImportError as e:
         raise CLIError(
-            "qrt compare needs PyTorch and the converter (tools/ in the qrt source tree): "
-            f"run it from a qrt checkout with pip install 'qrt[torch]' ({e})"
+            f"qrt compare needs PyTorch and the qrt converter: pip install 'qrt[convert]' ({type(e).__name__}: {e})"
         ) from None
-    return compare
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -528,7 +533,7 @@ EXAMPLES = {
   qrt compare static.qrt --checkpoint model.pt --model mypkg.models:make_mlp --calib calib.npz --plot layers.png
   qrt compare model.qrt --checkpoint model.pt --model mypkg.models:make_mlp --inputs in.npz --json
 
-needs PyTorch (pip install 'qrt[torch]') and the converter (tools/ of a qrt checkout); --plot needs matplotlib.""",
+needs PyTorch and the converter: pip install 'qrt[convert]'; --plot needs matplotlib (pip install 'qrt[plot]').""",
 }
 
 

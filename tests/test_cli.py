@@ -318,4 +318,4 @@ def test_compare_wrong_checkpoint_and_missing_torch(files, tmp_path):
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('no torch in this environment')\n")
     fails(qrt_cli("compare", files["dyn.qrt"], "--checkpoint", files["mlp.pt"], "--model", "models:make_mlp",
-                  pythonpath=(str(fake.parent),)), "pip install 'qrt[torch]'")
+                  pythonpath=(str(fake.parent),)), "pip install 'qrt[convert]'")

@@ -22,12 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-
-from qrt import format as qformat  # noqa: E402
-from qrt.cli import (  # noqa: E402
+from qrt import format as qformat
+from qrt.cli import (
     CLIError,
     _check_path,
     _gather_inputs,
@@ -37,9 +33,10 @@ from qrt.cli import (  # noqa: E402
     _table,
     random_inputs,
 )
-from qrt.graph import Graph, Node  # noqa: E402
-from qrt.model import Model  # noqa: E402
-from tools import convert, qrt_backend  # noqa: E402
+from qrt.graph import Graph, Node
+from qrt.model import Model
+
+from . import convert, qrt_backend
 
 
 def sqnr_db(reference: np.ndarray, x: np.ndarray) -> float:

@@ -26,10 +26,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# Run as a script (python tools/convert.py) or imported (tools.convert): the repo root must be importable.
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
+# The converter is a package: `tools` in a checkout, `qrt_tools` once installed (pip install 'qrt[convert]',
+# which gives the qrt-convert command), so its modules import each other relatively. Run as a script
+# (python tools/convert.py) it becomes the checkout's `tools.convert` (PEP 366): the repository root,
+# which holds tools/ and qrt/, goes on sys.path.
+if __name__ == "__main__" and not __package__:
+    _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if _ROOT not in sys.path:
+        sys.path.insert(0, _ROOT)
+    __package__ = "tools"
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -37,9 +42,10 @@ import torch.fx  # noqa: E402
 from torch import nn  # noqa: E402
 
 import qrt  # noqa: E402
-from tools import lower as qlower  # noqa: E402
-from tools import qrt_backend  # noqa: E402
-from tools.rules import DEFAULT_RULES, MODES, WEIGHT_DTYPES, WEIGHT_SCHEMES, Rules, RulesError, load_rules  # noqa: E402
+
+from . import lower as qlower  # noqa: E402
+from . import qrt_backend  # noqa: E402
+from .rules import DEFAULT_RULES, MODES, WEIGHT_DTYPES, WEIGHT_SCHEMES, Rules, RulesError, load_rules  # noqa: E402
 
 PRODUCER = f"qrt tools/convert.py {qrt.__version__}"
 
@@ -386,7 +392,8 @@ def _calibrate(prepared, data: dict[str, np.ndarray], names: Sequence[str], batc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="convert.py", description=__doc__.split("\n\n")[0])
+    prog = "qrt-convert" if __package__ == "qrt_tools" else "convert.py"  # installed, or from a checkout
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("checkpoint", help="torch.save'd state_dict, or a whole module with --trust-checkpoint")
     p.add_argument("-o", "--output", required=True, help="the .qrt file to write")
     p.add_argument("--model", help="package.module:factory building the float nn.Module")
@@ -418,7 +425,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress=not args.quiet,
         )
     except ConvertError as e:
-        print(f"convert.py: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     print(f"wrote {result.path} ({result.mode}, inputs {result.inputs}, rules {result.metadata['converter.rules']})")
     return 0

@@ -8,7 +8,8 @@ start-up that they know every pattern listed here, so a rule that cannot be
 lowered is refused before any model is loaded.
 
 A ``--rules FILE.py`` file defines ``RULES`` (a ``Rules``), usually derived
-from ``DEFAULT_RULES``::
+from ``DEFAULT_RULES`` (the module is ``tools.rules`` in a checkout,
+``qrt_tools.rules`` where the converter is installed)::
 
     import dataclasses
     from tools.rules import DEFAULT_RULES
