@@ -1,6 +1,8 @@
-"""Markdown tables of a bench_cpu.py JSON file (for docs/PERFORMANCE.md).
+"""Markdown tables of bench_cpu.py JSON files (for docs/PERFORMANCE.md).
 
-    python bench/table.py bench/results_cpu.json
+    python bench/table.py bench/results_cpu.json                  # one run, by thread count
+    python bench/table.py bench/results_cpu_avx2.json bench/results_cpu_avx512.json
+                                                                  # runs side by side, one column set each
 """
 
 from __future__ import annotations
@@ -46,5 +48,26 @@ def main(path: str) -> None:
                 print(f"| {r['case']} | {_t(one[r['case']])} | {r['thread_speedup']:.2f} |")
 
 
+def side_by_side(paths: list[str]) -> None:
+    """One row per case of 1-thread figures, a qrt / PyTorch / ratio column set per run (kernel variant)."""
+    runs = []
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        one_thread = {r["case"]: r for r in data["rows"] if r["threads"] == 1}
+        runs.append((data["machine"].get("qrt_kernels", path), one_thread))
+    print("| case | " + " | ".join(f"qrt {v} | PyTorch | PyTorch / qrt" for v, _ in runs) + " |")
+    print("|---|" + "---:|---:|---:|" * len(runs))
+    for case in runs[0][1]:
+        cells = []
+        for _, rows in runs:
+            r = rows.get(case)
+            cells.append(f"{_t(r['qrt_s'])} | {_t(r['torch_s'])} | {r['torch_ratio']:.2f}" if r else "- | - | -")
+        print(f"| {case} | " + " | ".join(cells) + " |")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if len(sys.argv) > 2:
+        side_by_side(sys.argv[1:])
+    else:
+        main(sys.argv[1])

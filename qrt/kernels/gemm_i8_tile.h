@@ -7,6 +7,9 @@
  * and undefines them at the end.
  */
 #define T_NV (I8_NR / T_COLS)
+#ifndef QRT_I8_PREFETCH
+#define QRT_I8_PREFETCH 1024 /* bytes ahead */
+#endif
 
 /* c[r][col] = start[col] + sum over the k of groups [g0, g1) of (x[r][t] - I8_XBIAS) * panel column col,
  * for the r < mr rows of one packed x tile (rows I8_MR apart in it); start is `init` (one row, shared
@@ -21,6 +24,10 @@ QRT_INLINE void T_TILE(const uint8_t* xtile, const int mr, const int8_t* panel, 
             QRT_UNROLL for (v = 0; v < T_NV; v++)
                 acc[r][v] = init ? T_LOADC(init + v * T_COLS) : T_LOADC(c + r * I8_NR + v * T_COLS);
     for (g = g0; g < g1; g++) {
+        /* the weights stream from memory when few rows share them: ask for them ahead of the hardware
+         * prefetcher, which stops at each 4 KiB page */
+        QRT_UNROLL for (v = 0; v < I8_NR * 4; v += 64)
+            __builtin_prefetch(panel + g * I8_NR * 4 + v + QRT_I8_PREFETCH);
         T_W w[T_NV];
         QRT_UNROLL for (v = 0; v < T_NV; v++)
             w[v] = T_LOADW(panel + g * I8_NR * 4 + v * T_COLS * 4);
