@@ -109,8 +109,8 @@ static void qrt_epilogue_row(const qrt_epilogue* e, ptrdiff_t i, ptrdiff_t n, pt
     if (e->acc) {
         memcpy(e->acc + i * n + j0, a, (size_t)cols * sizeof(int32_t));
     } else if (e->q) {
-        uint8_t* out = e->q + i * n + j0;
-        const float *bias_q = e->bias_q, *bias_t = e->bias_t, *mult = e->mult + j0;
+        uint8_t* restrict out = e->q + i * n + j0; /* restrict: a byte store may alias anything */
+        const float *restrict bias_q = e->bias_q, *restrict bias_t = e->bias_t, *restrict mult = e->mult + j0;
         float bias_inv = e->bias_inv;
         int32_t zp = e->zp, lo = e->lo;
         for (j = 0; j < cols; j++) {
