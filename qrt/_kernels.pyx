@@ -508,7 +508,7 @@ cdef class PackedS8:
         if m == 0 or n == 0:
             return 0
         col_offset = <int32_t*>malloc(panels * nr * sizeof(int32_t))
-        xp = <uint8_t*>malloc(kern.i8_packed_x_size(m, k))
+        xp = <uint8_t*>malloc(kern.i8_packed_x_size(m, k) + 1)  # + 1: k may be 0, and malloc(0) may be NULL
         if self.any_zp:  # rowsum(x) is only needed against nonzero weight zero points
             xsum = <int32_t*>malloc(m * sizeof(int32_t))
         if xp == NULL or col_offset == NULL or (self.any_zp and xsum == NULL):

@@ -218,6 +218,8 @@ def _outputs_of(name: str, make, run) -> list:
 def test_layers_identical_to_portable(variant_name):
     """Whole layers, dynamic quantization included, on 3 threads: every variant gives portable's bits."""
     m, k, n = 45, 257, 131
+    before, floors = qrt.get_num_threads(), K._set_min_work(1, 1, 1)
+    qrt.set_num_threads(3)
 
     def run(layers):
         outs = []
@@ -230,7 +232,12 @@ def test_layers_identical_to_portable(variant_name):
     def make():
         return _layers(np.random.default_rng(9), m, k, n)
 
-    for got, want in zip(_outputs_of(variant_name, make, run), _outputs_of("portable", make, run)):
+    try:
+        pairs = list(zip(_outputs_of(variant_name, make, run), _outputs_of("portable", make, run)))
+    finally:
+        K._set_min_work(*floors)
+        qrt.set_num_threads(before)
+    for got, want in pairs:
         np.testing.assert_array_equal(got, want)
 
 

@@ -21,7 +21,9 @@
 static inline float qrt_exp(float x) {
     x = x < -87.0f ? -87.0f : x;
     x = x > 87.0f ? 87.0f : x;
-    const float n = nearbyintf(x * 1.44269504088896341f);   /* x = n ln2 + r, |r| <= ln2 / 2 */
+    /* x = n ln2 + r, |r| <= ln2 / 2; a NaN x keeps n finite (converting NaN to int is undefined in C)
+     * and still gives NaN through r */
+    const float n = nearbyintf((x == x ? x : 0.0f) * 1.44269504088896341f);
     float r = fmaf(n, -0.693359375f, x);                      /* ln2 in two parts: the high part */
     r = fmaf(n, 2.12194440e-4f, r);                           /* is exact in n * 0.693359375 */
     float p = 1.9875691500e-4f;

@@ -109,10 +109,15 @@ QRT_INLINE void f_tile(const float* xt, const int mr, const void* w, const int w
 
 static void f_tile_any(const float* xt, int mr, const void* w, int wide_, ptrdiff_t count, int first, int blocked,
                        float* c) {
-    if (wide_)
-        F_TILE_WIDE(1);
-    else
+#if F_HALF
+    if (!wide_) {
         F_TILE_WIDE(0);
+        return;
+    }
+#else
+    (void)wide_; /* no float16 packing: weights are always float32 */
+#endif
+    F_TILE_WIDE(1);
 }
 
 /* Cache blocking: F_KC k of a panel stay in L1 while up to F_MC rows sweep them; row blocks are the
