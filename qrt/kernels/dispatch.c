@@ -9,10 +9,21 @@
 #endif
 
 #if defined(__x86_64__) || defined(_M_X64)
+#include <cpuid.h>
+
 extern const qrt_kernels qrt_kernels_avx512_vnni, qrt_kernels_avx2;
+
+/* F16C (cpuid leaf 1, ecx bit 29): not every compiler's __builtin_cpu_supports knows its name */
+static int has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+}
 #endif
 #if defined(__aarch64__)
-extern const qrt_kernels qrt_kernels_neon_dotprod, qrt_kernels_neon;
+extern const qrt_kernels qrt_kernels_neon;
+#endif
+#if defined(QRT_HAVE_NEON_DOTPROD)
+extern const qrt_kernels qrt_kernels_neon_dotprod;
 #endif
 extern const qrt_kernels qrt_kernels_portable;
 
@@ -20,8 +31,11 @@ static const qrt_kernels* const compiled[] = {
 #if defined(__x86_64__) || defined(_M_X64)
     &qrt_kernels_avx512_vnni, &qrt_kernels_avx2,
 #endif
+#if defined(QRT_HAVE_NEON_DOTPROD)
+    &qrt_kernels_neon_dotprod,
+#endif
 #if defined(__aarch64__)
-    &qrt_kernels_neon_dotprod, &qrt_kernels_neon,
+    &qrt_kernels_neon,
 #endif
     &qrt_kernels_portable,
 };
@@ -38,11 +52,11 @@ int qrt_kernels_runnable(const qrt_kernels* k) {
     if (k == &qrt_kernels_avx512_vnni)
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-               __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma");
+               __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") && has_f16c();
     if (k == &qrt_kernels_avx2)
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
 #endif
-#if defined(__aarch64__)
+#if defined(QRT_HAVE_NEON_DOTPROD)
     if (k == &qrt_kernels_neon_dotprod) {
 #if defined(__linux__)
         return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;

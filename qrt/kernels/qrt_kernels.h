@@ -16,6 +16,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* GCC compiles the dotprod variant under a target pragma in any aarch64 build; clang's arm_neon.h
+ * declares sdot only when the whole build targets dotprod, so a clang build without it leaves the
+ * variant out (and runs "neon" on dotprod cores). */
+#if defined(__aarch64__) && (!defined(__clang__) || defined(__ARM_FEATURE_DOTPROD))
+#define QRT_HAVE_NEON_DOTPROD 1
+#endif
+
 /* What the int8 product does with each exact int32 result a = acc[i][j], while its tile is in cache. */
 typedef struct {
     int32_t* acc;         /* if not NULL: acc[i][j] = a */
