@@ -210,7 +210,7 @@ cdef void choose_qparams(float lo, float hi, bint reduce_range, float* scale, in
 
 # The kernel variant (qrt_kernels.h) of the layers prepared from now on. Each packed weight keeps
 # the variant that packed it, so switching affects only layers prepared afterwards.
-cdef const qrt_kernels* active = qrt_kernels_best()
+cdef const qrt_kernels* active
 
 
 def kernel_variants() -> dict:
@@ -251,18 +251,18 @@ def _use_variant(str name) -> str:
     return old
 
 
-def _initial_variant() -> str:
+cdef const qrt_kernels* initial_variant() except NULL:
+    """$QRT_KERNELS, else the best variant this CPU runs."""
     forced = os.environ.get("QRT_KERNELS", "")
     if not forced:
-        return qrt_kernels_best().name.decode()
+        return qrt_kernels_best()
     try:
-        find_variant(forced)
+        return find_variant(forced)
     except ValueError as e:
         raise ImportError(f"QRT_KERNELS={forced}: {e}") from None
-    return forced
 
 
-_use_variant(_initial_variant())
+active = initial_variant()
 
 # Threads: one parallel loop per product, over tiles of whole panels by row
 # blocks. A product smaller than MIN_WORK multiply-adds per thread runs on
@@ -644,7 +644,6 @@ cdef class DynamicLinear:
     cdef readonly Py_ssize_t out_features, in_features
     cdef readonly bint is_int8
     cdef bint reduce_range
-    cdef const qrt_kernels* kern
     cdef PackedS8 w8
     cdef PackedFloat w16
     cdef object arrays  # keeps the buffers below alive
@@ -655,7 +654,6 @@ cdef class DynamicLinear:
         n, k = weight.shape
         self.out_features, self.in_features = n, k
         self.reduce_range = reduce_range
-        self.kern = active
         self.is_int8 = weight.dtype == np.int8
         cdef const float[::1] fv
         keep = []
@@ -687,7 +685,7 @@ cdef class DynamicLinear:
         p.y_scale = <float*>malloc(n * sizeof(float))
         if p.q == NULL or p.y_scale == NULL:
             return -1
-        if k and quantize_activations(self.kern, x, m * k, self.reduce_range, p.q, &p.scale, &p.zero_point):
+        if k and quantize_activations(self.w8.kern, x, m * k, self.reduce_range, p.q, &p.scale, &p.zero_point):
             return 1
         for j in range(n):
             p.y_scale[j] = p.scale * self.scale[j]
