@@ -14,7 +14,7 @@ $(VENV)/.installed: requirements-dev.txt pyproject.toml
 	$(PY) -m pip install -q -r requirements-dev.txt
 	touch $@
 
-build/.kernels: $(VENV)/.installed setup.py $(wildcard qrt/*.pyx qrt/kernels/*.[ch] qrt/kernels/isa/*.h)
+build/.kernels: $(VENV)/.installed setup.py $(wildcard qrt/*.pyx qrt/*.pxi qrt/kernels/*.[ch] qrt/kernels/isa/*.h)
 	$(PY) setup.py -q build_ext --inplace
 	mkdir -p build && touch $@
 
@@ -82,7 +82,7 @@ wheel: $(VENV)/.installed
 	@ls -l dist/*.tar.gz dist/wheelhouse/*.whl
 
 # The wheel installed into a fresh virtual environment with no compiler and no checkout, used as a user
-# would: qrt-convert, qrt run, qrt compare, and the golden outputs bit for bit (.ci/wheel).
+# would: qrt-convert, qrt run, qrt-compare, and the golden outputs bit for bit (.ci/wheel).
 wheel-check: $(VENV)/.installed
 	.ci/wheel
 

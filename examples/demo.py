@@ -7,7 +7,10 @@
 3. converts it with tools/convert.py, dynamic and static (calibrated) quantization;
 4. runs the .qrt files with qrt.run / qrt.load and compares them with PyTorch's own
    quantized models (quantize_dynamic; convert_fx under qrt's rules), printing agreement
-   and the median latency of batch-1 calls for both.
+   and the median latency of batch-1 calls for both;
+5. does the same for two recurrent models: a keyword-spotting GRU (examples/keyword_spotting.py)
+   and PyTorch's word-level LSTM language model, which qrt then uses to generate text
+   (examples/word_language_model.py). examples/ holds three more.
 """
 
 from __future__ import annotations
@@ -140,6 +143,14 @@ def main() -> None:
         x, labels = xt.numpy(), yt.numpy()
         compare("dynamic int8", dyn, torch_dynamic, x, labels)
         compare("static int8", sta, torch_static, x, labels)
+
+        import keyword_spotting
+        import word_language_model
+
+        print()
+        keyword_spotting.run_example(tmp)
+        print()
+        word_language_model.run_example(tmp)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@
     y = qrt.run("model.qrt", x)            # load and run once
     model = qrt.load("model.qrt")          # or load once, run many times
     y = model.run({"x": x})
+    y, (h, c) = model.run([x, (h, c)])      # a model whose forward() took a tuple state
+    inputs = qrt.io.load_inputs(model.inputs, archive="in.npz")   # inputs from .npy / .npz files
 
 Only numpy is required; torch is never imported.
 
@@ -20,6 +22,7 @@ variant gives the same bits.
 
 __version__ = "0.1.0"
 
+from . import io as io  # noqa: E402  qrt.io: model inputs from files, random inputs
 from ._kernels import get_num_threads, kernel_variant, set_num_threads  # noqa: E402
 from .errors import FormatError  # noqa: E402
 from .graph import ValueSpec  # noqa: E402

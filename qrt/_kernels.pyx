@@ -99,24 +99,51 @@ cdef inline void qrange(qint_t* dummy, int64_t* qmin, int64_t* qmax) noexcept no
 
 # ------------------------------------------------------------ quantize / dequantize
 
+cdef int quantize_tensor_raw(const float* x, Py_ssize_t n, float scale, int32_t zero_point,
+                             qint_t* out) noexcept nogil:
+    """quantize_per_tensor on raw pointers (the execution plans call it too)."""
+    cdef Py_ssize_t i
+    cdef float inv = <float>1.0 / scale
+    cdef float zp = <float>zero_point
+    cdef int64_t qmin, qmax
+    cdef int nan = 0
+    qrange(<qint_t*>NULL, &qmin, &qmax)
+    for i in range(n):
+        if qint_t is int32_t:
+            out[i] = <qint_t>round_clamp(x[i] * inv + zp, qmin, qmax, &nan)
+        else:
+            out[i] = <qint_t>round_clamp(fmaf(x[i], inv, zp), qmin, qmax, &nan)
+    return nan
+
+
 def quantize_per_tensor(const float[::1] x, float scale, int32_t zero_point, qint_t[::1] out) -> int:
     """out = clamp(rne(x / scale + zp)); returns the number of NaNs met.
 
     8-bit targets use fma(x, 1/scale, zp) (one rounding); qint32 rounds the
     product and the sum separately, as torch does.
     """
-    cdef Py_ssize_t i, n = x.shape[0]
-    cdef float inv = <float>1.0 / scale
-    cdef float zp = <float>zero_point
+    cdef int nan = 0
+    if x.shape[0]:
+        with nogil:
+            nan = quantize_tensor_raw(&x[0], x.shape[0], scale, zero_point, &out[0])
+    return nan
+
+
+cdef int quantize_channel_raw(const float* x, Py_ssize_t outer, Py_ssize_t channels, Py_ssize_t inner,
+                              const float* scale, const int32_t* zero_point, qint_t* out) noexcept nogil:
+    """quantize_per_channel on raw pointers, x [outer, channels, inner]."""
+    cdef Py_ssize_t a, c, i, base
+    cdef float inv, zp
     cdef int64_t qmin, qmax
     cdef int nan = 0
     qrange(<qint_t*>NULL, &qmin, &qmax)
-    with nogil:
-        for i in range(n):
-            if qint_t is int32_t:
-                out[i] = <qint_t>round_clamp(x[i] * inv + zp, qmin, qmax, &nan)
-            else:
-                out[i] = <qint_t>round_clamp(fmaf(x[i], inv, zp), qmin, qmax, &nan)
+    for a in range(outer):
+        for c in range(channels):
+            inv = <float>1.0 / scale[c]
+            zp = <float>zero_point[c]
+            base = (a * channels + c) * inner
+            for i in range(inner):
+                out[base + i] = <qint_t>round_clamp(x[base + i] * inv + zp, qmin, qmax, &nan)
     return nan
 
 
@@ -126,27 +153,40 @@ def quantize_per_channel(const float[:, :, ::1] x, const float[::1] scale,
 
     scale is float32 even when the file holds float64: torch computes 1.0f / (float)scale.
     """
-    cdef Py_ssize_t a, c, i
-    cdef float inv, zp
-    cdef int64_t qmin, qmax
     cdef int nan = 0
-    qrange(<qint_t*>NULL, &qmin, &qmax)
-    with nogil:
-        for a in range(x.shape[0]):
-            for c in range(x.shape[1]):
-                inv = <float>1.0 / scale[c]
-                zp = <float>zero_point[c]
-                for i in range(x.shape[2]):
-                    out[a, c, i] = <qint_t>round_clamp(x[a, c, i] * inv + zp, qmin, qmax, &nan)
+    if x.shape[0] and x.shape[1] and x.shape[2]:
+        with nogil:
+            nan = quantize_channel_raw(&x[0, 0, 0], x.shape[0], x.shape[1], x.shape[2], &scale[0],
+                                       &zero_point[0], &out[0, 0, 0])
     return nan
+
+
+cdef void dequantize_tensor_raw(const qint_t* q, Py_ssize_t n, float scale, int32_t zero_point,
+                                float* out) noexcept nogil:
+    """dequantize_per_tensor on raw pointers."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        out[i] = <float>(<int32_t>(q[i] - zero_point)) * scale
 
 
 def dequantize_per_tensor(const qint_t[::1] q, float scale, int32_t zero_point, float[::1] out) -> None:
     """out = fl(q - zp) * scale in float32; q - zp wraps in int32 as torch's does."""
-    cdef Py_ssize_t i
-    with nogil:
-        for i in range(q.shape[0]):
-            out[i] = <float>(<int32_t>(q[i] - zero_point)) * scale
+    if q.shape[0]:
+        with nogil:
+            dequantize_tensor_raw(&q[0], q.shape[0], scale, zero_point, &out[0])
+
+
+cdef void dequantize_channel_raw(const qint_t* q, Py_ssize_t outer, Py_ssize_t channels, Py_ssize_t inner,
+                                 const double* scale, const int32_t* zero_point, float* out) noexcept nogil:
+    """dequantize_per_channel on raw pointers, q [outer, channels, inner]."""
+    cdef Py_ssize_t a, c, i, base
+    cdef float zp
+    for a in range(outer):
+        for c in range(channels):
+            zp = <float>zero_point[c]
+            base = (a * channels + c) * inner
+            for i in range(inner):
+                out[base + i] = <float>(<double>(<float>q[base + i] - zp) * scale[c])
 
 
 def dequantize_per_channel(const qint_t[:, :, ::1] q, const double[::1] scale,
@@ -157,14 +197,10 @@ def dequantize_per_channel(const qint_t[:, :, ::1] q, const double[::1] scale,
     float64 scale in double and rounds once. The subtraction is exact for
     8-bit q; for qint32 it may round once |q|, |zp| or |q - zp| exceeds 2**24.
     """
-    cdef Py_ssize_t a, c, i
-    cdef float zp
-    with nogil:
-        for a in range(q.shape[0]):
-            for c in range(q.shape[1]):
-                zp = <float>zero_point[c]
-                for i in range(q.shape[2]):
-                    out[a, c, i] = <float>(<double>(<float>q[a, c, i] - zp) * scale[c])
+    if q.shape[0] and q.shape[1] and q.shape[2]:
+        with nogil:
+            dequantize_channel_raw(&q[0, 0, 0], q.shape[0], q.shape[1], q.shape[2], &scale[0], &zero_point[0],
+                                   &out[0, 0, 0])
 
 
 # ------------------------------------------------------------ dynamic quantization of activations
@@ -866,12 +902,20 @@ cdef class Recurrent:
         cdef float[::1] gh = np.empty(b * rows, np.float32)
         cdef int err
         with nogil:
-            err = self.ih.forward(&x[0, 0] if self.input_size else NULL, b, &gi[0])
-            if err == 0:
-                err = self.hh.forward(&h[0, 0], b, &gh[0])
-            if err == 0:
-                self.update(&gi[0], &gh[0], &h[0, 0], &c[0, 0], &h_out[0, 0], &c_out[0, 0], b)
+            err = self.step_into(&x[0, 0] if self.input_size else NULL, &h[0, 0], &c[0, 0], &h_out[0, 0],
+                                 &c_out[0, 0], b, &gi[0], &gh[0])
         check_error(err)
+
+    cdef int step_into(self, const float* x, const float* h, const float* c, float* h_out, float* c_out,
+                       Py_ssize_t b, float* gi, float* gh) noexcept nogil:
+        """One step on raw pointers; gi and gh are scratch of b * gates * hidden floats each.
+        Returns 1 if x or h holds NaN or infinity, -1 if out of memory."""
+        cdef int err = self.ih.forward(x, b, gi)
+        if err == 0:
+            err = self.hh.forward(h, b, gh)
+        if err == 0:
+            self.update(gi, gh, h, c, h_out, c_out, b)
+        return err
 
     def sequence(self, const float[:, :, ::1] x, float[:, :, ::1] y, Py_ssize_t y_offset, bint reverse,
                  float[:, ::1] h, float[:, ::1] c):
@@ -937,3 +981,8 @@ def gate_activations(const float[::1] x, float[::1] tanh_out, float[::1] sigmoid
         for i in range(x.shape[0]):
             tanh_out[i] = qrt_tanh(x[i])
             sigmoid_out[i] = qrt_sigmoid(x[i])
+
+
+include "_embedding.pxi"
+include "_plan.pxi"
+include "_float_ops.pxi"

@@ -6,6 +6,10 @@
     b.output(y)
     b.save("model.qrt")
 
+Nested arguments and results (an LSTM's state (h, c), say) are declared over
+the flat inputs and values: ``input_nested(("x", ("h", "c")))`` for
+``forward(x, state)``, ``output_nested((y, (h_n, c_n)))`` for ``return y, (h_n, c_n)``.
+
 Arrays passed as node inputs are stored as tensors named ``<node>.<port>``,
 in their own dtype: a float64 per-channel scale is stored as F64, never cast
 (``np.asarray(0.1)`` is float64 too, so give per-tensor scales as float32).
@@ -16,7 +20,7 @@ docs/FORMAT.md specifies, and ``save`` validates it like the loader does.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,7 +35,8 @@ class GraphBuilder:
         self.nodes: list[dict] = []
         self.tensors: dict[str, np.ndarray] = {}
         self.outputs: list[str] = []
-        self.output_structure = "single"
+        self.output_structure: str | list = "single"
+        self.input_structure: list | None = None  # None: every input is its own argument
 
     def input(self, name: str, dtype: str, shape: list) -> str:
         self.inputs.append({"name": name, "dtype": dtype, "shape": list(shape)})
@@ -71,13 +76,59 @@ class GraphBuilder:
         self.outputs = list(names)
         self.output_structure = "tuple" if (as_tuple or len(names) != 1) else "single"
 
+    def input_nested(self, tree: Sequence) -> None:
+        """Group the declared inputs into forward()'s arguments: one entry per argument, each an
+        input name or a tuple (or list) of entries, every input exactly once; e.g. ("x", ("h", "c"))."""
+        index = {spec["name"]: i for i, spec in enumerate(self.inputs)}
+
+        def leaf(name: str) -> int:
+            if name not in index:
+                raise ValueError(f"input_nested: {name!r} is not a declared input; the inputs are {list(index)}")
+            return index[name]
+
+        if not isinstance(tree, (tuple, list)):
+            raise ValueError(f"input_nested: give one entry per forward() argument (a tuple), got {tree!r:.80}")
+        nested = _map_tree(tree, leaf)
+        # every input its own argument, in order, is what a file without input_structure means
+        self.input_structure = None if nested == list(range(len(self.inputs))) else nested
+
+    def output_nested(self, tree: str | Sequence) -> None:
+        """Declare the outputs as the model returns them: a value name (one array), or nested tuples
+        (or lists) of value names, e.g. (y, (h_n, c_n)). The flat outputs are its leaves in order."""
+        names: list[str] = []
+
+        def leaf(name: str) -> int:
+            names.append(name)
+            return len(names) - 1
+
+        nested = _map_tree(tree, leaf)
+        self.outputs = names
+        if isinstance(nested, int):
+            self.output_structure = "single"
+        elif nested == list(range(len(names))):
+            self.output_structure = "tuple"
+        else:
+            self.output_structure = nested
+
     def graph(self) -> dict:
-        return {
+        g = {
             "inputs": self.inputs,
             "nodes": self.nodes,
             "outputs": self.outputs,
             "output_structure": self.output_structure,
         }
+        if self.input_structure is not None:
+            g["input_structure"] = self.input_structure
+        return g
 
     def save(self, path: str | os.PathLike, metadata: Mapping[str, str] | None = None) -> None:
         qformat.save(path, self.graph(), self.tensors, metadata)
+
+
+def _map_tree(tree: Any, leaf: Callable[[str], int]) -> Any:
+    """Nested tuples/lists of names -> the same nesting as lists, each name replaced by leaf(name)."""
+    if isinstance(tree, str):
+        return leaf(tree)
+    if isinstance(tree, (tuple, list)):
+        return [_map_tree(t, leaf) for t in tree]
+    raise ValueError(f"a tree's leaves must be names (str), got {type(tree).__name__}")

@@ -1,13 +1,13 @@
-"""The qrt command line: inspect, run, bench and compare .qrt models.
+"""The qrt command line: inspect, run and bench .qrt models.
 
     qrt inspect model.qrt [--json]
     qrt run model.qrt --input x.npy [--output y.npz] [--device cuda]
     qrt bench model.qrt --batch 8 --seconds 5 [--threads 4] [--device cuda]
-    qrt compare model.qrt --checkpoint model.pt --model mypkg.models:make_mlp [--plot layers.png]
 
 Every error is one line on stderr, ``qrt COMMAND: error: ...``, with exit
-status 2. The runtime never imports torch: ``compare`` is implemented in
-tools/compare.py beside the converter, and loaded only when it runs.
+status 2. The runtime never imports torch nor the converter's tools: the
+layer-by-layer comparison with PyTorch is the converter's own command,
+``qrt-compare`` (tools/compare.py).
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ import numpy as np
 
 from . import __version__
 from . import format as qformat
+from . import io as qio
 from ._kernels import kernel_variant_info
 from .errors import FormatError
-from .graph import Graph, Node, ValueSpec
+from .graph import Node, Tree, ValueSpec, tree_names, tree_text
 from .model import Model
 from .ops import OPS, ValueInfo
 
 EXIT_ERROR = 2
-SEQUENCE_OPS = ("rnn_dynamic", "lstm_dynamic", "gru_dynamic")
 
 
 class CLIError(Exception):
@@ -90,57 +90,12 @@ def _human_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def _read_array_file(path: str) -> np.ndarray:
-    _check_path(path, "input file")
-    try:
-        a = np.load(path, allow_pickle=False)
-    except Exception as e:  # ValueError (pickled / not .npy), OSError
-        raise CLIError(f"cannot read {path!r} as a .npy array: {e}") from None
-    if not isinstance(a, np.ndarray):
-        a.close()
-        raise CLIError(f"{path!r} is an .npz archive: pass it with --inputs")
-    return a
-
-
-def _read_npz(path: str) -> dict[str, np.ndarray]:
-    _check_path(path, "inputs file")
-    try:
-        z = np.load(path, allow_pickle=False)
-        if isinstance(z, np.ndarray):
-            raise CLIError(f"{path!r} is a single .npy array: pass it with --input")
-        with z:
-            return {k: z[k] for k in z.files}
-    except CLIError:
-        raise
-    except Exception as e:  # not a zip / npy, pickled arrays, I/O errors
-        raise CLIError(f"cannot read {path!r} as an .npz archive: {e}") from None
-
-
 def _gather_inputs(specs: Sequence[ValueSpec], single: Sequence[str] | None, npz: str | None) -> dict:
     """Inputs by name from --input [NAME=]FILE.npy (repeatable) or --inputs FILE.npz."""
-    names = [s.name for s in specs]
-    given: dict[str, np.ndarray] = {}
-    if npz is not None:
-        arrays = _read_npz(npz)
-        if len(arrays) == 1 and len(names) == 1:
-            arrays = {names[0]: next(iter(arrays.values()))}  # one array: its name does not matter
-        given.update(arrays)
-    for item in single or []:
-        name, sep, path = item.partition("=")
-        if not sep:
-            if len(names) != 1:
-                raise CLIError(f"the model takes {len(names)} inputs {names}: pass --input NAME=FILE.npy for each")
-            name, path = names[0], item
-        given[name] = _read_array_file(path)
-    unknown = [k for k in given if k not in names]
-    missing = [n for n in names if n not in given]
-    if unknown or missing:
-        raise CLIError(
-            f"inputs do not fit the model: it takes {names}"
-            + (f"; missing {missing}" if missing else "")
-            + (f"; unknown {unknown}" if unknown else "")
-        )
-    return given
+    try:
+        return qio.load_inputs(specs, single or (), npz)
+    except ValueError as e:
+        raise CLIError(str(e)) from None
 
 
 def _run(model: Model, inputs: Mapping[str, Any]) -> Any:
@@ -150,38 +105,14 @@ def _run(model: Model, inputs: Mapping[str, Any]) -> Any:
         raise CLIError(f"inputs do not fit the model: {e}") from None
 
 
-def _output_list(model: Model, out: Any) -> list:
-    return list(out) if isinstance(out, tuple) else [out]
-
-
-def _time_axis(graph: Graph) -> dict[str, int]:
-    """Input name -> its time axis, for inputs read as the x of a whole-sequence op."""
-    axes = {}
-    inputs = {s.name for s in graph.inputs}
-    for node in graph.nodes:
-        x = node.inputs.get("x")
-        if node.op in SEQUENCE_OPS and x in inputs:
-            axes[x] = 1 if node.attrs["batch_first"] else 0
-    return axes
-
-
-def random_inputs(graph: Graph, batch: int, seq: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random inputs of the model's dtypes and shapes: free time dimensions = seq, other free ones = batch."""
-    rng = np.random.default_rng(seed)
-    time_axes = _time_axis(graph)
-    out = {}
-    for spec in graph.inputs:
-        shape = tuple(
-            (seq if time_axes.get(spec.name) == i else batch) if d is None else d for i, d in enumerate(spec.shape)
-        )
-        dtype = np.dtype(spec.dtype)
-        if dtype.kind == "f":
-            a = rng.standard_normal(shape).astype(dtype)
-        else:
-            info = np.iinfo(dtype)
-            a = rng.integers(max(info.min, -128), min(info.max, 255) + 1, size=shape, dtype=dtype)
-        out[spec.name] = a
-    return out
+def _flat_outputs(tree: Tree, out: Any, flat: list) -> list:
+    """The arrays of a nested result, at their indices in the model's flat outputs."""
+    if isinstance(tree, int):
+        flat[tree] = out
+    else:
+        for t, o in zip(tree, out):
+            _flat_outputs(t, o, flat)
+    return flat
 
 
 # ------------------------------------------------------------ inspect
@@ -203,9 +134,13 @@ def quantization_summary(node: Node, tensors: Mapping[str, np.ndarray]) -> list[
             w = tensors[value]
             if w.dtype == np.float16:
                 parts.append(f"{prefix}weight f16")
-            else:
+            elif f"{port}_zero_point" in ins:
                 s, z = tensors[ins[f"{port}_scale"]], tensors[ins[f"{port}_zero_point"]]
                 parts.append(f"{prefix}weight i8 {_qparam_summary(s, z)}")
+            elif f"{port}_scale" in ins:  # an embedding table: a scale and a bias per row
+                parts.append(f"{prefix}weight {node.attrs['bits']}-bit rows, scale and bias per row")
+            else:
+                parts.append(f"{prefix}weight f32")
         elif port.endswith("scale") and not port.endswith("weight_scale") and value in tensors:
             prefix = port[: -len("scale")]
             zp = tensors[ins[f"{prefix}zero_point"]]
@@ -256,7 +191,10 @@ def inspect_report(path: str) -> dict:
         "metadata": {k: v for k, v in meta.items() if k not in qformat.RESERVED_META},
         "inputs": [_value_json(s.name, ValueInfo(s.dtype, s.shape)) for s in g.inputs],
         "outputs": [_value_json(s.name, ValueInfo(s.dtype, s.shape)) for s in g.outputs],
-        "output_structure": "tuple" if g.output_tuple else "single",
+        # forward()'s arguments, each an input name or nested lists of names
+        "input_structure": tree_names(g.input_structure, g.inputs),
+        # "single", "tuple", or what the model returns as nested lists of output names
+        "output_structure": _structure_json(g.output_structure, g.outputs),
         "nodes": nodes,
         "tensors": [
             {"name": k, "dtype": t.dtype.name, "shape": list(t.shape), "bytes": int(t.nbytes)}
@@ -265,6 +203,14 @@ def inspect_report(path: str) -> dict:
         "bytes_by_dtype": dict(sorted(by_dtype.items())),
         "tensor_bytes": sum(by_dtype.values()),
     }
+
+
+def _structure_json(tree: Tree, specs: Sequence[ValueSpec]) -> Any:
+    if isinstance(tree, int):
+        return "single"
+    if tree == tuple(range(len(specs))):
+        return "tuple"
+    return tree_names(tree, specs)
 
 
 def _io(values: Sequence[dict]) -> str:
@@ -283,7 +229,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for k, v in r["metadata"].items():
         print(f"  {k}: {v if len(v) <= 100 else v[:97] + '...'}")
     print(f"inputs:  {_io(r['inputs'])}")
-    print(f"outputs: {_io(r['outputs'])} ({r['output_structure']})")
+    if r["input_structure"] != [v["name"] for v in r["inputs"]]:  # some arguments are tuples
+        print(f"called as: {tree_text(r['input_structure'])}")
+    structure = r["output_structure"]
+    shown = f"({structure})" if isinstance(structure, str) else f"returned as {tree_text(structure)}"
+    print(f"outputs: {_io(r['outputs'])} {shown}")
     print(f"\nnodes ({len(r['nodes'])}, in execution order):")
     rows = []
     for n in r["nodes"]:
@@ -320,7 +270,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise CLIError(f"cannot write {args.output!r}: directory {folder!r} does not exist")
     model = _load_model(args.model, args.device)
     inputs = _gather_inputs(model.inputs, args.input, args.inputs)
-    outs = _output_list(model, _run(model, inputs))
+    outs = _flat_outputs(model.graph.output_structure, _run(model, inputs), [None] * len(model.outputs))
     named = {s.name: np.asarray(o) for s, o in zip(model.outputs, outs)}
     if args.output is None:
         for name, a in named.items():
@@ -432,7 +382,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         inputs = _gather_inputs(model.inputs, args.input, args.inputs)
         source = "given"
     else:
-        inputs = random_inputs(model.graph, args.batch, args.seq, args.seed)
+        inputs = qio.random_inputs(model.graph, args.batch, args.seq, args.seed)
         source = "random"
     _run(model, inputs)  # checks the inputs fit, with a clear message, before timing anything
     run_once = _device_runner(model, inputs, args.device)
@@ -440,7 +390,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.warmup > 0:
         _timed_loop(run_once, args.warmup, 3, "warm-up", progress)
     times = np.array(_timed_loop(run_once, args.seconds, args.min_runs, "measuring", progress))
-    time_axes = _time_axis(model.graph)
+    time_axes = qio.time_axes(model.graph)
     # Samples per run: the size of the first input's batch dimension (its first free, non-time dimension).
     first = model.inputs[0]
     batch_axis = next(
@@ -485,34 +435,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-# ------------------------------------------------------------ compare
-
-
-def _import_compare() -> Any:
-    """The converter's compare module, imported only for `qrt compare` (it needs PyTorch; qrt itself
-    never imports torch): `tools.compare` of the checkout this qrt runs from, else the installed
-    `qrt_tools.compare` (pip install 'qrt[convert]')."""
-    import importlib
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if os.path.isfile(os.path.join(root, "tools", "qrt_backend.py")):
-        if root not in sys.path:
-            sys.path.insert(0, root)  # a source checkout: the converter sits beside the qrt package
-        name = "tools.compare"
-    else:
-        name = "qrt_tools.compare"
-    try:
-        return importlib.import_module(name)
-    except ImportError as e:
-        raise CLIError(
-            f"qrt compare needs PyTorch and the qrt converter: pip install 'qrt[convert]' ({type(e).__name__}: {e})"
-        ) from None
-
-
-def cmd_compare(args: argparse.Namespace) -> int:
-    return _import_compare().cmd_compare(args)
-
-
 # ------------------------------------------------------------ argument parsing
 
 EXAMPLES = {
@@ -528,20 +450,11 @@ EXAMPLES = {
   qrt bench model.qrt --batch 64 --seconds 10 --threads 4
   qrt bench lstm.qrt --batch 8 --seq 100 --device cuda
   qrt bench model.qrt --inputs in.npz --json""",
-    "compare": """examples:
-  qrt compare model.qrt --checkpoint model.pt --model mypkg.models:make_mlp
-  qrt compare static.qrt --checkpoint model.pt --model mypkg.models:make_mlp --calib calib.npz --plot layers.png
-  qrt compare model.qrt --checkpoint model.pt --model mypkg.models:make_mlp --inputs in.npz --json
-
-needs PyTorch and the converter: pip install 'qrt[convert]'; --plot needs matplotlib (pip install 'qrt[plot]').""",
 }
 
 
-def _add_inputs(p: argparse.ArgumentParser, single: bool = True) -> None:
-    if single:
-        p.add_argument(
-            "--input", action="append", metavar="[NAME=]FILE.npy", help="one input array; NAME= when several"
-        )
+def _add_inputs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input", action="append", metavar="[NAME=]FILE.npy", help="one input array; NAME= when several")
     p.add_argument("--inputs", metavar="FILE.npz", help="input arrays by name (a single array for one input)")
 
 
@@ -555,8 +468,9 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
         prog="qrt",
-        description="qrt: inspect, run, time and check quantized models (.qrt files).",
-        epilog="run 'qrt COMMAND --help' for a command's options and examples; docs/USER_GUIDE.md has the rest.",
+        description="qrt: inspect, run and time quantized models (.qrt files).",
+        epilog="run 'qrt COMMAND --help' for a command's options and examples; docs/USER_GUIDE.md has the rest. "
+        "qrt-compare (with the converter) compares a model with PyTorch layer by layer.",
         formatter_class=fmt,
     )
     parser.add_argument("--version", action="version", version=f"qrt {__version__}")
@@ -597,22 +511,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser(
-        "compare", help="layer-by-layer agreement with PyTorch", epilog=EXAMPLES["compare"], formatter_class=fmt,
-        description="Run the model in qrt and in PyTorch (quantized by the same rules, and in float), "
-        "and print each layer's max abs error, SQNR and share of identical integers.",
-    )
-    p.add_argument("model_file", metavar="MODEL.qrt")
-    p.add_argument("--checkpoint", required=True, metavar="CKPT", help="the checkpoint the model was converted from")
-    p.add_argument("--model", metavar="package.module:factory", help="builds the float nn.Module (state_dict)")
-    p.add_argument("--inputs", metavar="FILE.npz", help="input arrays by name (random when absent)")
-    _add_shape_flags(p)
-    p.add_argument("--calib", metavar="CALIB.npz", help="the calibration data of a static model")
-    p.add_argument("--rules", metavar="RULES.py", help="the rules file the model was converted with")
-    p.add_argument("--trust-checkpoint", action="store_true", help="allow a pickled whole-module checkpoint")
-    p.add_argument("--plot", metavar="OUT.png", help="draw the per-layer figures (needs matplotlib)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=cmd_compare)
     return parser
 
 

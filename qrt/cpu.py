@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 
 from . import _kernels as K
+from . import cpu_float, cpu_tensor
 from .graph import Node
 from .ops import QUANT_DTYPES
 from .recurrent import layer_runs, recurrent_kind, run_sequence
@@ -96,6 +97,7 @@ def _rows(layer, out_dtype) -> Step:
         layer(x.reshape(-1, layer.in_features), y.reshape(-1, n))
         return (y,)
 
+    step.kernel = layer  # the execution plan (qrt/plan.py) calls the layer itself
     return step
 
 
@@ -141,6 +143,7 @@ def _linear_float(node: Node, c: Mapping[str, np.ndarray]) -> Step:
         w(rows, bias, y)
         return (y.reshape(x.shape[:-1] + (w.n,)),)
 
+    step.kernel, step.bias = w, bias  # for the execution plan
     return step
 
 
@@ -162,6 +165,7 @@ def _cell(op_kind: str) -> Callable[[Node, Mapping[str, np.ndarray]], Step]:
             cell.step(x, h, c_in, h_out, c_out)
             return (h_out,) if c_state is None else (h_out, c_out)
 
+        step.kernel = cell  # for the execution plan
         return step
 
     return prepare
@@ -177,25 +181,6 @@ def _sequence(op_kind: str) -> Callable[[Node, Mapping[str, np.ndarray]], Step]:
     return prepare
 
 
-def _relu(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    zero = np.float32(0)
-    return lambda x: (np.maximum(x, zero),)
-
-
-def _add(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    def step(a, b):
-        if a.shape != b.shape:  # no broadcasting: free dimensions must agree
-            raise ValueError(f"operands have shapes {a.shape} and {b.shape}")
-        return (a + b,)
-
-    return step
-
-
-def _flatten(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    start = node.attrs["start_dim"]
-    return lambda x: (x.reshape(x.shape[:start] + (math.prod(x.shape[start:]),)),)
-
-
 IMPLEMENTATIONS: dict[str, Callable[[Node, Mapping[str, np.ndarray]], Step]] = {
     "quantize_per_tensor": _quantize_per_tensor,
     "quantize_per_channel": _quantize_per_channel,
@@ -205,9 +190,8 @@ IMPLEMENTATIONS: dict[str, Callable[[Node, Mapping[str, np.ndarray]], Step]] = {
     "linear_float": _linear_float,
     **{f"{kind}_cell_dynamic": _cell(kind) for kind in ("rnn", "lstm", "gru")},
     **{f"{kind}_dynamic": _sequence(kind) for kind in ("rnn", "lstm", "gru")},
-    "relu": _relu,
-    "add": _add,
-    "flatten": _flatten,
+    **cpu_float.IMPLEMENTATIONS,  # relu, sigmoid .. layer_norm, add .. div
+    **cpu_tensor.IMPLEMENTATIONS,  # select .. unsqueeze, flatten, embedding, embedding_bag
 }
 
 

@@ -36,8 +36,8 @@ from .errors import FormatError
 from .graph import Graph, parse_graph
 from .ops import ValueInfo
 
-FORMAT_VERSION = 2
-SUPPORTED_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+SUPPORTED_VERSIONS = (1, 2, 3)
 MAX_HEADER_BYTES = 100_000_000  # as safetensors: a header claiming more is refused unread
 HEADER_ALIGN = 8
 MAX_JSON_DEPTH = 64  # deeper JSON is refused: no legitimate header needs it, and repr/recursion stay bounded
@@ -256,7 +256,7 @@ def _validate(buf: mmap.mmap, size: int) -> QrtFile:
         name: _view(buf, data_start, dtype, shape, begin) for name, (dtype, shape, begin, _) in entries.items()
     }
     infos = {name: ValueInfo(t.dtype.name, t.shape) for name, t in tensors.items()}
-    graph = parse_graph(_parse_json(meta[META_GRAPH], "graph"), infos, tensors)
+    graph = parse_graph(_parse_json(meta[META_GRAPH], "graph"), infos, tensors, version)
     return QrtFile(graph, tensors, dict(meta), version)
 
 
@@ -285,7 +285,8 @@ def encode(
         a = a.astype(a.dtype.newbyteorder("<"), copy=False)
         arrays[name] = a if a.flags.c_contiguous else a.copy()  # ascontiguousarray would make 0-d 1-d
     infos = {name: ValueInfo(a.dtype.name, a.shape) for name, a in arrays.items()}
-    parse_graph(json.loads(json.dumps(graph)), infos, arrays)  # refuse to write what cannot be read
+    # refuse to write what cannot be read
+    parse_graph(json.loads(json.dumps(graph)), infos, arrays, FORMAT_VERSION)
 
     # Widest items first, so every tensor is naturally aligned with no gaps (safetensors allows none).
     order = sorted(arrays, key=lambda n: (-arrays[n].dtype.itemsize, n))

@@ -3,6 +3,10 @@
 Same interface as ``qrt.cpu``: ``prepare(node, consts)`` runs once per node at
 load time and uploads the node's weights; the step it returns takes the
 node's run-time inputs (CuPy or NumPy arrays) and returns CuPy arrays.
+It implements a subset of the registry (IMPLEMENTATIONS): ``check_graph``
+refuses a model using any other op, naming them all, before anything is
+uploaded.
+
 Integers, and the floats of quantize, dequantize and the linear ops, are
 bit-identical to the CPU backend: every float step in the kernels names its
 rounding and the sources are compiled with ``--fmad=false``. The recurrent
@@ -29,8 +33,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .graph import Node
-from .ops import QUANT_DTYPES
+from .graph import Graph, Node
+from .ops import QUANT_DTYPES, flattened
 from .recurrent import layer_runs, recurrent_kind, run_sequence
 
 Step = Callable[..., tuple]
@@ -670,8 +674,8 @@ def _add(node: Node, c: Mapping[str, np.ndarray]) -> Step:
 
 
 def _flatten(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    start = node.attrs["start_dim"]
-    return lambda x: (_dev(x).reshape(x.shape[:start] + (math.prod(x.shape[start:]),)),)
+    start, end = node.attrs["start_dim"], node.attrs["end_dim"]
+    return lambda x: (_dev(x).reshape(flattened(x.shape, start, end)),)
 
 
 IMPLEMENTATIONS: dict[str, Callable[[Node, Mapping[str, np.ndarray]], Step]] = {
@@ -690,6 +694,18 @@ IMPLEMENTATIONS: dict[str, Callable[[Node, Mapping[str, np.ndarray]], Step]] = {
 }
 
 
+def check_graph(graph: Graph) -> None:
+    """Refuse a model using ops this backend lacks, naming them all, before anything is uploaded."""
+    missing = sorted({n.op for n in graph.nodes} - IMPLEMENTATIONS.keys())
+    if missing:
+        nodes = [n.name for n in graph.nodes if n.op in missing]
+        more = f" and {len(nodes) - 5} more" if len(nodes) > 5 else ""
+        raise NotImplementedError(
+            f"device='cuda' does not implement op(s) {missing} (node(s) {nodes[:5]}{more}): "
+            "load this model with device='cpu'"
+        )
+
+
 def prepare(node: Node, consts: Mapping[str, np.ndarray]) -> Step:
-    """Upload a node's constants once; return its step over run-time inputs."""
+    """Upload a node's constants once; return its step over run-time inputs (check_graph has passed)."""
     return IMPLEMENTATIONS[node.op](node, consts)

@@ -10,22 +10,23 @@ the actual inputs (free dimensions).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 
 from .errors import FormatError
-from .ops import OPS, ValueInfo
+from .ops import MAX_DIM, MAX_RANK, OPS, ValueInfo
 
 # float64 exists only as stored per-channel scales (format version 2): no op takes a float64 run-time value,
-# so a model input may not be float64.
-INPUT_DTYPES = ("float32", "float16", "uint8", "int8", "int32")
+# so a model input may not be float64. int64 is a run-time dtype only (embedding indices, tensor ops).
+INPUT_DTYPES = ("float32", "float16", "uint8", "int8", "int32", "int64")
 VALUE_DTYPES = INPUT_DTYPES + ("float64",)
-MAX_RANK = 8
 MAX_NAME = 256
-MAX_DIM = 2**63 - 1  # what an int64 (numpy, a C reader) holds
+# input_structure / output_structure (format version 3): trees of tuples over input / output indices.
+TREES_SINCE = 3
+MAX_TREE_DEPTH = 16  # tuples nested deeper are refused: no model needs them, and walking them stays shallow
 
 
 @dataclass(frozen=True)
@@ -49,13 +50,44 @@ class Node:
     attrs: Mapping[str, Any]  # validated, defaults filled in
 
 
+# A tree over the indices of a graph's inputs or outputs: an int is one array, a tuple a Python tuple.
+Tree = Union[int, tuple]
+
+
 @dataclass(frozen=True)
 class Graph:
     inputs: tuple[ValueSpec, ...]
     outputs: tuple[ValueSpec, ...]
-    output_tuple: bool
     nodes: tuple[Node, ...]  # in execution order
     values: Mapping[str, ValueInfo]
+    # One entry per forward() argument: an index into inputs, or a tuple of entries. (0, 1, ..., n-1)
+    # when every input is its own argument (as in files without input_structure).
+    input_structure: tuple
+    # What run returns: an index into outputs (one array), or a tuple of entries.
+    output_structure: Tree
+
+    @property
+    def output_tuple(self) -> bool:
+        """Whether the model returns a tuple (of arrays or of tuples)."""
+        return isinstance(self.output_structure, tuple)
+
+
+def nest(tree: Tree, flat: Sequence[Any]) -> Any:
+    """The tree with each index replaced by that element of flat (outputs nested as the model returns them)."""
+    return flat[tree] if isinstance(tree, int) else tuple(nest(t, flat) for t in tree)
+
+
+def tree_names(tree: Tree, specs: tuple[ValueSpec, ...]) -> Any:
+    """The tree with each index replaced by the name of that input or output."""
+    return nest(tree, [s.name for s in specs])
+
+
+def tree_text(names: Any) -> str:
+    """A tree of names as text: ('x', ('h', 'c')) -> '(x, (h, c))' (a 1-tuple keeps its comma)."""
+    if isinstance(names, str):
+        return names
+    inner = ", ".join(tree_text(n) for n in names)
+    return f"({inner},)" if len(names) == 1 else f"({inner})"
 
 
 def _fail(where: str, msg: str) -> None:
@@ -142,6 +174,53 @@ def _parse_node(i: int, item: Any) -> Node:
     return Node(name, op, dict(inputs), outputs, attrs)
 
 
+def _parse_tree(where: str, obj: Any, count: int, what: str, names: list[str]) -> tuple:
+    """A JSON array whose leaves are the indices 0 .. count-1, each exactly once -> nested tuples of ints.
+
+    Inner arrays must be non-empty and nest at most MAX_TREE_DEPTH deep, so a tree has exactly
+    `count` leaves and at most MAX_TREE_DEPTH * count + 1 arrays, whatever the file claims.
+    """
+    seen: set[int] = set()
+
+    def walk(node: Any, path: str, depth: int) -> Tree:
+        if isinstance(node, list):
+            if depth > MAX_TREE_DEPTH:
+                _fail(where + path, f"tuples nested deeper than {MAX_TREE_DEPTH} levels")
+            if not node and depth > 1:
+                _fail(where + path, "an empty array (a tuple needs at least one element)")
+            return tuple(walk(c, f"{path}[{i}]", depth + 1) for i, c in enumerate(node))
+        if not isinstance(node, int) or isinstance(node, bool):
+            _fail(where + path, f"leaves must be {what} indices (integers), got {node!r:.40}")
+        if not 0 <= node < count:
+            _fail(where + path, f"{node} is not an index into the {count} {what}(s)")
+        if node in seen:
+            _fail(where + path, f"{what} {node} ({names[node]!r}) appears twice")
+        seen.add(node)
+        return node
+
+    if not isinstance(obj, list):
+        _fail(where, f"must be a JSON array, got {type(obj).__name__}")
+    tree = walk(obj, "", 1)
+    if len(seen) != count:
+        missing = [names[i] for i in range(count) if i not in seen]
+        _fail(where, f"{what}(s) {missing[:10]} appear nowhere in it; every {what} must appear exactly once")
+    return tree
+
+
+def _parse_output_structure(obj: Any, version: int, names: list[str]) -> Tree:
+    if obj == "single":
+        if len(names) != 1:
+            _fail("output_structure", f"'single' needs exactly one output, got {len(names)}")
+        return 0
+    if obj == "tuple":
+        return tuple(range(len(names)))
+    if not isinstance(obj, list):
+        _fail("output_structure", f"must be 'single', 'tuple' or an array of output indices, got {obj!r:.40}")
+    if version < TREES_SINCE:
+        _fail("output_structure", f"a tree (an array) needs format version {TREES_SINCE}, the file says {version}")
+    return _parse_tree("output_structure", obj, len(names), "output", names)
+
+
 def _execution_order(nodes: list[Node], producer: dict[str, int]) -> list[Node]:
     """Kahn's algorithm, keeping file order among ready nodes; reports cycles."""
     deps = [{producer[v] for v in n.inputs.values() if v in producer} for n in nodes]
@@ -167,11 +246,18 @@ def _execution_order(nodes: list[Node], producer: dict[str, int]) -> list[Node]:
 
 
 def parse_graph(
-    obj: Any, tensor_infos: Mapping[str, ValueInfo], tensors: Mapping[str, np.ndarray]
+    obj: Any, tensor_infos: Mapping[str, ValueInfo], tensors: Mapping[str, np.ndarray], version: int
 ) -> Graph:
-    """Validate the JSON graph against the file's tensors and build a Graph."""
-    _expect_keys("graph", obj, {"inputs", "nodes", "outputs", "output_structure"})
+    """Validate the JSON graph of a file of format `version` against its tensors and build a Graph."""
+    _expect_keys("graph", obj, {"inputs", "nodes", "outputs", "output_structure"}, {"input_structure"})
     inputs = _parse_inputs(obj["inputs"])
+    in_names = [s.name for s in inputs]
+    if "input_structure" in obj:
+        if version < TREES_SINCE:
+            _fail("input_structure", f"needs format version {TREES_SINCE}, the file says {version}")
+        input_structure = _parse_tree("input_structure", obj["input_structure"], len(inputs), "input", in_names)
+    else:
+        input_structure = tuple(range(len(inputs)))
     nodes = [_parse_node(i, item) for i, item in enumerate(_list("nodes", obj["nodes"]))]
 
     # Every value name is defined exactly once: a graph input, a tensor or a node output.
@@ -206,11 +292,7 @@ def parse_graph(
     for o in out_names:
         if o not in defined:
             _fail("outputs", f"refers to undefined value {o!r}")
-    structure = obj["output_structure"]
-    if structure not in ("single", "tuple"):
-        _fail("output_structure", f"must be 'single' or 'tuple', got {structure!r:.40}")
-    if structure == "single" and len(out_names) != 1:
-        _fail("output_structure", f"'single' needs exactly one output, got {len(out_names)}")
+    output_structure = _parse_output_structure(obj["output_structure"], version, out_names)
 
     order = _execution_order(nodes, producer)
     values: dict[str, ValueInfo] = dict(tensor_infos)
@@ -235,4 +317,4 @@ def parse_graph(
         values.update(zip(n.outputs, out_infos))
 
     outputs = tuple(ValueSpec(o, values[o].dtype, values[o].shape) for o in out_names)
-    return Graph(tuple(inputs), outputs, structure == "tuple", tuple(order), values)
+    return Graph(tuple(inputs), outputs, tuple(order), values, input_structure, output_structure)

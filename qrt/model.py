@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Union
 
 import numpy as np
 
 from . import format as qformat
-from .graph import ValueSpec
+from .graph import Graph, Tree, ValueSpec, nest, tree_names, tree_text
 from .ops import OPS
+from .plan import Stream, build_plan
 
-Inputs = Union[np.ndarray, Sequence[np.ndarray], Mapping[str, np.ndarray]]
+# One array; a sequence of arrays in input order, or nested as forward()'s arguments; a dict by input
+# name, or by argument name with nested tuples as values (Model.run).
+Inputs = Union[np.ndarray, Sequence[Any], Mapping[str, Any]]
 Outputs = Union[np.ndarray, tuple]
+_MISSING = object()
 
 
 def _backend(device: str):
@@ -43,7 +48,18 @@ class Model:
         self.device = device
         self.metadata: Mapping[str, str] = qfile.metadata
         self.graph = qfile.graph
-        self._output_tuple = qfile.graph.output_tuple
+        g = self.graph
+        if hasattr(backend, "check_graph"):  # a backend lacking some ops names them all before preparing any
+            backend.check_graph(g)
+        self._names = [s.name for s in g.inputs]
+        self._index = {name: i for i, name in enumerate(self._names)}
+        # per argument of forward(): its name, where it has one; nested ones by name, for dict calls
+        self._arg_names = _argument_names(g)
+        self._arguments = {n: t for n, t in zip(self._arg_names, g.input_structure) if n and isinstance(t, tuple)}
+        self._output_tuple = g.output_tuple
+        # None when run returns one array or a flat tuple (the per-call fast path), else the tree
+        flat = not g.output_tuple or g.output_structure == tuple(range(len(g.outputs)))
+        self._out_nested = None if flat else g.output_structure
 
         # Every run-time value gets a slot in a flat list; stored tensors that feed
         # run-time ports (rare: a constant operand of add) are pre-filled.
@@ -77,6 +93,9 @@ class Model:
             (np.dtype(s.dtype), len(s.shape), tuple((i, d) for i, d in enumerate(s.shape) if d is not None))
             for s in self.graph.inputs
         ]
+        # the whole model in one native call per run (qrt/plan.py); the GPU backend has none
+        steps = [step for _, step, _, _ in self._steps]
+        self._plan = build_plan(g, qfile.tensors, steps) if device == "cpu" else None
 
     @property
     def inputs(self) -> tuple[ValueSpec, ...]:
@@ -85,7 +104,19 @@ class Model:
 
     @property
     def outputs(self) -> tuple[ValueSpec, ...]:
+        """Name, dtype and shape of each output, in the flat order of output_structure's leaves."""
         return self.graph.outputs
+
+    @property
+    def input_structure(self) -> tuple:
+        """forward()'s arguments: one entry per argument, each an input name or a tuple of entries,
+        e.g. ('x', ('hidden.0', 'hidden.1')) for forward(x, hidden) with hidden = (h, c)."""
+        return tree_names(self.graph.input_structure, self.graph.inputs)
+
+    @property
+    def output_structure(self) -> str | tuple:
+        """What run returns: an output name (one array) or a tuple of entries, e.g. ('y', ('h', 'c'))."""
+        return tree_names(self.graph.output_structure, self.graph.outputs)
 
     def __repr__(self) -> str:
         return f"Model({self.path!r}, inputs={list(self.inputs)}, outputs={list(self.outputs)})"
@@ -114,34 +145,107 @@ class Model:
         specs = self.graph.inputs
         if type(inputs) is np.ndarray and len(specs) == 1:  # the common call: one array
             return [self._accept(0, inputs)]
-        names = [s.name for s in specs]
         if isinstance(inputs, Mapping):
-            unknown = [k for k in inputs if k not in names]
-            if unknown:
-                raise ValueError(f"unknown input name(s) {unknown}; the model's inputs are {names}")
-            missing = [n for n in names if n not in inputs]
-            if missing:
-                raise ValueError(f"missing input(s) {missing}; the model's inputs are {names}")
-            given = [inputs[n] for n in names]
+            try:  # every flat name, and nothing else (equal sizes): the usual dict, without the general walk
+                given = [inputs[n] for n in self._names] if len(inputs) == len(self._names) else None
+            except KeyError:
+                given = None
+            if given is None:
+                given = self._from_mapping(inputs)
         elif isinstance(inputs, (list, tuple)):
-            if len(inputs) != len(specs):
-                raise ValueError(f"got {len(inputs)} input(s), the model takes {len(specs)}: {names}")
-            given = list(inputs)
+            if any(isinstance(a, (list, tuple)) for a in inputs):  # nested as forward()'s arguments
+                given = self._from_arguments(inputs)
+            elif len(inputs) != len(specs):
+                raise ValueError(
+                    f"got {len(inputs)} input(s), the model takes {len(specs)}: {self._names}" + self._hint()
+                )
+            else:
+                given = list(inputs)
         else:
             if len(specs) != 1:
                 raise ValueError(
-                    f"got one array, the model takes {len(specs)} inputs {names}: pass a sequence or a dict"
+                    f"got one array, the model takes {len(specs)} inputs {self._names}: pass a sequence or a dict"
+                    + self._hint()
                 )
             given = [inputs]
         return [self._accept(i, a) for i, a in enumerate(given)]
 
-    def run(self, inputs: Inputs) -> Outputs:
-        """Run the model: one array, a sequence in input order, or a dict by name.
+    def _hint(self) -> str:
+        """How to call a model whose arguments are nested, for error messages ('' when none are)."""
+        tree = self.graph.input_structure
+        if tree == tuple(range(len(self._names))):
+            return ""
+        return f"; nested as its arguments: {self._signature()}"
 
-        Returns one array, or a tuple when the source model returned a tuple.
+    def _signature(self) -> str:
+        """forward()'s arguments, e.g. (x, hidden=(hidden.0, hidden.1))."""
+        parts = []
+        for name, arg in zip(self._arg_names, self.graph.input_structure):
+            text = tree_text(tree_names(arg, self.graph.inputs))
+            parts.append(f"{name}={text}" if name and isinstance(arg, tuple) else text)
+        return "(" + ", ".join(parts) + ")"
+
+    def _from_arguments(self, args: Sequence[Any]) -> list[Any]:
+        tree = self.graph.input_structure
+        if len(args) != len(tree):
+            raise ValueError(f"got {len(args)} argument(s), the model takes {len(tree)}: {self._signature()}")
+        given = [_MISSING] * len(self._names)
+        for k, (t, a) in enumerate(zip(tree, args)):
+            self._unpack(t, a, f"argument {self._arg_names[k] or k!r}", given)
+        return given
+
+    def _from_mapping(self, inputs: Mapping[str, Any]) -> list[Any]:
+        unknown = [k for k in inputs if k not in self._index and k not in self._arguments]
+        if unknown:
+            raise ValueError(f"unknown input name(s) {unknown}; the model's inputs are {self._names}" + self._hint())
+        given = [_MISSING] * len(self._names)
+        for key, value in inputs.items():
+            if key in self._index:
+                self._unpack(self._index[key], value, f"input {key!r}", given)
+            else:
+                self._unpack(self._arguments[key], value, f"argument {key!r}", given)
+        missing = [n for n, a in zip(self._names, given) if a is _MISSING]
+        if missing:
+            raise ValueError(f"missing input(s) {missing}; the model's inputs are {self._names}" + self._hint())
+        return given
+
+    def _unpack(self, tree: Tree, value: Any, where: str, given: list[Any]) -> None:
+        """Put value's arrays in given, at the input indices of tree (as deep as tree, no deeper)."""
+        if isinstance(tree, int):
+            if given[tree] is not _MISSING:
+                raise ValueError(f"input {self._names[tree]!r} is given twice")
+            given[tree] = value
+            return
+        if not isinstance(value, (list, tuple)) or len(value) != len(tree):
+            got = f"{len(value)} element(s)" if isinstance(value, (list, tuple)) else type(value).__name__
+            want = tree_text(tree_names(tree, self.graph.inputs))
+            raise ValueError(f"{where}: expected a tuple {want}, got {got}")
+        for k, (t, v) in enumerate(zip(tree, value)):
+            self._unpack(t, v, f"{where}[{k}]", given)
+
+    def run(self, inputs: Inputs) -> Outputs:
+        """Run the model on one array, a sequence of arrays in input order, or a dict by input name.
+
+        A model whose forward() took tuples (an LSTM's state (h, c), say) also takes its arguments
+        nested as input_structure shows them, a sequence such as [x, (h, c)] (an element that is a
+        tuple or list marks the call as nested), or a dict by argument name, {"x": x, "state": (h, c)}.
+
+        Returns one array, or tuples nested as the source model returned them (output_structure).
         """
+        if self._plan is not None:
+            # the common call, one array of shapes already compiled, skips binding (try_run checks it)
+            out = self._plan.try_run([inputs]) if type(inputs) is np.ndarray else None
+            if out is None:
+                out = self._plan.run(self._bind(inputs))
+        else:
+            out = self._run_nodes(self._bind(inputs))
+        if self._out_nested is not None:
+            return nest(self._out_nested, out)
+        return tuple(out) if self._output_tuple else out[0]
+
+    def _run_nodes(self, given: list[Any]) -> list[Any]:
+        """Every node's step in order, from Python (the GPU backend's path)."""
         env: list[Any] = list(self._template)
-        given = self._bind(inputs)
         for i, a in zip(self._in_slots, given):
             env[i] = a
         for node, step, args, outs in self._steps:
@@ -154,7 +258,43 @@ class Model:
         out = [env[s] if isinstance(s, int) else s.copy() for s in self._out_slots]
         if hasattr(self._backend, "outputs_like"):  # device outputs back in the inputs' array library
             out = self._backend.outputs_like(out, given)
-        return tuple(out) if self._output_tuple else out[0]
+        return out
+
+    def stream(self, state: Mapping[str, Any] | None = None) -> Stream:
+        """A stateful stepper for a cell model (see qrt.plan.Stream): h (and c) stay inside between calls."""
+        if self._plan is None:
+            raise ValueError("streams run on the CPU backend; this model was loaded for " + self.device)
+        return self._plan.stream(state)
+
+
+def _argument_names(graph: Graph) -> list[str | None]:
+    """The name of each argument of forward(), or None.
+
+    An argument that is one array has its input's name. The converter names the inputs of argument
+    `hidden` = (h, c) `hidden.0` and `hidden.1` (deeper: `hidden.1.0`); a tuple argument whose inputs
+    follow that convention takes its name from them. One that does not, or whose name is also an
+    input's or another argument's, has none: it is passed by position or by its inputs' names.
+    """
+    names: list[str | None] = []
+    for arg in graph.input_structure:
+        if isinstance(arg, int):
+            names.append(graph.inputs[arg].name)
+            continue
+        bases = set()
+        stack: list[tuple[Tree, str]] = [(arg, "")]
+        while stack:
+            t, suffix = stack.pop()
+            if isinstance(t, tuple):
+                stack.extend((c, f"{suffix}.{k}") for k, c in enumerate(t))
+                continue
+            name = graph.inputs[t].name
+            bases.add(name[: -len(suffix)] if name.endswith(suffix) else None)
+        base = bases.pop() if len(bases) == 1 else None
+        names.append(base or None)
+    nested = [n for n, a in zip(names, graph.input_structure) if isinstance(a, tuple) and n]
+    taken = {s.name for s in graph.inputs}
+    clash = {n for n, count in Counter(nested).items() if count > 1 or n in taken}
+    return [None if isinstance(a, tuple) and n in clash else n for n, a in zip(names, graph.input_structure)]
 
 
 def _check_input(spec: ValueSpec, a: Any, array_module: Any = None) -> np.ndarray:

@@ -1,9 +1,10 @@
 """The op registry: which ops exist, what they take, and what they produce.
 
 Every part of qrt that knows about ops reads this table: the loader
-validates nodes against it, each backend implements exactly the ops listed
+validates nodes against it, the backends implement the ops listed
 here, and the converter emits nothing else. Adding an op means adding one
-``OpSpec`` here and one implementation per backend.
+``OpSpec`` here and its CPU implementation; a backend without one (the GPU
+lacks some ops) refuses models using it at load (``qrt.gpu.check_graph``).
 
 An op's ``check`` sees the node's input value infos (dtype and shape, a
 ``None`` dimension being free until run time), the constant tensors it was
@@ -354,24 +355,21 @@ def _check_sequence(gates: int, states: tuple[str, ...]) -> Check:
     return check
 
 
-def _check_same_shape_float(ins, consts, attrs):
-    infos = list(ins.values())
-    for a in infos[1:]:
-        if len(a.shape) != len(infos[0].shape) or any(
-            p is not None and q is not None and p != q for p, q in zip(a.shape, infos[0].shape)
-        ):
-            _fail(f"operands must have the same shape, got {', '.join(i.describe() for i in infos)}")
-    return [ValueInfo("float32", infos[0].shape)]
+def flattened(shape: Shape, start: int, end: int | None) -> Shape:
+    """The shape torch.flatten(x, start, end) gives x of this shape (None: free; end None: the last dim)."""
+    stop = len(shape) if end is None else end + 1
+    merged = shape[start:stop]
+    return shape[:start] + (None if None in merged else math.prod(merged),) + shape[stop:]
 
 
 def _check_flatten(ins, consts, attrs):
     x = ins["x"]
-    start = attrs["start_dim"]
-    if not 0 <= start < max(len(x.shape), 1):
-        _fail(f"start_dim {start} is out of range for x of rank {len(x.shape)}")
-    tail = x.shape[start:]
-    size = None if None in tail else math.prod(tail)
-    return [ValueInfo(x.dtype, x.shape[:start] + (size,))]
+    start, end, rank = attrs["start_dim"], attrs["end_dim"], len(ins["x"].shape)
+    if not 0 <= start < max(rank, 1):
+        _fail(f"start_dim {start} is out of range for x of rank {rank}")
+    if end is not None and not start <= end < max(rank, 1):
+        _fail(f"end_dim {end} must lie in [start_dim, rank - 1] = [{start}, {max(rank, 1) - 1}]")
+    return [ValueInfo(x.dtype, flattened(x.shape, start, end))]
 
 
 # ---------------------------------------------------------------- the registry
@@ -508,21 +506,457 @@ OPS: dict[str, OpSpec] = {
             )
             for kind, gates, states, attrs, doc in _RECURRENT
         ),
-        OpSpec("relu", "float32 max(x, 0)", (Port("x", _F32),), ("y",), _check_same_shape_float),
-        OpSpec(
-            "add",
-            "float32 elementwise a + b, same shapes",
-            (Port("a", _F32), Port("b", _F32)),
-            ("y",),
-            _check_same_shape_float,
-        ),
         OpSpec(
             "flatten",
-            "merge dimensions start_dim.. into one, as torch.flatten(x, start_dim)",
-            (Port("x", ("float32", "uint8", "int8", "int32")),),
+            "merge dimensions start_dim..end_dim into one, as torch.flatten(x, start_dim, end_dim)",
+            (Port("x", ("float32", "uint8", "int8", "int32", "int64")),),
             ("y",),
             _check_flatten,
-            (Attr("start_dim", int, default=1),),
+            (Attr("start_dim", int, default=1), Attr("end_dim", (int, type(None)), default=None)),
         ),
     )
 }
+
+
+# ---- tensor ops
+# Shape and data-movement ops (helper A1): they move values and compute none, so any run-time dtype
+# passes through unchanged.
+
+MAX_RANK = 8  # of a model input (graph.py), and of every value the tensor ops make
+MAX_DIM = 2**63 - 1  # the largest dimension of a model input: what an int64 (numpy, a C reader) holds
+MAX_STACKED = 16  # cat and stack take x0 .. x15
+_ANY = ("float32", "uint8", "int8", "int32", "int64")
+
+
+def _ints(name: str, value: list) -> list[int]:
+    """A list attribute's entries, each an integer (JSON true/false are not)."""
+    for v in value:
+        if not isinstance(v, int) or isinstance(v, bool):
+            _fail(f"attribute {name!r} must be a list of integers, got {v!r:.40} in it")
+    return value
+
+
+def _dim_of(name: str, dim: int, rank: int) -> None:
+    if not 0 <= dim < rank:
+        _fail(f"{name} {dim} is out of range for x of rank {rank}")
+
+
+def _rank_fits(rank: int) -> None:
+    if rank > MAX_RANK:
+        _fail(f"the output would have rank {rank}, more than the maximum of {MAX_RANK}")
+
+
+def slice_length(size: int, start: int, end: int | None, step: int) -> int:
+    """How many elements x[start:end:step] keeps of a dimension of this size (Python's clamping)."""
+    return len(range(*slice(start, end, step).indices(size)))
+
+
+def _check_select(ins, consts, attrs):
+    x, dim, index = ins["x"], attrs["dim"], attrs["index"]
+    _dim_of("dim", dim, len(x.shape))
+    size = x.shape[dim]
+    if size is not None and not -size <= index < size:
+        _fail(f"index {index} is out of range for dimension {dim} of x, of size {size}")
+    return [ValueInfo(x.dtype, x.shape[:dim] + x.shape[dim + 1 :])]
+
+
+def _check_slice(ins, consts, attrs):
+    x, dim, step = ins["x"], attrs["dim"], attrs["step"]
+    _dim_of("dim", dim, len(x.shape))
+    if step < 1:
+        _fail(f"step must be >= 1, got {step}")
+    size = x.shape[dim]
+    length = None if size is None else slice_length(size, attrs["start"], attrs["end"], step)
+    return [ValueInfo(x.dtype, x.shape[:dim] + (length,) + x.shape[dim + 1 :])]
+
+
+def _stacked_inputs(ins) -> list[ValueInfo]:
+    """x0, x1, ... in order: no gaps, one dtype, one rank."""
+    xs = [ins[f"x{i}"] for i in range(len(ins)) if f"x{i}" in ins]
+    if len(xs) != len(ins):
+        _fail(f"inputs must be x0, x1, ... without gaps, got {sorted(ins, key=lambda p: int(p[1:]))}")
+    for i, x in enumerate(xs[1:], 1):
+        if x.dtype != xs[0].dtype or len(x.shape) != len(xs[0].shape):
+            _fail(f"x{i} is {x.describe()} but x0 is {xs[0].describe()}: dtypes and ranks must agree")
+    return xs
+
+
+def _agree(xs: list[ValueInfo], axis: int) -> int | None:
+    """The size every input has at axis: the known one (None if all are free); known sizes must agree."""
+    size = None
+    for i, x in enumerate(xs):
+        d = x.shape[axis]
+        if d is not None and size is not None and d != size:
+            _fail(f"x{i} has size {d} at dimension {axis} where an earlier input has {size}")
+        size = d if d is not None else size
+    return size
+
+
+def _check_cat(ins, consts, attrs):
+    xs, dim = _stacked_inputs(ins), attrs["dim"]
+    rank = len(xs[0].shape)
+    _dim_of("dim", dim, rank)
+    along = [x.shape[dim] for x in xs]
+    shape = [_agree(xs, a) if a != dim else (None if None in along else sum(along)) for a in range(rank)]
+    return [ValueInfo(xs[0].dtype, tuple(shape))]
+
+
+def _check_stack(ins, consts, attrs):
+    xs, dim = _stacked_inputs(ins), attrs["dim"]
+    rank = len(xs[0].shape)
+    if not 0 <= dim <= rank:
+        _fail(f"dim {dim} is out of range [0, {rank}] for inputs of rank {rank}")
+    _rank_fits(rank + 1)
+    shape = tuple(_agree(xs, a) for a in range(rank))
+    return [ValueInfo(xs[0].dtype, shape[:dim] + (len(xs),) + shape[dim:])]
+
+
+def reshaped(in_shape: Shape, shape: list[int]) -> Shape | None:
+    """reshape's output shape (None entries where it depends on a free dimension), or None if x cannot
+    take that shape.
+
+    0 copies x's size at the same position, -1 is inferred. Free dimensions of x that a 0 copies cancel
+    on both sides, so [?, 6] -> [0, 4] is refused at load and [?, 6] -> [0, -1] gives [?, 6].
+    """
+    copied = {i for i, s in enumerate(shape) if s == 0 and in_shape[i] is None}
+    rest = [d for i, d in enumerate(in_shape) if i not in copied]
+    out = [in_shape[i] if s == 0 else s for i, s in enumerate(shape)]
+    if None in rest:
+        return tuple(None if s == -1 else d for s, d in zip(shape, out))
+    known = math.prod(d for i, d in enumerate(out) if i not in copied and shape[i] != -1)
+    total = math.prod(rest)
+    if -1 not in shape:
+        return tuple(out) if known == total else None
+    if known == 0 or total % known:
+        return None
+    return tuple(total // known if s == -1 else d for s, d in zip(shape, out))
+
+
+def _check_reshape(ins, consts, attrs):
+    x, shape = ins["x"], _ints("shape", attrs["shape"])
+    _rank_fits(len(shape))
+    for i, s in enumerate(shape):
+        if not -1 <= s <= MAX_DIM:
+            _fail(f"shape entries must be sizes >= 1, 0 (x's size there) or -1 (inferred), got {s}")
+        if s == 0 and i >= len(x.shape):
+            _fail(f"shape[{i}] is 0 (x's size there) but x has rank {len(x.shape)}")
+    if shape.count(-1) > 1:
+        _fail(f"shape may infer (-1) at most one dimension, got {shape}")
+    out = reshaped(x.shape, shape)
+    if out is None:
+        _fail(f"x {x.describe()} cannot be reshaped to {shape}")
+    return [ValueInfo(x.dtype, out)]
+
+
+def _check_permute(ins, consts, attrs):
+    x, perm = ins["x"], _ints("perm", attrs["perm"])
+    if sorted(perm) != list(range(len(x.shape))):
+        _fail(f"perm must be a permutation of 0 .. {len(x.shape) - 1} (x has rank {len(x.shape)}), got {perm}")
+    return [ValueInfo(x.dtype, tuple(x.shape[p] for p in perm))]
+
+
+def _check_squeeze(ins, consts, attrs):
+    x, dims = ins["x"], _ints("dims", attrs["dims"])
+    for d in dims:
+        _dim_of("dims entry", d, len(x.shape))
+        if x.shape[d] not in (1, None):
+            _fail(f"dimension {d} of x has size {x.shape[d]}; squeeze removes only size-1 dimensions")
+    if len(set(dims)) != len(dims):
+        _fail(f"dims names a dimension twice: {dims}")
+    return [ValueInfo(x.dtype, tuple(d for i, d in enumerate(x.shape) if i not in dims))]
+
+
+def _check_unsqueeze(ins, consts, attrs):
+    x, dim = ins["x"], attrs["dim"]
+    if not 0 <= dim <= len(x.shape):
+        _fail(f"dim {dim} is out of range [0, {len(x.shape)}] for x of rank {len(x.shape)}")
+    _rank_fits(len(x.shape) + 1)
+    return [ValueInfo(x.dtype, x.shape[:dim] + (1,) + x.shape[dim:])]
+
+
+_DIM = Attr("dim", int, required=True)
+_STACKED_PORTS = (Port("x0", _ANY), *(Port(f"x{i}", _ANY, optional=True) for i in range(1, MAX_STACKED)))
+
+OPS.update(
+    (op.name, op)
+    for op in (
+        OpSpec(
+            "select",
+            "x indexed at index along dim, which disappears, as torch.select (a negative index counts from the end)",
+            (Port("x", _ANY),),
+            ("y",),
+            _check_select,
+            (_DIM, Attr("index", int, required=True)),
+        ),
+        OpSpec(
+            "slice",
+            "x[start:end:step] along dim, clamped as Python slices are (torch slicing, narrow)",
+            (Port("x", _ANY),),
+            ("y",),
+            _check_slice,
+            (
+                _DIM,
+                Attr("start", int, default=0),
+                Attr("end", (int, type(None)), default=None),
+                Attr("step", int, default=1),
+            ),
+        ),
+        OpSpec("cat", "x0, x1, ... joined along dim, as torch.cat", _STACKED_PORTS, ("y",), _check_cat, (_DIM,)),
+        OpSpec(
+            "stack", "x0, x1, ... stacked along a new dim, as torch.stack", _STACKED_PORTS, ("y",), _check_stack,
+            (_DIM,),
+        ),
+        OpSpec(
+            "reshape",
+            "x in a new shape, C order; 0 keeps x's size at that position, -1 is inferred (ONNX Reshape)",
+            (Port("x", _ANY),),
+            ("y",),
+            _check_reshape,
+            (Attr("shape", list, required=True),),
+        ),
+        OpSpec(
+            "permute",
+            "x with its dimensions reordered, as torch.permute",
+            (Port("x", _ANY),),
+            ("y",),
+            _check_permute,
+            (Attr("perm", list, required=True),),
+        ),
+        OpSpec(
+            "squeeze",
+            "x without the listed size-1 dimensions, as torch.squeeze(x, dims)",
+            (Port("x", _ANY),),
+            ("y",),
+            _check_squeeze,
+            (Attr("dims", list, required=True),),
+        ),
+        OpSpec(
+            "unsqueeze",
+            "x with a new size-1 dimension at dim, as torch.unsqueeze",
+            (Port("x", _ANY),),
+            ("y",),
+            _check_unsqueeze,
+            (_DIM,),
+        ),
+    )
+)
+
+
+# ---- embedding
+# Table lookups (helper A1): float32 rows, or rows quantized to 8 or 4 bits with a scale and bias per row,
+# dequantized as fbgemm does (docs/FORMAT.md, docs/NUMERICS.md).
+
+_INDEX = ("int32", "int64")
+# bits -> (weight dtype, scale and bias dtype): torch's prepacked tables hold 4-bit rows' scale and bias in float16
+_TABLE_DTYPES = {32: ("float32", None), 8: ("uint8", "float32"), 4: ("uint8", "float16")}
+EMBEDDING_MODES = ("sum", "mean", "max")
+
+
+def _check_table(ins, consts, attrs) -> tuple[int, int]:
+    """Check weight, weight_scale, weight_bias against bits and dim; return (rows, embedding width)."""
+    w, bits, dim = ins["weight"], attrs["bits"], attrs["dim"]
+    if len(w.shape) != 2:
+        _fail(f"weight must be 2-D [num_embeddings, columns], got {w.describe()}")
+    num, cols = w.shape
+    if num == 0:
+        _fail("weight must have at least one row")  # no index could be valid
+    w_dtype, q_dtype = _TABLE_DTYPES[bits]
+    if w.dtype != w_dtype:
+        _fail(f"bits {bits} needs a {w_dtype} weight, got {w.describe()}")
+    for port in ("weight_scale", "weight_bias"):
+        info = ins.get(port)
+        if q_dtype is None and info is not None:
+            _fail(f"a float32 table (bits 32) takes no {port}")
+        if q_dtype is not None and info is None:
+            _fail(f"bits {bits} needs {port}")
+        if q_dtype is not None and (info.dtype != q_dtype or info.shape != (num,)):
+            _fail(f"{port} must be {q_dtype}[{num}] for bits {bits}, got {info.describe()}")
+    if bits == 4:
+        if dim is None:
+            _fail("bits 4 needs attribute 'dim' (two 4-bit values share a byte)")
+        if dim < 0 or (dim + 1) // 2 != cols:
+            _fail(f"dim {dim} needs ceil(dim / 2) = {max(dim + 1, 0) // 2} bytes per row, the weight has {cols}")
+        return num, dim
+    if dim is not None and dim != cols:
+        _fail(f"dim {dim} disagrees with the weight's {cols} columns")
+    return num, cols
+
+
+def _index_values(consts, num: int) -> None:
+    """Stored indices are checked now rather than at every run."""
+    t = consts.get("indices")
+    if t is not None and t.size and (int(t.min()) < 0 or int(t.max()) >= num):
+        _fail(f"indices must lie in [0, {num}), got {t.ravel()[:8].tolist()}")
+
+
+def _check_embedding(ins, consts, attrs):
+    num, dim = _check_table(ins, consts, attrs)
+    idx = ins["indices"]
+    _rank_fits(len(idx.shape) + 1)
+    _index_values(consts, num)
+    return [ValueInfo("float32", idx.shape + (dim,))]
+
+
+def _check_embedding_bag(ins, consts, attrs):
+    num, dim = _check_table(ins, consts, attrs)
+    idx, offsets = ins["indices"], ins.get("offsets")
+    if offsets is None:
+        if len(idx.shape) != 2:
+            _fail(f"indices must be 2-D [bags, indices per bag] when there are no offsets, got {idx.describe()}")
+        bags = idx.shape[0]
+    else:
+        if len(idx.shape) != 1 or len(offsets.shape) != 1:
+            _fail(f"indices and offsets must be 1-D, got {idx.describe()} and {offsets.describe()}")
+        bags = offsets.shape[0]
+        o = consts.get("offsets")
+        if o is not None and o.size:
+            o = o.astype(np.int64)
+            if o[0] != 0 or np.any(o[1:] < o[:-1]) or (idx.shape[0] is not None and o[-1] > idx.shape[0]):
+                _fail(f"offsets must start at 0, never decrease and stay within the indices, got {o[:8].tolist()}")
+    _index_values(consts, num)
+    return [ValueInfo("float32", (bags, dim))]
+
+
+_TABLE_PORTS = (
+    Port("weight", ("float32", "uint8"), const=True),
+    Port("weight_scale", ("float32", "float16"), optional=True, const=True),
+    Port("weight_bias", ("float32", "float16"), optional=True, const=True),
+)
+_TABLE_ATTRS = (Attr("bits", int, default=32, choices=(32, 8, 4)), Attr("dim", (int, type(None)), default=None))
+
+OPS.update(
+    (op.name, op)
+    for op in (
+        OpSpec(
+            "embedding",
+            "rows of a float32, 8-bit or 4-bit table, as nn.Embedding and torch.ao.nn.quantized.Embedding",
+            (Port("indices", _INDEX), *_TABLE_PORTS),
+            ("y",),
+            _check_embedding,
+            _TABLE_ATTRS,
+        ),
+        OpSpec(
+            "embedding_bag",
+            "sums, means or maxima of bags of table rows, as nn.EmbeddingBag and its quantized form",
+            (Port("indices", _INDEX), Port("offsets", _INDEX, optional=True), *_TABLE_PORTS),
+            ("y",),
+            _check_embedding_bag,
+            _TABLE_ATTRS + (Attr("mode", str, default="mean", choices=EMBEDDING_MODES),),
+        ),
+    )
+)
+
+
+# ---- float math
+# Float32 relu, functions, reductions and arithmetic (helper A2). The kernels (qrt/kernels/float_ops_body.h)
+# run one fixed sequence of IEEE operations, so every CPU and build gives the same bits
+# (docs/NUMERICS.md, "Float math ops").
+
+_UNARY_FLOAT = {
+    "sigmoid": "1 / (1 + exp(-x)), the recurrent gates' function",
+    "tanh": "tanh(x), the recurrent gates' function",
+    "silu": "x * sigmoid(x), as torch.nn.functional.silu",
+}
+_BINARY_FLOAT = {"add": "a + b", "sub": "a - b", "mul": "a * b", "div": "a / b"}
+
+
+def _check_float_map(ins, consts, attrs):
+    return [ValueInfo("float32", ins["x"].shape)]
+
+
+def _check_softmax(ins, consts, attrs):
+    _dim_of("dim", attrs["dim"], len(ins["x"].shape))
+    return [ValueInfo("float32", ins["x"].shape)]
+
+
+def _check_layer_norm(ins, consts, attrs):
+    x, k, eps = ins["x"], attrs["normalized_dims"], attrs["eps"]
+    if not 1 <= k <= len(x.shape):
+        _fail(f"normalized_dims must lie in [1, {len(x.shape)}] (the rank of x), got {k}")
+    if not (math.isfinite(eps) and eps >= 0):
+        _fail(f"eps must be finite and >= 0, got {eps!r}")
+    tail = x.shape[len(x.shape) - k :]
+    for port in ("weight", "bias"):
+        t = ins.get(port)
+        if t is not None and (
+            len(t.shape) != k or any(d is not None and d != w for d, w in zip(tail, t.shape))
+        ):
+            _fail(f"{port} must have the shape of x's last {k} dimension(s), {ValueInfo('', tail).describe()}, "
+                  f"got {t.describe()}")
+    return [ValueInfo("float32", x.shape)]
+
+
+def _check_reduce(ins, consts, attrs):
+    x, dims = ins["x"], _ints("dims", attrs["dims"])
+    if not dims:
+        _fail("dims must name at least one dimension")
+    for d in dims:
+        _dim_of("dims entry", d, len(x.shape))
+    if len(set(dims)) != len(dims):
+        _fail(f"dims must not repeat a dimension, got {dims}")
+    if attrs["keepdim"]:
+        return [ValueInfo("float32", tuple(1 if i in dims else s for i, s in enumerate(x.shape)))]
+    return [ValueInfo("float32", tuple(s for i, s in enumerate(x.shape) if i not in dims))]
+
+
+def _check_broadcast(ins, consts, attrs):
+    """numpy broadcasting, shapes aligned at the right. A free dimension against 1 stays free; against n it
+    becomes n, and against another free one stays free: the run checks the actual sizes."""
+    a, b = ins["a"], ins["b"]
+    rank = max(len(a.shape), len(b.shape))
+    out = []
+    for i, (p, q) in enumerate(
+        zip((1,) * (rank - len(a.shape)) + a.shape, (1,) * (rank - len(b.shape)) + b.shape)
+    ):
+        if p == 1 or p is None:
+            out.append(q if q != 1 else p)
+        elif q in (1, None, p):
+            out.append(p)
+        else:
+            _fail(f"a {a.describe()} and b {b.describe()} do not broadcast: {p} against {q} at dimension {i}")
+    return [ValueInfo("float32", tuple(out))]
+
+
+_X_F32 = (Port("x", _F32),)
+
+OPS.update(
+    (op.name, op)
+    for op in (
+        OpSpec("relu", "float32 max(x, 0)", _X_F32, ("y",), _check_float_map),
+        *(OpSpec(name, f"float32 {doc}", _X_F32, ("y",), _check_float_map) for name, doc in _UNARY_FLOAT.items()),
+        OpSpec(
+            "gelu",
+            "float32 x * Phi(x) (approximate 'none'), or torch's tanh approximation (approximate 'tanh')",
+            _X_F32,
+            ("y",),
+            _check_float_map,
+            (Attr("approximate", str, default="none", choices=("none", "tanh")),),
+        ),
+        OpSpec("softmax", "float32 softmax along dim", _X_F32, ("y",), _check_softmax, (_DIM,)),
+        OpSpec("log_softmax", "float32 log(softmax) along dim", _X_F32, ("y",), _check_softmax, (_DIM,)),
+        OpSpec(
+            "layer_norm",
+            "float32 layer normalisation over the last normalized_dims dimensions, as torch's layer_norm",
+            (*_X_F32, Port("weight", _F32, optional=True, const=True), Port("bias", _F32, optional=True, const=True)),
+            ("y",),
+            _check_layer_norm,
+            (Attr("normalized_dims", int, default=1), Attr("eps", (float, int), default=1e-5)),
+        ),
+        *(
+            OpSpec(
+                name,
+                f"float32 {name} over the listed dimensions, as torch.{name}(x, dims, keepdim)",
+                _X_F32,
+                ("y",),
+                _check_reduce,
+                (Attr("dims", list, required=True), Attr("keepdim", bool, default=False)),
+            )
+            for name in ("sum", "mean")
+        ),
+        *(
+            OpSpec(name, f"float32 {doc} with numpy broadcasting", (Port("a", _F32), Port("b", _F32)), ("y",),
+                   _check_broadcast)
+            for name, doc in _BINARY_FLOAT.items()
+        ),
+    )
+)

@@ -179,6 +179,54 @@ def _op_models() -> dict[str, GraphBuilder]:
             b.output(*out)
             models[f"{kind}_dynamic"] = b
 
+    # ---- tensor ops and embeddings (helper A1): int64 inputs, free dims checked at run time,
+    # stored int32 indices and offsets (random run-time indices would mostly be out of range).
+    b = GraphBuilder()
+    x = b.input("x", "int64", [None, 3, 4])
+    sel = b.node("select", {"x": x}, {"dim": 1, "index": -1})
+    sl = b.node("slice", {"x": x}, {"dim": 2, "start": 1, "end": None, "step": 2})
+    cat = b.node("cat", {"x0": sl, "x1": sl}, {"dim": 2})
+    st = b.node("stack", {"x0": sel, "x1": sel}, {"dim": 1})
+    r = b.node("reshape", {"x": cat}, {"shape": [0, -1]})
+    p = b.node("permute", {"x": st}, {"perm": [2, 0, 1]})
+    u = b.node("unsqueeze", {"x": p}, {"dim": 3})
+    sq = b.node("squeeze", {"x": u}, {"dims": [3]})
+    f = b.node("flatten", {"x": x}, {"start_dim": 0, "end_dim": 1})
+    b.output(r, sq, f)
+    models["tensor_ops"] = b
+
+    b = GraphBuilder()
+    idx = b.tensor("idx", np.array([[0, 4], [2, 2], [1, 3]], np.int32))
+    b.input("unused", "float32", [1])
+    e32 = b.node("embedding", {"indices": idx, "weight": rng.standard_normal((5, 3)).astype(np.float32)})
+    e8 = b.node("embedding_bag", {
+        "indices": idx, "weight": rng.integers(0, 256, (5, 3), dtype=np.uint8),
+        "weight_scale": np.full(5, 0.1, np.float32), "weight_bias": np.full(5, -1.0, np.float32),
+    }, {"bits": 8, "mode": "sum"})
+    e4 = b.node("embedding_bag", {
+        "indices": b.tensor("flat_idx", np.array([0, 4, 2, 2, 1], np.int32)),
+        "offsets": b.tensor("offsets", np.array([0, 2, 2], np.int32)),
+        "weight": rng.integers(0, 256, (5, 2), dtype=np.uint8),
+        "weight_scale": np.full(5, 0.1, np.float16), "weight_bias": np.full(5, -1.0, np.float16),
+    }, {"bits": 4, "dim": 3, "mode": "max"})
+    b.output(e32, e8, e4)
+    models["embedding"] = b
+
+    # ---- float math (helper A2): every function and reduction, broadcasting arithmetic with stored operands.
+    b = GraphBuilder()
+    x = b.input("x", "float32", [None, 3, 4])
+    g = b.node("gelu", {"x": b.node("silu", {"x": b.node("tanh", {"x": b.node("sigmoid", {"x": x})})})})
+    sm = b.node("softmax", {"x": b.node("gelu", {"x": g}, {"approximate": "tanh"})}, {"dim": 2})
+    ls = b.node("log_softmax", {"x": x}, {"dim": 0})
+    ln = b.node("layer_norm", {"x": ls, "weight": rng.standard_normal((3, 4)).astype(np.float32),
+                               "bias": np.zeros((3, 4), np.float32)}, {"normalized_dims": 2, "eps": 1e-5})
+    su = b.node("sum", {"x": ln}, {"dims": [0, 2], "keepdim": True})
+    me = b.node("mean", {"x": sm}, {"dims": [1], "keepdim": True})
+    m = b.node("mul", {"a": b.node("add", {"a": x, "b": su}), "b": np.array(0.5, np.float32)})
+    sb = b.node("sub", {"a": me, "b": rng.standard_normal(4).astype(np.float32)})
+    b.output(b.node("div", {"a": m, "b": sb}), su)
+    models["float_math"] = b
+
     # A chain through several ops, a stored tensor on a run-time port, and a tuple output.
     b = GraphBuilder()
     x = b.input("x", "float32", [None, 2, 2])
@@ -195,13 +243,23 @@ def _op_models() -> dict[str, GraphBuilder]:
     r = b.node("relu", {"x": d})
     bias = b.tensor("offset", np.array([[1, 2, 3]], np.float32))
     a = b.node("add", {"a": r, "b": bias})
-    b.inputs[0]["shape"] = [1, 2, 2]  # add has no broadcasting: fix the batch to the stored operand's
+    b.inputs[0]["shape"] = [1, 2, 2]  # a fixed batch, the stored operand's
     b.output(a, d)
     models["chain"] = b
 
     missing = set(OPS) - {n["op"] for m in models.values() for n in m.nodes}
     assert not missing, f"no fuzz seed model for {sorted(missing)}"
     return models
+
+
+def _nested_models() -> dict[str, GraphBuilder]:
+    """Nested arguments and results (format version 3): forward(x, state=(h, c)) -> (y, ((h', c'),))."""
+    b = GraphBuilder()
+    x, h, c = (b.input(n, "float32", [None, 3]) for n in ("x", "state.0", "state.1"))
+    y = b.node("add", {"a": x, "b": h})
+    b.input_nested((x, (h, c)))
+    b.output_nested((y, ((b.node("relu", {"x": y}), b.node("add", {"a": h, "b": c})),)))
+    return {"nested": b}
 
 
 _SEEDS: dict[str, bytes] | None = None
@@ -211,7 +269,8 @@ def seed_files() -> dict[str, bytes]:
     """The valid starting files, encoded once: name -> bytes."""
     global _SEEDS
     if _SEEDS is None:
-        _SEEDS = {name: qrt.format.encode(b.graph(), b.tensors) for name, b in _op_models().items()}
+        models = {**_op_models(), **_nested_models()}
+        _SEEDS = {name: qrt.format.encode(b.graph(), b.tensors) for name, b in models.items()}
     return _SEEDS
 
 
@@ -372,8 +431,11 @@ def e_metadata(rnd, header, body):
     if choice == 0:
         del meta[rnd.choice(list(meta))]
     elif choice == 1:
-        # "1": a version-1 reader's view (F64 tensors must then be refused); "3": newer than this qrt
-        meta["qrt.version"] = rnd.choice(["0", "1", "3", "999999999999", "1.0", " 1", "one", "\u00b9", "\u0661", "-1"])
+        # "1": a version-1 reader's view (F64 tensors must then be refused); "2": trees must then be
+        # refused; "4": newer than this qrt
+        meta["qrt.version"] = rnd.choice(
+            ["0", "1", "2", "3", "4", "999999999999", "1.0", " 1", "one", "\u00b9", "\u0661", "-1"]
+        )
     elif choice == 2:
         meta["qrt.data_sha256"] = rnd.choice(["", "0" * 64, meta["qrt.data_sha256"].upper(), "zz"])
     elif choice == 3:
@@ -499,6 +561,30 @@ def g_structure(rnd, g, header):
         rnd.shuffle(g["nodes"])  # file order is not execution order: still valid
 
 
+@_graph_edit
+def g_trees(rnd, g, header):
+    """input_structure / output_structure: a valid regrouping, or a malformed tree."""
+    key = rnd.choice(["input_structure", "output_structure"])
+    leaves = list(range(len(g["inputs"] if key == "input_structure" else g["outputs"])))
+    rnd.shuffle(leaves)
+    choice = rnd.randrange(6)
+    if choice == 1 and leaves:
+        leaves.append(rnd.choice(leaves))  # an index twice
+    elif choice == 2 and leaves:
+        leaves.pop()  # an index missing
+    elif choice == 3:
+        leaves.append(rnd.choice([len(leaves), -1, 2**64, 1.0, True, None, "x", {}, []]))
+    tree: Any = leaves
+    while len(tree) > 1 and rnd.random() < 0.6:  # group a random run into a tuple, and again
+        i = rnd.randrange(len(tree))
+        j = rnd.randint(i + 1, len(tree))
+        tree = tree[:i] + [tree[i:j]] + tree[j:]
+    if choice == 4:
+        for _ in range(rnd.choice([15, 16, 17, 70])):
+            tree = [tree]
+    g[key] = hostile_value(rnd) if choice == 5 else tree
+
+
 def _patch_tensor(header, body, name, values: np.ndarray) -> bytes:
     t = header[name]
     b, e = t["data_offsets"]
@@ -563,7 +649,7 @@ def e_json_text(rnd, header, body):
 BYTE_MUTATIONS = [m_flip, m_truncate, m_insert, m_delete, m_header_len, m_nonutf8]
 HEADER_EDITS = [
     e_shape, e_dtype, e_offsets, e_entry, e_metadata, e_values,
-    g_cycle, g_undefined, g_duplicate, g_op, g_ports, g_attrs, g_structure,
+    g_cycle, g_undefined, g_duplicate, g_op, g_ports, g_attrs, g_structure, g_trees,
 ]
 
 
@@ -608,7 +694,7 @@ def make_case(rnd: random.Random) -> tuple[str, bytes]:
 # ------------------------------------------------------------------ the property
 
 # ValueError reasons a model that loaded may give at run time (docs/FORMAT.md, "Run time").
-RUNTIME_REASONS = re.compile(r"NaN|shape|batch|reshape|mismatch")
+RUNTIME_REASONS = re.compile(r"NaN|shape|batch|reshape|mismatch|out of range|offsets")
 MAX_RUN_ELEMENTS = 1_000_000  # a valid file may declare big inputs; the harness does not feed those
 
 
@@ -656,6 +742,11 @@ def check_case(data: bytes, path: str, rnd: random.Random) -> str:
         raise AssertionError(f"run raised {type(e).__name__}: {e}") from e
     except Exception as e:  # noqa: BLE001
         raise AssertionError(f"run raised {type(e).__name__}: {e}") from e
-    outs = out if isinstance(out, tuple) else (out,)
+    outs = _leaves(out)
     assert len(outs) == len(model.outputs)
     return "loaded and ran"
+
+
+def _leaves(out: Any) -> list:
+    """The arrays of a (nested) result."""
+    return [a for o in out for a in _leaves(o)] if isinstance(out, tuple) else [out]

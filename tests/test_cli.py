@@ -1,14 +1,14 @@
 """The qrt command line, driven as a user drives it: `python -m qrt ...` in a subprocess.
 
 Models come from the converter (tools/convert.py) on the small models of tests/models.py, and one
-whole-sequence LSTM is written by hand (GraphBuilder) for bench's --seq.
+whole-sequence LSTM is written by hand (GraphBuilder) for bench's --seq. qrt-compare, the converter's
+own command, is tested in tests/test_compare.py.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import os
 import re
 import subprocess
@@ -25,7 +25,6 @@ from tools.convert import convert
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def qrt_cli(*args: str, pythonpath: tuple[str, ...] = (), timeout: float = 120) -> subprocess.CompletedProcess:
@@ -47,7 +46,8 @@ def fails(result: subprocess.CompletedProcess, *phrases: str) -> None:
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, str]:
     d = tmp_path_factory.mktemp("cli")
-    f = {k: str(d / k) for k in ("mlp.pt", "rnn.pt", "calib.npz", "dyn.qrt", "static.qrt", "rnn.qrt", "lstm.qrt")}
+    f = {k: str(d / k) for k in ("mlp.pt", "rnn.pt", "calib.npz", "dyn.qrt", "static.qrt", "rnn.qrt", "lstm.qrt",
+                                 "nested.qrt")}
     torch.save(models.make_mlp().state_dict(), f["mlp.pt"])
     torch.save(models.make_step_rnn_tanh().state_dict(), f["rnn.pt"])
     rng = np.random.default_rng(0)
@@ -64,6 +64,14 @@ def files(tmp_path_factory) -> dict[str, str]:
     b.output(y)
     b.save(f["lstm.qrt"])
 
+    # forward(x, state=(h, c)) -> (x + h, (relu(x + h), h + c)): nested arguments and results.
+    b = GraphBuilder()
+    x, h, c = (b.input(n, "float32", [None, 3]) for n in ("x", "state.0", "state.1"))
+    b.input_nested((x, (h, c)))
+    s = b.node("add", {"a": x, "b": h}, name="s")
+    b.output_nested((s, (b.node("relu", {"x": s}, name="r"), b.node("add", {"a": h, "b": c}, name="t"))))
+    b.save(f["nested.qrt"])
+
     np.save(d / "x.npy", rng.standard_normal((3, 37)).astype(np.float32))
     np.save(d / "x_int.npy", np.zeros((3, 37), np.int32))
     np.save(d / "x_wide.npy", np.zeros((3, 40), np.float32))
@@ -75,7 +83,9 @@ def files(tmp_path_factory) -> dict[str, str]:
     data[-1] ^= 0xFF  # a flipped bit in the weights: the checksum no longer matches
     (d / "corrupt.qrt").write_bytes(bytes(data))
     (d / "text.npy").write_text("not an array")
-    f.update({k: str(d / k) for k in ("x.npy", "x_int.npy", "x_wide.npy", "in.npz", "rnn_in.npz")})
+    np.savez(d / "nested_in.npz", **{k: rng.standard_normal((2, 3)).astype(np.float32) for k in ("x", "state.0",
+                                                                                                   "state.1")})
+    f.update({k: str(d / k) for k in ("x.npy", "x_int.npy", "x_wide.npy", "in.npz", "rnn_in.npz", "nested_in.npz")})
     f.update({k: str(d / k) for k in ("truncated.qrt", "corrupt.qrt", "text.npy")})
     f["dir"] = str(d)
     return f
@@ -87,7 +97,7 @@ def files(tmp_path_factory) -> dict[str, str]:
 def test_help_lists_commands_and_each_command_has_examples():
     top = qrt_cli("--help")
     assert top.returncode == 0
-    for command in ("inspect", "run", "bench", "compare"):
+    for command in ("inspect", "run", "bench"):
         assert command in top.stdout
         r = qrt_cli(command, "--help")
         assert r.returncode == 0, r.stderr
@@ -95,6 +105,7 @@ def test_help_lists_commands_and_each_command_has_examples():
     bare = qrt_cli()
     assert bare.returncode == 2 and "usage: qrt" in bare.stderr
     assert qrt_cli("frobnicate").returncode == 2
+    assert "qrt-compare" in top.stdout  # the comparison with PyTorch is the converter's own command
 
 
 def test_runtime_commands_do_not_import_torch(files):
@@ -104,6 +115,7 @@ def test_runtime_commands_do_not_import_torch(files):
         f"assert main(['run', {files['static.qrt']!r}, '--input', {files['x.npy']!r}]) == 0\n"
         f"assert main(['bench', {files['static.qrt']!r}, '--seconds', '0.05', '--warmup', '0', '-q']) == 0\n"
         "assert 'torch' not in sys.modules, 'the runtime imported torch'\n"
+        "assert not any(m == 'tools' or m.startswith(('tools.', 'qrt_tools')) for m in sys.modules), 'imported tools'\n"
     )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -116,7 +128,7 @@ def test_inspect_shows_header_nodes_tensors_and_bytes(files):
     r = qrt_cli("inspect", files["static.qrt"])
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    assert "qrt format v2" in out and "producer qrt tools/convert.py" in out
+    assert "qrt format v3" in out and "producer qrt tools/convert.py" in out
     assert "checksum: ok" in out
     assert "inputs:  x: float32[?, 37]" in out
     for name, op in (("quantize_per_tensor", "quantize_per_tensor"), ("fc1", "linear"), ("relu", "relu")):
@@ -131,7 +143,7 @@ def test_inspect_json_is_complete_and_consistent(files):
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     model = qrt.load(files["dyn.qrt"])
-    assert report["format_version"] == 2 and report["checksum"]["status"] == "ok"
+    assert report["format_version"] == 3 and report["checksum"]["status"] == "ok"
     assert report["inputs"] == [{"name": "x", "dtype": "float32", "shape": [None, 37]}]
     assert [n["op"] for n in report["nodes"]] == [n.op for n in model.graph.nodes]
     fc2 = next(n for n in report["nodes"] if n["name"] == "fc2")
@@ -174,6 +186,27 @@ def test_run_multi_input_model_by_name(files, tmp_path):
             np.testing.assert_array_equal(z["cell"], h)
 
 
+def test_nested_model_runs_from_flat_files_and_inspect_shows_its_structure(files, tmp_path):
+    inputs = dict(np.load(files["nested_in.npz"]))
+    s, (r, t) = qrt.run(files["nested.qrt"], [inputs["x"], (inputs["state.0"], inputs["state.1"])])
+    out = str(tmp_path / "out.npz")
+    run = qrt_cli("run", files["nested.qrt"], "--inputs", files["nested_in.npz"], "-o", out)
+    assert run.returncode == 0, run.stderr
+    with np.load(out) as z:
+        assert z.files == ["s", "r", "t"]
+        for name, want in (("s", s), ("r", r), ("t", t)):
+            np.testing.assert_array_equal(z[name], want)
+    text = qrt_cli("inspect", files["nested.qrt"])
+    assert text.returncode == 0, text.stderr
+    assert "called as: (x, (state.0, state.1))" in text.stdout
+    assert "returned as (s, (r, t))" in text.stdout
+    report = json.loads(qrt_cli("inspect", files["nested.qrt"], "--json").stdout)
+    assert report["input_structure"] == ["x", ["state.0", "state.1"]]
+    assert report["output_structure"] == ["s", ["r", "t"]]
+    flat = json.loads(qrt_cli("inspect", files["rnn.qrt"], "--json").stdout)
+    assert flat["input_structure"] == ["x", "h"] and flat["output_structure"] == "tuple"
+
+
 @pytest.mark.parametrize(
     "args, phrases",
     [
@@ -187,18 +220,14 @@ def test_run_multi_input_model_by_name(files, tmp_path):
         (["run", "{static.qrt}", "--input", "{x_wide.npy}"], ["shape is [3, 40], expected [?, 37]"]),
         (["run", "{static.qrt}", "--input", "{dir}/missing.npy"], ["input file", "does not exist"]),
         (["run", "{static.qrt}", "--input", "{text.npy}"], ["cannot read", ".npy array"]),
-        (["run", "{static.qrt}", "--input", "{in.npz}"], ["pass it with --inputs"]),
-        (["run", "{static.qrt}", "--inputs", "{x.npy}"], ["pass it with --input"]),
+        (["run", "{static.qrt}", "--input", "{in.npz}"], ["is an .npz archive, not one .npy array"]),
+        (["run", "{static.qrt}", "--inputs", "{x.npy}"], ["is a single .npy array, not an .npz archive"]),
         (["run", "{static.qrt}", "--inputs", "{rnn_in.npz}"], ["inputs do not fit", "unknown ['h']"]),
         (["run", "{rnn.qrt}", "--input", "{x.npy}"], ["takes 2 inputs", "NAME=FILE.npy"]),
         (["run", "{rnn.qrt}", "--input", "x={x.npy}"], ["missing ['h']"]),
         (["run", "{static.qrt}", "--input", "{x.npy}", "-o", "{dir}/nowhere/out.npz"], ["does not exist"]),
         (["bench", "{rnn.qrt}", "--inputs", "{in.npz}"], ["missing ['h']"]),
         (["bench", "{static.qrt}", "--batch", "0"], ["at least 1"]),
-        (["compare", "{dyn.qrt}", "--checkpoint", "{dir}/missing.pt", "--model", "models:make_mlp"], ["checkpoint"]),
-        (["compare", "{static.qrt}", "--checkpoint", "{mlp.pt}", "--model", "m:f"], ["statically", "--calib"]),
-        (["compare", "{lstm.qrt}", "--checkpoint", "{mlp.pt}", "--model", "m:f"], ["written by tools/convert.py"]),
-        (["compare", "{dyn.qrt}", "--checkpoint", "{mlp.pt}", "--inputs", "{rnn_in.npz}"], ["unknown ['h']"]),
     ],
 )
 def test_errors_are_one_clear_line_and_status_2(files, args, phrases):
@@ -256,66 +285,3 @@ def test_bench_threads_and_cuda(files):
         assert r.returncode == 0 and "on cuda" in r.stdout, r.stderr
     else:
         fails(r, "device='cuda'")
-
-
-# ------------------------------------------------------------ compare
-
-
-def _compare_json(*args: str) -> dict:
-    r = qrt_cli("compare", *args, "--json")
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
-
-
-def test_compare_dynamic_layer_by_layer_with_plot(files, tmp_path):
-    png = str(tmp_path / "layers.png")
-    r = qrt_cli("compare", files["dyn.qrt"], "--checkpoint", files["mlp.pt"], "--model", "models:make_mlp",
-                "--batch", "32", "--plot", png)
-    assert r.returncode == 0, r.stderr
-    rows = {line.split()[0]: line.split() for line in r.stdout.splitlines() if line[:3] in ("fc1", "fc2", "fc3")}
-    assert set(rows) == {"fc1", "fc2", "fc3"}
-    assert rows["fc1"][1] == "fc1_relu"  # the fused Linear+ReLU's output is the relu's
-    for cells in rows.values():
-        assert cells[4:7] == ["0", "exact", "100.00%"], cells  # bit-exact against PyTorch's quantized model
-    assert f"wrote {png}" in r.stdout
-
-    with open(png, "rb") as f:
-        assert f.read(8) == PNG_SIGNATURE
-    import matplotlib.image
-
-    image = matplotlib.image.imread(png)
-    assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
-
-
-def test_compare_static_with_its_calibration_matches_integers(files):
-    base = [files["static.qrt"], "--checkpoint", files["mlp.pt"], "--model", "models:make_mlp"]
-    r = _compare_json(*base, "--calib", files["calib.npz"], "--inputs", files["in.npz"])
-    assert r["mode"] == "static" and [row["layer"] for row in r["layers"]] == ["fc1", "fc2", "fc3"]
-    for row in r["layers"]:
-        q, f = row["vs_torch_quantized"], row["vs_float"]
-        assert row["dtype"] == "uint8" and q["identical_of"] == "integers"
-        assert q["identical"] == 1.0 and q["max_abs_error"] == 0.0 and q["sqnr_db"] == math.inf
-        assert 15 < f["sqnr_db"] < 80 and f["max_abs_error"] > 0  # the quantization error itself
-    (out,) = r["outputs"]
-    assert out["vs_torch_quantized"]["max_abs_error"] == 0.0 and math.isfinite(out["vs_float"]["sqnr_db"])
-
-
-def test_compare_recurrent_cell_within_last_bits(files):
-    r = _compare_json(files["rnn.qrt"], "--checkpoint", files["rnn.pt"], "--model", "models:make_step_rnn_tanh",
-                      "--batch", "8")
-    cell = next(row for row in r["layers"] if row["layer"] == "cell")
-    assert cell["op"] == "rnn_cell_dynamic"
-    assert cell["vs_torch_quantized"]["max_abs_error"] <= 3e-7  # torch's tanh is not correctly rounded
-    assert cell["vs_float"]["sqnr_db"] < cell["vs_torch_quantized"]["sqnr_db"]
-
-
-def test_compare_wrong_checkpoint_and_missing_torch(files, tmp_path):
-    # A checkpoint that does not fit the factory: the converter's own message.
-    fails(qrt_cli("compare", files["dyn.qrt"], "--checkpoint", files["rnn.pt"], "--model", "models:make_mlp"),
-          "does not fit the model")
-    # Without PyTorch, compare says how to get it (a stand-in torch package that cannot be imported).
-    fake = tmp_path / "fake" / "torch"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("raise ImportError('no torch in this environment')\n")
-    fails(qrt_cli("compare", files["dyn.qrt"], "--checkpoint", files["mlp.pt"], "--model", "models:make_mlp",
-                  pythonpath=(str(fake.parent),)), "pip install 'qrt[convert]'")

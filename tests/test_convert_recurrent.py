@@ -123,9 +123,19 @@ def test_rnn_classifier_is_a_loop_of_dynamic_rnn_cells(tmp_path):
         np.testing.assert_array_equal(logits, head(torch.stack(finals)).numpy())
 
 
-def test_tensor_indexing_is_named(tmp_path):
-    with pytest.raises(ConvertError, match=r"operator.getitem \(node 'getitem_\d+'\): indexing a tensor"):
-        _convert(tmp_path, "make_last_step_classifier", ["20,1,9"])
+def test_last_layer_state_indexed(tmp_path):
+    """head(h_n[-1]): the index counts from the end, and sequence length and batch stay free."""
+    model = _convert(tmp_path, "make_last_step_classifier", ["20,1,9"])
+    assert model.inputs[0].shape == (None, None, 9)
+    assert [n.op for n in model.graph.nodes] == ["gru_dynamic", "select", "linear_dynamic"]
+    want = _quantize_dynamic("make_last_step_classifier", "qint8", {nn.GRU, nn.Linear})
+    rng = np.random.default_rng(7)
+    for steps, batch in ((7, 3), (25, 1)):
+        x = rng.standard_normal((steps, batch, 9)).astype(np.float32)
+        with torch.no_grad():
+            expected = want(torch.from_numpy(x)).numpy()
+        bound = DRIFT_BOUND * float(want.head.weight().dequantize().abs().sum(1).max()) + DRIFT_BOUND
+        assert np.abs(model.run(x) - expected).max() <= bound
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru"])

@@ -109,7 +109,7 @@ def test_round_trip(tmp_path):
         np.testing.assert_array_equal(got, a)
     assert json.loads(f.metadata["qrt.graph"]) == json.loads(json.dumps(b.graph()))
     assert f.metadata["qrt.producer"] == "unit test" and f.metadata["note"] == "hello"
-    assert f.version == 2 == qformat.FORMAT_VERSION and f.metadata["qrt.version"] == "2"
+    assert f.version == 3 == qformat.FORMAT_VERSION and f.metadata["qrt.version"] == "3"
     assert [n.op for n in f.graph.nodes] == ["linear_dynamic", "linear_dynamic"]
     assert [s.name for s in f.graph.outputs] == ["linear_dynamic_0", "linear_dynamic_1"]
     assert f.graph.output_tuple
@@ -147,7 +147,7 @@ def test_safetensors_reads_qrt(tmp_path):
         np.testing.assert_array_equal(loaded[name], a)
     with safe_open(str(p), framework="numpy") as f:
         meta = f.metadata()
-        assert meta["qrt.version"] == "2"
+        assert meta["qrt.version"] == "3"
         assert json.loads(meta["qrt.graph"])["output_structure"] == "tuple"
         np.testing.assert_array_equal(f.get_tensor("extra.u8"), np.arange(7, dtype=np.uint8))
 
@@ -305,21 +305,25 @@ def test_missing_version(tmp_path):
 
 
 def test_newer_version(tmp_path):
-    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].update({"qrt.version": "3"})),
-            r"format version 3 is newer than this qrt reads \(\[1, 2\]\): upgrade qrt")
+    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].update({"qrt.version": "4"})),
+            r"format version 4 is newer than this qrt reads \(\[1, 2, 3\]\): upgrade qrt")
 
 
-def test_version_1_files_still_load(tmp_path):
-    """A version-1 file (no F64 tensor) loads as version 1 and runs as the version-2 file does."""
+def test_version_1_and_2_files_still_load(tmp_path):
+    """Version-1 and -2 files (no F64 tensor in version 1) load as such and run as the version-3 file does."""
     for seed in ("quantize_per_channel", "dequantize_per_channel", "linear"):
-        v2 = write(tmp_path, seed_files()[seed], "v2.qrt")
-        v1 = write(tmp_path, edited(seed, lambda h: h["__metadata__"].update({"qrt.version": "1"})), "v1.qrt")
-        f = qformat.load_file(v1)
-        assert f.version == 1 and qformat.load_file(v2).version == 2
-        m1, m2 = qrt.load(v1), qrt.load(v2)
-        shapes = {s.name: [d or 2 for d in s.shape] for s in f.graph.inputs}
-        x = {s.name: np.arange(np.prod(shapes[s.name])).reshape(shapes[s.name]).astype(s.dtype) for s in f.graph.inputs}
-        np.testing.assert_array_equal(m1.run(x), m2.run(x))
+        v3 = write(tmp_path, seed_files()[seed], "v3.qrt")
+        m3 = qrt.load(v3)
+        assert qformat.load_file(v3).version == 3
+        for v in (1, 2):
+            older = edited(seed, lambda h, v=v: h["__metadata__"].update({"qrt.version": str(v)}))
+            old = write(tmp_path, older, "old.qrt")
+            f = qformat.load_file(old)
+            assert f.version == v
+            shapes = {s.name: [d or 2 for d in s.shape] for s in f.graph.inputs}
+            x = {s.name: np.arange(np.prod(shapes[s.name])).reshape(shapes[s.name]).astype(s.dtype)
+                 for s in f.graph.inputs}
+            np.testing.assert_array_equal(qrt.load(old).run(x), m3.run(x))
 
 
 def test_version_1_file_with_f64_is_refused(tmp_path):
@@ -676,8 +680,8 @@ def test_bad_input_spec(tmp_path):
 
 
 @pytest.mark.parametrize("structure,outputs,match", [
-    ("list", None, "must be 'single' or 'tuple', got 'list'"),
-    (None, None, "must be 'single' or 'tuple', got None"),
+    ("list", None, "must be 'single', 'tuple' or an array of output indices, got 'list'"),
+    (None, None, "must be 'single', 'tuple' or an array of output indices, got None"),
     ("single", ["relu_0", "x"], "'single' needs exactly one output, got 2"),
     ("tuple", [], "a model needs at least one output"),
 ])

@@ -163,8 +163,9 @@ def test_unknown_device_is_a_value_error(tmp_path):
         qrt.load(_tiny_model(tmp_path), device="tpu")
 
 
-def test_backend_covers_every_op():
-    assert set(gpu.IMPLEMENTATIONS) == set(qrt.ops.OPS)
+def test_backend_implements_only_registered_ops():
+    """The GPU lacks some ops (tests/test_ops_tensor.py: gpu.check_graph refuses models using them)."""
+    assert set(gpu.IMPLEMENTATIONS) <= set(qrt.ops.OPS)
 
 
 # ---------------------------------------------------------------- dynamic linear

@@ -1,42 +1,110 @@
-"""`qrt compare`: a converted model against PyTorch's quantization of the same checkpoint, layer by layer.
+"""qrt-compare: a converted model against PyTorch's quantization of the same checkpoint, layer by layer.
 
-It lives with the converter because it needs PyTorch and the converter's
-rules; `qrt compare` (qrt/cli.py) imports it only when that command runs, so
-the runtime itself never imports torch. For each layer it reports the
-largest absolute error, the signal-to-quantization-noise ratio and the share
-of identical integers against PyTorch's quantized model, and the same
-against the float model (the quantization error itself); --plot draws them.
+    qrt-compare model.qrt --checkpoint model.pt --model mypkg.models:make_mlp [--plot layers.png]
+    qrt-compare static.qrt --checkpoint model.pt --model mypkg.models:make_mlp --calib calib.npz
+    python tools/compare.py model.qrt --checkpoint model.pt --model mypkg.models:make_mlp   (a checkout)
+
+It stands beside the converter because it needs PyTorch and the converter's rules; it uses qrt only
+through its public API (the runtime never imports torch nor this package). For each layer it
+reports the largest absolute error, the signal-to-quantization-noise ratio and the share of
+identical integers against PyTorch's quantized model, and the same against the float model (the
+quantization error itself); a recurrent layer gets one row per tensor it returns (an LSTM's
+y, h_n and c_n). Models taking and returning nested tuples (an LSTM's state (h, c)) are called as
+their forward() takes them. --plot draws the figures. Errors exit with status 2.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
 import os
 import sys
-import tempfile
-from collections.abc import Mapping, Sequence
-from typing import Any
 
-import numpy as np
-import torch
+if __name__ == "__main__" and not __package__:
+    # Run as a script from a checkout: run it as the package module tools.compare, through compare_main,
+    # which says how to get PyTorch when it is missing (the repository root holds tools/ and qrt/).
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from tools import compare_main
 
-from qrt import format as qformat
-from qrt.cli import (
-    CLIError,
-    _check_path,
-    _gather_inputs,
-    _load_file,
-    _load_model,
-    _run,
-    _table,
-    random_inputs,
-)
-from qrt.graph import Graph, Node
-from qrt.model import Model
+    sys.exit(compare_main())
 
-from . import convert, qrt_backend
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import tempfile  # noqa: E402
+from collections.abc import Mapping, Sequence  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import qrt  # noqa: E402
+from qrt import format as qformat  # noqa: E402
+from qrt import io as qio  # noqa: E402
+from qrt.graph import Graph, Node, Tree, tree_names, tree_text  # noqa: E402
+
+from . import convert, qrt_backend  # noqa: E402
+
+
+class CompareError(Exception):
+    """The comparison cannot be made; the message says why, for the user."""
+
+
+def _check_path(path: str, what: str) -> None:
+    if not os.path.exists(path):
+        raise CompareError(f"{what} {path!r} does not exist")
+    if os.path.isdir(path):
+        raise CompareError(f"{what} {path!r} is a directory")
+
+
+def _load(path: str) -> tuple[qrt.Model, qformat.QrtFile]:
+    """The model, and its file (for the tensors: a quantized layer's scale)."""
+    _check_path(path, "model file")
+    try:
+        return qrt.load(path), qformat.load_file(path)
+    except qrt.FormatError as e:
+        raise CompareError(f"{path} is not a valid .qrt model: {e}") from None
+    except OSError as e:
+        raise CompareError(f"cannot read {path!r}: {e.strerror or e}") from None
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _leaves(tree: Tree, value: Any, what: str) -> list:
+    """The tensors of a nested (torch) value shaped like tree, at their flat indices."""
+    flat: list = []
+
+    def walk(t: Tree, v: Any) -> None:
+        if isinstance(t, int):
+            flat.append((t, v))
+        elif isinstance(v, (tuple, list)) and len(v) == len(t):
+            for ti, vi in zip(t, v):
+                walk(ti, vi)
+        else:
+            got = f"a {type(v).__name__}" + (f" of {len(v)}" if isinstance(v, (tuple, list)) else "")
+            raise CompareError(f"{what}: expected a tuple of {len(t)}, got {got}")
+
+    walk(tree, value)
+    return [v for _, v in sorted(flat, key=lambda iv: iv[0])]
+
+
+def _nested(tree: Tree, flat: Sequence[Any]) -> Any:
+    return flat[tree] if isinstance(tree, int) else tuple(_nested(t, flat) for t in tree)
+
+
+def _torch_args(module: Any, graph: Graph, flat: Sequence[Any]) -> list:
+    """The arguments of module's forward: nested as the model's input_structure, unless module is a
+    GraphModule whose placeholders are the flat inputs."""
+    placeholders = None
+    if isinstance(module, torch.fx.GraphModule):
+        placeholders = sum(1 for n in module.graph.nodes if n.op == "placeholder")
+    if placeholders == len(flat) != len(graph.input_structure):
+        return list(flat)
+    return [_nested(t, flat) for t in graph.input_structure]
 
 
 def sqnr_db(reference: np.ndarray, x: np.ndarray) -> float:
@@ -51,14 +119,14 @@ def sqnr_db(reference: np.ndarray, x: np.ndarray) -> float:
     return 10.0 * math.log10(signal / noise)
 
 
-def _layer_map(model: Model) -> dict[str, str]:
+def _layer_map(model: qrt.Model) -> dict[str, str]:
     """Module path -> qrt value holding its output, as the converter recorded it."""
     text = model.metadata.get("converter.layers")
     if text is not None:
         try:
             layers = json.loads(text)
         except ValueError:
-            raise CLIError(f"{model.path}: metadata converter.layers is not valid JSON") from None
+            raise CompareError(f"{model.path}: metadata converter.layers is not valid JSON") from None
         return {k: v for k, v in layers.items() if v in model.graph.values}
     # Files from older converters: nodes are named after their fx node, the module path with '.' -> '_'.
     return {n.name: n.outputs[0] for n in model.graph.nodes if n.op in ("linear", "linear_dynamic")}
@@ -80,27 +148,26 @@ def _dequantize_qrt(graph: Graph, tensors: Mapping[str, np.ndarray], value: str,
         node = _producer_of(graph, node.inputs["x"])
     port = {"linear": "y_", "quantize_per_tensor": ""}.get(node.op if node else "")
     if port is None:
-        raise CLIError(f"cannot tell the scale of quantized value {value!r}")
+        raise CompareError(f"cannot tell the scale of quantized value {value!r}")
     scale = tensors[node.inputs[f"{port}scale"]]
     zp = tensors[node.inputs[f"{port}zero_point"]]
     return ((a.astype(np.int32) - zp.astype(np.int32)).astype(np.float32) * scale).astype(np.float32)
 
 
-def _with_outputs(qfile: qformat.QrtFile, extra: Sequence[str], folder: str) -> Model:
-    """The same model with `extra` values added to its outputs (through the public file format)."""
+def _with_outputs(qfile: qformat.QrtFile, extra: Sequence[str], folder: str) -> qrt.Model:
+    """The same model returning a flat tuple: its outputs, then the `extra` values (through the public
+    file format)."""
     graph = json.loads(qfile.metadata[qformat.META_GRAPH])
-    graph["outputs"] = list(graph["outputs"]) + [v for v in extra]
+    graph["outputs"] = list(graph["outputs"]) + list(extra)
     graph["output_structure"] = "tuple"
     meta = {k: v for k, v in qfile.metadata.items() if k not in qformat.RESERVED_META}
     path = os.path.join(folder, "layers.qrt")
     qformat.save(path, graph, qfile.tensors, meta)
-    return Model(path)
+    return qrt.load(path)
 
 
 def _torch_value(t: Any) -> tuple[np.ndarray, np.ndarray | None]:
-    """(float values, integer representation or None) of a torch output."""
-    if isinstance(t, (tuple, list)):
-        t = t[0]
+    """(float values, integer representation or None) of a torch tensor."""
     if t.is_quantized:
         return t.dequantize().numpy(), t.int_repr().numpy()
     return t.detach().float().numpy(), None
@@ -121,8 +188,8 @@ def _agreement(ref: np.ndarray | None, ref_int: np.ndarray | None, x: np.ndarray
     return out
 
 
-def _capture(torch: Any, module: Any, paths: Sequence[str], inputs: Sequence[Any]) -> tuple[Any, dict]:
-    """Run module on inputs, recording the outputs of the submodules at paths."""
+def _capture(module: Any, paths: Sequence[str], args: Sequence[Any]) -> tuple[Any, dict]:
+    """Run module on its forward() arguments, recording the outputs of the submodules at paths."""
     modules = dict(module.named_modules())
     seen: dict[str, Any] = {}
     hooks = []
@@ -131,9 +198,9 @@ def _capture(torch: Any, module: Any, paths: Sequence[str], inputs: Sequence[Any
             hooks.append(modules[p].register_forward_hook(lambda m, i, o, p=p: seen.__setitem__(p, o)))
     try:
         with torch.no_grad():
-            out = module(*inputs)
+            out = module(*args)
     except Exception as e:
-        raise CLIError(f"the PyTorch model does not run on these inputs: {type(e).__name__}: {e}") from None
+        raise CompareError(f"the PyTorch model does not run on these inputs: {type(e).__name__}: {e}") from None
     finally:
         for h in hooks:
             h.remove()
@@ -141,20 +208,23 @@ def _capture(torch: Any, module: Any, paths: Sequence[str], inputs: Sequence[Any
 
 
 def _warn(msg: str) -> None:
-    print(f"qrt compare: warning: {msg}", file=sys.stderr)
+    print(f"qrt-compare: warning: {msg}", file=sys.stderr)
 
 
-def _torch_models(args: argparse.Namespace, model: Model, torch: Any, convert: Any, backend: Any, names: list):
-    """(PyTorch's quantized model, the float model with fused modules or None, the float model or None)."""
+def _torch_models(args: argparse.Namespace, model: qrt.Model, example: Sequence[torch.Tensor]) -> tuple:
+    """(PyTorch's quantized model, the float model with fused modules or None, the float model or None).
+
+    example: the flat inputs as tensors (prepare_fx traces with them)."""
     meta = model.metadata
     mode = meta["converter.mode"]
+    names = [s.name for s in model.inputs]
     try:
         rules = convert.startup_rules(args.rules)
         net = convert.load_model(args.checkpoint, args.model, args.trust_checkpoint)
     except convert.ConvertError as e:
-        raise CLIError(str(e)) from None
+        raise CompareError(str(e)) from None
     if meta.get("converter.rules") not in (None, rules.name):
-        raise CLIError(
+        raise CompareError(
             f"{args.model_file} was converted with rules {meta['converter.rules']!r}, not {rules.name!r}: "
             "pass the same --rules FILE"
         )
@@ -164,91 +234,134 @@ def _torch_models(args: argparse.Namespace, model: Model, torch: Any, convert: A
         return net, None, None
     wanted = meta.get("converter.weights", "per-tensor")
     weight_dtype, weights = ("float16", "per-tensor") if wanted == "float16" else ("qint8", wanted)
-    example = [torch.zeros((1, *s.shape[1:]), dtype=torch.float32) for s in model.inputs]
     try:
-        prepared = backend.prepare(net, rules, mode, weight_dtype, weights, example)
+        prepared = qrt_backend.prepare(
+            net, rules, mode, weight_dtype, weights, [_nested(t, example) for t in model.graph.input_structure]
+        )
     except Exception as e:
-        raise CLIError(f"cannot quantize the PyTorch model ({type(e).__name__}: {e})") from None
+        raise CompareError(f"cannot quantize the PyTorch model ({type(e).__name__}: {e})") from None
     if mode == "static":
         try:
             data = convert.load_calibration(args.calib, names)
         except convert.ConvertError as e:
-            raise CLIError(str(e)) from None
+            raise CompareError(str(e)) from None
         if meta.get("converter.calib_sha256") not in (None, convert._sha256(args.calib)):
             _warn(f"{args.calib} is not the calibration data {args.model_file} was converted with")
         batch = int(meta.get("converter.calib_batch_size", 32))
         n = next(iter(data.values())).shape[0]
-        batches = ([torch.from_numpy(data[k][i : i + batch]) for k in names] for i in range(0, n, batch))
-        backend.calibrate(prepared, batches)
-    return backend.to_native(prepared, rules), prepared, net
+        batches = (
+            _torch_args(prepared, model.graph, [torch.from_numpy(data[k][i : i + batch]) for k in names])
+            for i in range(0, n, batch)
+        )
+        qrt_backend.calibrate(prepared, batches)
+    return qrt_backend.to_native(prepared, rules), prepared, net
+
+
+def _layer_rows(path: str, node: Node | None, qrt_values: dict, t_out: Any, f_out: Any, deq: Any) -> list[dict]:
+    """One row per tensor a layer returns: a recurrent layer's tuple (y, (h_n, c_n)) gives three,
+    labelled as torch indexes it (lstm[1][0] is h_n), matched in order to the outputs of qrt's node."""
+    values = list(node.outputs) if node is not None else []
+    t_leaves = _flatten_torch(t_out) if t_out is not None else None
+    f_leaves = _flatten_torch(f_out) if f_out is not None else None
+    tuple_out = t_out is not None and not isinstance(t_out, torch.Tensor)
+    if tuple_out and len(t_leaves) == len(values):
+        labels = [f"{path}{index}" for index in _indices(t_out)]
+    else:
+        values, labels = values[:1], [path]
+    rows = []
+    for k, (label, value) in enumerate(zip(labels, values)):
+        x_raw = np.asarray(qrt_values[value])
+        x = deq(value, x_raw)
+        x_int = x_raw if x_raw.dtype.kind in "iu" else None
+        row = {"layer": label, "qrt_value": value, "op": node.op if node else "?", "dtype": str(x_raw.dtype)}
+        if t_leaves is None:
+            row["vs_torch_quantized"] = {"note": f"no module {path!r} in PyTorch's quantized model"}
+        else:
+            row["vs_torch_quantized"] = _agreement(*_torch_value(t_leaves[k]), x, x_int)
+        if f_leaves is not None and k < len(f_leaves):
+            row["vs_float"] = _agreement(_torch_value(f_leaves[k])[0], None, x, None)
+        rows.append(row)
+    return rows
+
+
+def _flatten_torch(v: Any) -> list:
+    """The tensors of a nested tuple, depth first (an LSTM's (y, (h, c)) -> [y, h, c])."""
+    if isinstance(v, (tuple, list)):
+        return [t for item in v for t in _flatten_torch(item)]
+    return [v]
+
+
+def _indices(v: Any, prefix: str = "") -> list[str]:
+    """How torch indexes each tensor of a nested tuple: (y, (h, c)) -> ['[0]', '[1][0]', '[1][1]']."""
+    if isinstance(v, (tuple, list)):
+        return [i for k, item in enumerate(v) for i in _indices(item, f"{prefix}[{k}]")]
+    return [prefix]
 
 
 def compare_report(args: argparse.Namespace) -> dict:
-    # Everything that needs no PyTorch is checked first: importing it takes seconds.
-    model = _load_model(args.model_file)
-    qfile = _load_file(args.model_file)
+    """Everything qrt-compare shows, as plain JSON-able data."""
+    # Everything that needs no PyTorch model is checked first: quantizing one takes seconds.
+    model, qfile = _load(args.model_file)
     mode = model.metadata.get("converter.mode")
     if mode is None:
-        raise CLIError(
+        raise CompareError(
             f"{args.model_file} has no converter.mode metadata: compare needs a model written by tools/convert.py"
         )
     if mode == "static" and args.calib is None:
-        raise CLIError(
+        raise CompareError(
             f"{args.model_file} is statically quantized: pass --calib with the calibration data it was converted with"
         )
+    graph = model.graph
     names = [s.name for s in model.inputs]
-    if args.inputs is not None:
-        inputs = _gather_inputs(model.inputs, None, args.inputs)
-    else:
-        inputs = random_inputs(model.graph, args.batch, args.seq, args.seed)
-    _run(model, inputs)  # fit check with the runtime's own message
-    native, fused_float, float_net = _torch_models(args, model, torch, convert, qrt_backend, names)
+    try:
+        if args.inputs is not None or args.input:
+            inputs = qio.load_inputs(model.inputs, args.input or (), args.inputs)
+        else:
+            inputs = qio.random_inputs(graph, args.batch, args.seq, args.seed)
+        model.run(inputs)  # fit check with the runtime's own message
+    except ValueError as e:
+        raise CompareError(f"inputs do not fit the model: {e}") from None
+    flat = [torch.from_numpy(np.ascontiguousarray(inputs[n])) for n in names]
+    native, fused_float, float_net = _torch_models(args, model, flat)
 
     layers = _layer_map(model)
-    order = {v: i for i, n in enumerate(model.graph.nodes) for v in n.outputs}
+    order = {v: i for i, n in enumerate(graph.nodes) for v in n.outputs}
     layers = dict(sorted(layers.items(), key=lambda kv: order.get(kv[1], -1)))
+    producers = {p: _producer_of(graph, v) for p, v in layers.items()}
+    # every tensor of each layer: all outputs of the node that computes it
+    extra = list(dict.fromkeys(o for p, v in layers.items() for o in (producers[p].outputs if producers[p] else [v])))
     with tempfile.TemporaryDirectory(prefix="qrt-compare-") as folder:
-        traced = _with_outputs(qfile, list(layers.values()), folder)
-        qrt_all = list(traced.run(dict(inputs)))
+        qrt_all = list(_with_outputs(qfile, extra, folder).run(inputs))
     n_out = len(model.outputs)
-    qrt_outputs, qrt_layers = qrt_all[:n_out], dict(zip(layers, qrt_all[n_out:]))
+    qrt_outputs, qrt_values = qrt_all[:n_out], dict(zip(extra, qrt_all[n_out:]))
 
-    t_inputs = [torch.from_numpy(np.ascontiguousarray(inputs[n])) for n in names]
-    t_out, t_layers = _capture(torch, native, list(layers), t_inputs)
+    t_out, t_layers = _capture(native, list(layers), _torch_args(native, graph, flat))
     f_layers: dict = {}
     f_out = None
     if fused_float is not None:
-        _, f_layers = _capture(torch, fused_float, list(layers), t_inputs)
-        f_out, _ = _capture(torch, float_net, [], t_inputs)
+        _, f_layers = _capture(fused_float, list(layers), _torch_args(fused_float, graph, flat))
+        f_out, _ = _capture(float_net, [], _torch_args(float_net, graph, flat))
+
+    def deq(value: str, a: np.ndarray) -> np.ndarray:
+        return _dequantize_qrt(graph, qfile.tensors, value, a)
 
     rows = []
-    for path, value in layers.items():
-        node = _producer_of(model.graph, value)
-        x_raw = np.asarray(qrt_layers[path])
-        x = _dequantize_qrt(model.graph, qfile.tensors, value, x_raw)
-        x_int = x_raw if x_raw.dtype.kind in "iu" else None
-        row = {"layer": path, "qrt_value": value, "op": node.op if node else "?", "dtype": str(x_raw.dtype)}
-        if path in t_layers:
-            row["vs_torch_quantized"] = _agreement(*_torch_value(t_layers[path]), x, x_int)
-        else:
-            row["vs_torch_quantized"] = {"note": f"no module {path!r} in PyTorch's quantized model"}
-        if path in f_layers:
-            row["vs_float"] = _agreement(_torch_value(f_layers[path])[0], None, x, None)
-        rows.append(row)
+    for path in layers:
+        rows += _layer_rows(path, producers[path], qrt_values, t_layers.get(path), f_layers.get(path), deq)
 
-    def as_list(o: Any) -> list:
-        return list(o) if isinstance(o, (tuple, list)) else [o]
-
+    structure = tree_text(tree_names(graph.output_structure, graph.outputs))
+    t_flat = _leaves(graph.output_structure, t_out, f"PyTorch's quantized model's result (qrt's is {structure})")
+    f_flat = None if f_out is None else _leaves(graph.output_structure, f_out, "the float model's result")
     outputs = []
     for i, spec in enumerate(model.outputs):
         x = np.asarray(qrt_outputs[i]).astype(np.float32)
-        row = {"output": spec.name, "vs_torch_quantized": _agreement(*_torch_value(as_list(t_out)[i]), x, None)}
-        if f_out is not None:
-            row["vs_float"] = _agreement(_torch_value(as_list(f_out)[i])[0], None, x, None)
+        row = {"output": spec.name, "vs_torch_quantized": _agreement(*_torch_value(t_flat[i]), x, None)}
+        if f_flat is not None:
+            row["vs_float"] = _agreement(_torch_value(f_flat[i])[0], None, x, None)
         outputs.append(row)
     return {
         "model": args.model_file,
-        "mode": model.metadata.get("converter.mode"),
+        "mode": mode,
         "inputs": {k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in inputs.items()},
         "layers": rows,
         "outputs": outputs,
@@ -307,7 +420,7 @@ def plot_compare(r: dict, path: str) -> None:
         matplotlib.use("Agg")  # files only: no display needed
         import matplotlib.pyplot as plt
     except ImportError:
-        raise CLIError("--plot needs matplotlib: pip install matplotlib") from None
+        raise CompareError("--plot needs matplotlib: pip install 'qrt[plot]'") from None
     rows = r["layers"]
     labels = [row["layer"] for row in rows]
     xs = np.arange(len(rows))
@@ -343,15 +456,52 @@ def plot_compare(r: dict, path: str) -> None:
     try:
         fig.savefig(path, format="png", dpi=100)
     except OSError as e:
-        raise CLIError(f"cannot write {path!r}: {e.strerror or e}") from None
+        raise CompareError(f"cannot write {path!r}: {e.strerror or e}") from None
     finally:
         plt.close(fig)
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
+EXAMPLES = """examples:
+  {prog} model.qrt --checkpoint model.pt --model mypkg.models:make_mlp
+  {prog} static.qrt --checkpoint model.pt --model mypkg.models:make_mlp --calib calib.npz --plot layers.png
+  {prog} lstm.qrt --checkpoint lm.pt --trust-checkpoint --inputs in.npz --json
+
+Inputs are random unless given: free dimensions of a sequence's time axis are --seq, other free
+dimensions --batch. A model whose forward() takes a tuple (hidden = (h, c)) has the flat inputs
+hidden.0 and hidden.1 (qrt inspect lists them); --plot needs matplotlib (pip install 'qrt[plot]')."""
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Run a converted model in qrt and in PyTorch (quantized by the same rules, and in float), "
+        "and print each layer's max abs error, SQNR and share of identical integers.",
+        epilog=EXAMPLES.format(prog=prog),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("model_file", metavar="MODEL.qrt")
+    p.add_argument("--checkpoint", required=True, metavar="CKPT", help="the checkpoint the model was converted from")
+    p.add_argument("--model", metavar="package.module:factory", help="builds the float nn.Module (state_dict)")
+    p.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="one input array (repeatable)")
+    p.add_argument("--inputs", metavar="FILE.npz", help="input arrays by name (random when absent)")
+    p.add_argument("--batch", type=int, default=1, help="size of free batch dimensions of random inputs (1)")
+    p.add_argument("--seq", type=int, default=16, help="size of free time dimensions of sequence inputs (16)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (0)")
+    p.add_argument("--calib", metavar="CALIB.npz", help="the calibration data of a static model")
+    p.add_argument("--rules", metavar="RULES.py", help="the rules file the model was converted with")
+    p.add_argument("--trust-checkpoint", action="store_true", help="allow a pickled whole-module checkpoint")
+    p.add_argument("--plot", metavar="OUT.png", help="draw the per-layer figures (needs matplotlib)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    return p
+
+
+def run_compare(args: argparse.Namespace) -> None:
+    """The command, on parsed arguments; raises CompareError."""
     _check_path(args.checkpoint, "checkpoint")
+    if args.batch < 1 or args.seq < 1:
+        raise CompareError("--batch and --seq must be at least 1")
     if args.plot is not None and not os.path.isdir(os.path.dirname(os.path.abspath(args.plot))):
-        raise CLIError(f"cannot write {args.plot!r}: its directory does not exist")
+        raise CompareError(f"cannot write {args.plot!r}: its directory does not exist")
     r = compare_report(args)
     if args.json:
         print(json.dumps(r, indent=2, default=str))
@@ -361,6 +511,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
         plot_compare(r, args.plot)
         if not args.json:
             print(f"wrote {args.plot}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The qrt-compare command; returns the exit status (2 on any error, with one line on stderr)."""
+    prog = "qrt-compare" if __package__ == "qrt_tools" else "compare.py"  # installed, or from a checkout
+    args = build_parser(prog).parse_args(argv)
+    try:
+        run_compare(args)
+    except CompareError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
     return 0
-
-

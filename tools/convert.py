@@ -3,6 +3,7 @@
     python tools/convert.py model.pt -o model.qrt --model mypkg.models:make_mlp --input-shape 1,37
     python tools/convert.py model.pt -o model.qrt --model mypkg.models:make_mlp --mode static --calib calib.npz
     python tools/convert.py whole_quantized_model.pt -o model.qrt --trust-checkpoint --input-shape 1,37
+    python tools/convert.py lm.pt -o lm.qrt --trust-checkpoint --input-shape 35,3 --input-shape "(2,3,200),(2,3,200)"
 
 The float model is quantized with torch.ao's FX flow under qrt's backend
 pattern rules (tools/rules.py, declared for torch.ao in tools/qrt_backend.py),
@@ -22,8 +23,8 @@ import os
 import pickle
 import re
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 # The converter is a package: `tools` in a checkout, `qrt_tools` once installed (pip install 'qrt[convert]',
@@ -45,6 +46,7 @@ import qrt  # noqa: E402
 
 from . import lower as qlower  # noqa: E402
 from . import qrt_backend  # noqa: E402
+from . import shapes as qshapes  # noqa: E402
 from .rules import DEFAULT_RULES, MODES, WEIGHT_DTYPES, WEIGHT_SCHEMES, Rules, RulesError, load_rules  # noqa: E402
 
 PRODUCER = f"qrt tools/convert.py {qrt.__version__}"
@@ -58,8 +60,9 @@ class ConvertError(Exception):
 class Result:
     path: str
     mode: str
-    inputs: list[str]
+    inputs: list[str]  # the .qrt file's inputs: forward()'s arguments, a tuple's items as name.0, name.1, ...
     metadata: dict[str, str]
+    shapes: dict[str, str] = field(default_factory=dict)  # input -> dtype[dims], "?" where free
 
 
 # ------------------------------------------------------------ start-up
@@ -190,7 +193,7 @@ def _load_state_dict(net: nn.Module, state: dict, checkpoint: str, model: str) -
 
 
 def input_names(model: nn.Module) -> list[str]:
-    """The graph's input names: forward's positional parameters, in order."""
+    """forward()'s arguments that need an example: its positional parameters without a default."""
     params = list(inspect.signature(model.forward).parameters.values())
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     names = [p.name for p in params if p.kind in kinds and p.default is inspect.Parameter.empty]
@@ -199,18 +202,49 @@ def input_names(model: nn.Module) -> list[str]:
     return names
 
 
-def parse_shape(text: str) -> tuple[int, ...]:
+def parse_shape(text: str) -> qshapes.Spec:
+    """One --input-shape: '1,37', '2,50?,6', '7', '(2,1,200),(2,1,200)' (tools/shapes.py)."""
     try:
-        dims = tuple(int(d) for d in text.split(","))
-    except ValueError:
-        raise ConvertError(f"--input-shape must be comma-separated integers (batch first), got {text!r}") from None
-    if len(dims) < 2 or any(d <= 0 for d in dims):
-        raise ConvertError(f"--input-shape needs a batch and at least one positive dimension, got {text!r}")
-    return dims
+        return qshapes.parse(text)
+    except qshapes.SpecError as e:
+        raise ConvertError(f"--input-shape: {e}") from None
+
+
+def _as_spec(obj: Any) -> qshapes.Spec:
+    try:
+        return qshapes.as_spec(obj)
+    except qshapes.SpecError as e:
+        raise ConvertError(f"input shape: {e}") from None
+
+
+def parse_dtype(text: str) -> tuple[str, str]:
+    """One --input-dtype NAME=DTYPE."""
+    name, sep, dtype = text.partition("=")
+    if not sep or not name or dtype not in qshapes.DTYPES:
+        raise ConvertError(f"--input-dtype must look like NAME=DTYPE with DTYPE one of {list(qshapes.DTYPES)}, "
+                           f"got {text!r}")
+    return name, dtype
+
+
+def _set_dtypes(specs: list[qshapes.Spec], names: Sequence[str], dtypes: Mapping[str, str]) -> list[qshapes.Spec]:
+    """Give dtypes by argument name (every tensor of it) or flat input name (hidden.0)."""
+    known = {n for spec, arg in zip(specs, names) for n, _ in qshapes.leaves(spec, arg)} | set(names)
+    unknown = sorted(set(dtypes) - known)
+    if unknown:
+        raise ConvertError(f"--input-dtype names {unknown}, but the inputs are {sorted(known)}")
+    for dtype in dtypes.values():
+        if dtype not in qshapes.DTYPES:
+            raise ConvertError(f"input dtype must be one of {list(qshapes.DTYPES)}, got {dtype!r}")
+    out = []
+    for spec, arg in zip(specs, names):
+        given = [dtypes.get(name, dtypes.get(arg, leaf.dtype)) for name, leaf in qshapes.leaves(spec, arg)]
+        out.append(qshapes.with_dtypes(spec, lambda leaf, i, given=given: given[i])[0])
+    return out
 
 
 def load_calibration(path: str, names: Sequence[str]) -> dict[str, np.ndarray]:
-    """Arrays by input name (or one array for a single-input model), float32, samples first."""
+    """Arrays by input name (or one array for a single-input model), float32 (int64 / int32 token ids),
+    samples first."""
     if not os.path.isfile(path):
         raise ConvertError(f"calibration data {path!r} does not exist")
     try:
@@ -231,11 +265,11 @@ def load_calibration(path: str, names: Sequence[str]) -> dict[str, np.ndarray]:
     counts = set()
     for n in names:
         a = arrays[n]
-        if a.dtype != np.float32:
-            raise ConvertError(f"calibration array {n!r} has dtype {a.dtype}, expected float32")
+        if a.dtype not in (np.float32, np.int64, np.int32):
+            raise ConvertError(f"calibration array {n!r} has dtype {a.dtype}, expected float32 (or int64 token ids)")
         if a.ndim < 2 or a.shape[0] == 0:
             raise ConvertError(f"calibration array {n!r} must be [samples, features...], got shape {list(a.shape)}")
-        if not np.all(np.isfinite(a)):
+        if a.dtype == np.float32 and not np.all(np.isfinite(a)):
             raise ConvertError(f"calibration array {n!r} contains NaN or infinity")
         counts.add(a.shape[0])
     if len(counts) != 1:
@@ -254,22 +288,35 @@ def _check_output_path(output: str) -> None:
         raise ConvertError(f"cannot write {output!r}: directory {folder!r} is not writable")
 
 
-def _trace(model: nn.Module) -> torch.fx.GraphModule:
+def _trace(model: nn.Module, names: Sequence[str]) -> torch.fx.GraphModule:
+    """torch.fx's graph of the model; forward()'s arguments with a default keep it (concrete)."""
     if isinstance(model, torch.fx.GraphModule):
         return model
+    params = inspect.signature(model.forward).parameters
+    concrete = {n: p.default for n, p in params.items() if n not in names and p.default is not inspect.Parameter.empty}
     try:
-        return torch.fx.symbolic_trace(model)
+        return torch.fx.symbolic_trace(model, concrete_args=concrete or None)
     except Exception as e:
         raise ConvertError(f"torch.fx cannot trace the model ({type(e).__name__}: {e})") from None
 
 
-def _run_float(model: nn.Module, example: Sequence[torch.Tensor], names: Sequence[str], what: str) -> None:
+def _run_float(model: nn.Module, example: Sequence[Any], specs: Sequence[qshapes.Spec], names: Sequence[str]) -> None:
     try:
         with torch.no_grad():
             model(*example)
     except Exception as e:
-        shapes = ", ".join(f"{n}: {list(t.shape)}" for n, t in zip(names, example))
-        raise ConvertError(f"the model does not run on {what} ({shapes}): {type(e).__name__}: {e}") from None
+        shapes = ", ".join(f"{n}: {qshapes.show(s)}" for n, s in zip(names, specs))
+        raise ConvertError(
+            f"the model does not run on inputs of the given shapes ({shapes}): {type(e).__name__}: {e}"
+        ) from None
+
+
+def _resolve(gm: torch.fx.GraphModule, specs: Sequence[qshapes.Spec]) -> list[qshapes.Spec]:
+    """The specs with every dtype filled in (int64 for an embedding's indices, else float32)."""
+    try:
+        return qlower.resolve_specs(gm, qrt_backend.describe, specs)[0]
+    except qlower.LoweringError as e:
+        raise ConvertError(str(e)) from None
 
 
 # ------------------------------------------------------------ conversion
@@ -285,12 +332,19 @@ def convert(
     weights: str = "per-tensor",
     calib: str | os.PathLike | None = None,
     calib_batch_size: int = 32,
-    input_shapes: Sequence[Sequence[int] | str] | None = None,
+    input_shapes: Sequence[Any] | None = None,
+    input_dtypes: Mapping[str, str] | None = None,
+    free_dims: str = "auto",
     rules: Rules | str | os.PathLike | None = None,
     trust_checkpoint: bool = False,
     progress: bool = False,
 ) -> Result:
-    """Convert a checkpoint to a .qrt file (see the module docstring). Raises ConvertError."""
+    """Convert a checkpoint to a .qrt file (see the module docstring). Raises ConvertError.
+
+    ``input_shapes``: one per forward() argument, as --input-shape text ("2,50?,6", "(2,1,200),(2,1,200)"),
+    a shape ((1, 37)) or a tuple of shapes for a tuple argument. ``input_dtypes``: by argument or input
+    name ("hidden.0"). ``free_dims``: "auto" or "marked" (see --free-dims).
+    """
     the_rules = startup_rules(rules)
     checkpoint, output = os.fspath(checkpoint), os.fspath(output)
     if mode not in MODES:
@@ -305,35 +359,48 @@ def convert(
         raise ConvertError(f"calibration batch size must be positive, got {calib_batch_size}")
     _check_output_path(output)
 
+    if free_dims not in qshapes.FREE_DIMS:
+        raise ConvertError(f"free dims must be one of {list(qshapes.FREE_DIMS)}, got {free_dims!r}")
     net = load_model(checkpoint, model, trust_checkpoint)
     names = input_names(net)
-    shapes = [parse_shape(s) if isinstance(s, str) else tuple(s) for s in (input_shapes or [])]
-    if shapes and len(shapes) != len(names):
-        raise ConvertError(f"got {len(shapes)} --input-shape, but forward takes {len(names)} inputs {names}")
+    specs = [parse_shape(s) if isinstance(s, str) else _as_spec(s) for s in (input_shapes or [])]
+    if specs and len(specs) != len(names):
+        raise ConvertError(f"got {len(specs)} --input-shape, but forward takes {len(names)} inputs {names}")
 
     data = load_calibration(os.fspath(calib), names) if calib is not None else None
     if data is not None:
-        for n, s in zip(names, shapes):
-            if tuple(data[n].shape[1:]) != tuple(s[1:]):
+        for n, spec in zip(names, specs):
+            if not isinstance(spec, qshapes.Leaf) or tuple(data[n].shape[1:]) != spec.shape[1:]:
                 raise ConvertError(
                     f"calibration array {n!r} has samples of shape {list(data[n].shape[1:])}, "
-                    f"but --input-shape says {list(s[1:])}"
+                    f"but --input-shape says {qshapes.show(spec)}"
                 )
-        shapes = [(1, *data[n].shape[1:]) for n in names]
-    if not shapes:
+        given = dict(zip(names, specs))
+        specs = [
+            qshapes.Leaf(
+                given[n].dims if n in given else tuple(qshapes.Dim(d) for d in (1, *data[n].shape[1:])),
+                None if data[n].dtype == np.float32 else str(data[n].dtype),
+            )
+            for n in names
+        ]
+    if not specs:
         raise ConvertError(f"example input shapes are needed: pass --input-shape once per input {names} or --calib")
-    example = [torch.zeros(s, dtype=torch.float32) for s in shapes]
+    specs = _set_dtypes(specs, names, input_dtypes or {})
 
     prequantized = qrt_backend.is_quantized(net)
     if prequantized:
-        gm = _trace(net)
+        gm = _trace(net, names)
+        specs = _resolve(gm, specs)
         used_mode = "prequantized"
     else:
         if mode == "static" and data is None:
             raise ConvertError("static mode needs calibration data: pass --calib DATA.npz")
-        _run_float(net, example, names, "inputs of the given shapes")
+        traced = _trace(net, names)
+        specs = _resolve(traced, specs)
+        example = qshapes.examples(specs)
+        _run_float(net, example, specs, names)
         # Refuse unsupported layers before spending time calibrating.
-        bad = qlower.find_unsupported(_trace(net), qrt_backend.describe, qrt_backend.quantizable(the_rules, mode))
+        bad = qlower.find_unsupported(traced, qrt_backend.describe, qrt_backend.quantizable(the_rules, mode))
         if bad:
             raise ConvertError(f"qrt cannot run (mode {mode}, rules {the_rules.name!r}): " + "; ".join(bad))
         try:
@@ -347,7 +414,7 @@ def convert(
 
     layers: dict[str, str] = {}
     try:
-        builder = qlower.lower(gm, qrt_backend.describe, shapes, layers)
+        builder = qlower.lower(gm, qrt_backend.describe, specs, layers, free_dims)
     except (qlower.LoweringError, qrt_backend.FrontEndError) as e:
         raise ConvertError(str(e)) from None
 
@@ -369,7 +436,11 @@ def convert(
         builder.save(output, metadata=metadata)
     except (OSError, ValueError) as e:
         raise ConvertError(f"cannot write {output!r}: {e}") from None
-    return Result(output, used_mode, names, metadata)
+    shapes = {
+        spec["name"]: f"{spec['dtype']}[{', '.join('?' if d is None else str(d) for d in spec['shape'])}]"
+        for spec in builder.inputs
+    }
+    return Result(output, used_mode, list(shapes), metadata, shapes)
 
 
 def _calibrate(prepared, data: dict[str, np.ndarray], names: Sequence[str], batch: int, progress: bool) -> None:
@@ -391,9 +462,31 @@ def _calibrate(prepared, data: dict[str, np.ndarray], names: Sequence[str], batc
 # ------------------------------------------------------------ command line
 
 
+_SHAPES_HELP = """\
+input shapes:
+  Give one --input-shape per forward() argument, in order: the example's sizes, comma-separated.
+    --input-shape 2,50,6                 a tensor [2, 50, 6] (e.g. batch 2, 50 steps, 6 features)
+    --input-shape 3                      a 1-D tensor (one token id per batch row)
+    --input-shape "(2,2,200),(2,2,200)"  a tuple argument, e.g. an LSTM's hidden = (h, c): its tensors
+                                         become the inputs hidden.0 and hidden.1 of the .qrt file
+  Free dimensions (any size at run time): the converter runs the model at the example sizes and
+  again with each dimension one larger (dimensions of the same example size together when they only
+  work together, like a batch shared by x and h); every dimension the model accepts, keeping the
+  rank of everything it computes, is free. Batch and sequence length usually are; give them example
+  sizes unlike the other dimensions (a batch of 3 beside 2 layers) so that they are told apart.
+  A size followed by ? is declared free (2,50?,6): an error if it is not. --free-dims marked frees
+  only the dimensions marked ?. The result line lists each input with ? at its free dimensions.
+  Inputs feeding an embedding are int64 token ids; --input-dtype NAME=int32 (or float32) overrides,
+  NAME an argument (every tensor in it) or an input (hidden.0).
+"""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     prog = "qrt-convert" if __package__ == "qrt_tools" else "convert.py"  # installed, or from a checkout
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog=prog, description=__doc__.split("\n\n")[0], epilog=_SHAPES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("checkpoint", help="torch.save'd state_dict, or a whole module with --trust-checkpoint")
     p.add_argument("-o", "--output", required=True, help="the .qrt file to write")
     p.add_argument("--model", help="package.module:factory building the float nn.Module")
@@ -403,13 +496,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--calib", help="calibration data (.npz, arrays by input name) for static mode")
     p.add_argument("--calib-batch-size", type=int, default=32)
     p.add_argument(
-        "--input-shape", action="append", default=[], help="example shape, batch first (1,37); once per input"
+        "--input-shape", action="append", default=[], metavar="SHAPE",
+        help="example shape of one forward() argument, once per argument in order: 2,50,6; 50? marks a free "
+        "dimension; (2,1,200),(2,1,200) for a tuple argument (see below)",
+    )
+    p.add_argument(
+        "--input-dtype", action="append", default=[], metavar="NAME=DTYPE",
+        help=f"an input's dtype ({', '.join(qshapes.DTYPES)}); default int64 for an embedding's indices, else float32",
+    )
+    p.add_argument(
+        "--free-dims", choices=qshapes.FREE_DIMS, default="auto",
+        help="auto: dimensions marked ? and those the model runs with at another size (default); marked: only ?",
     )
     p.add_argument("--rules", help="a Python file defining RULES (see docs/CONVERTER.md)")
     p.add_argument("--trust-checkpoint", action="store_true", help="allow a pickled whole-module checkpoint")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
     try:
+        dtypes = dict(parse_dtype(t) for t in args.input_dtype)
         result = convert(
             args.checkpoint,
             args.output,
@@ -420,6 +524,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             calib=args.calib,
             calib_batch_size=args.calib_batch_size,
             input_shapes=args.input_shape,
+            input_dtypes=dtypes,
+            free_dims=args.free_dims,
             rules=args.rules,
             trust_checkpoint=args.trust_checkpoint,
             progress=not args.quiet,
@@ -427,7 +533,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConvertError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {result.path} ({result.mode}, inputs {result.inputs}, rules {result.metadata['converter.rules']})")
+    inputs = ", ".join(f"{name} {shape}" for name, shape in result.shapes.items())
+    print(f"wrote {result.path} ({result.mode}; inputs {inputs}; rules {result.metadata['converter.rules']})")
     return 0
 
 

@@ -1,16 +1,19 @@
-"""Lowering: a quantized torch.fx graph -> qrt ops, one lowering per rules pattern.
+"""Lowering: a quantized torch.fx graph -> a qrt graph, node by node through the lowering table.
 
 The graph is either the reference graph of torch.ao's FX flow (quantize /
 dequantize nodes around reference quantized modules) or an already-quantized
 model (``convert_fx`` / ``quantize_dynamic``) traced with torch.fx. This module
 never touches ``torch.ao``: a front end passes ``describe``, which turns one
-quantized module into a neutral ``LinearLayer`` / ``RNNCellLayer`` /
-``SequenceLayer`` (numpy integers, scales, biases), so another front end
-(pt2e) can reuse it.
+quantized module into a neutral layer (tools/layers.py), so another front end
+(pt2e) can reuse it. What each module, function and method becomes is the table
+in tools/lower_ops.py; this module walks the graph through it.
 
-Recurrent modules return tuples (``y, (h, c) = lstm(x)``, ``h, c = cell(x, (h, c))``);
-FX shows them as ``operator.getitem`` nodes, which the walk resolves on a tuple
-value. A getitem on anything else (tensor indexing) is not supported.
+Before the walk the model runs at the example sizes and at other sizes of each
+dimension (tools/shapes.py): the dimensions it accepts are free in the .qrt
+file, and the walk reads every node's shape in every run (a reshape's target is
+written with 0 / -1 where its sizes follow a free dimension). A size of a free
+dimension used as a value elsewhere (``x[:, : x.size(1) - 1]``) makes that
+dimension fixed again; declared free (``50?``), it is an error.
 
 Values flow through the walk lazily: a dequantize is emitted only when a
 float op needs the float value, and a static reference Linear waits for the
@@ -22,201 +25,66 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 import torch
 import torch.fx
-import torch.nn.functional as F
 from torch import nn
 
 from qrt.builder import GraphBuilder
-from qrt.ops import layer_prefix
+
+from . import shapes as qshapes
+from .layers import (  # noqa: F401  (the neutral layers, re-exported for front ends and tests)
+    Describe,
+    EmbeddingLayer,
+    Layer,
+    LinearLayer,
+    QWeight,
+    RNNCellLayer,
+    SequenceLayer,
+)
+from .lower_ops import (
+    FUNCTIONS,
+    METHODS,
+    PATTERNS,
+    Const,
+    Deq,
+    DynDeq,
+    DynQ,
+    Lowering,
+    LoweringError,
+    PendingLinear,
+    Quant,
+    Tensor,
+    is_tensor,
+    module_lowering,
+)
 
 
-class LoweringError(ValueError):
-    """The graph holds something qrt cannot run; the message names every such node."""
+class _Varies(Exception):
+    """A size of a free dimension is used where the qrt graph needs a constant; runs: the runs that changed it."""
+
+    def __init__(self, runs: set[int], why: str) -> None:
+        super().__init__(why)
+        self.runs, self.why = runs, why
 
 
-# ------------------------------------------------------------ neutral layer descriptions
-
-
-@dataclass(frozen=True)
-class QWeight:
-    """A weight as the runtime stores it: int8 + scale/zero point (per tensor or per row), or float16."""
-
-    values: np.ndarray  # int8 or float16, [out, in]
-    scale: np.ndarray | None = None  # float32, shape () or (out,)
-    zero_point: np.ndarray | None = None  # int32, same shape as scale
-
-    def ports(self, prefix: str = "") -> dict[str, np.ndarray]:
-        out = {f"{prefix}weight": self.values}
-        if self.scale is not None:
-            out[f"{prefix}weight_scale"] = self.scale
-            out[f"{prefix}weight_zero_point"] = self.zero_point
-        return out
-
-
-@dataclass(frozen=True)
-class LinearLayer:
-    """Linear (+ ReLU). mode: None for a reference module (the graph around it decides
-    static or dynamic), "dynamic" or "static" for PyTorch's native quantized modules."""
-
-    pattern: str
-    weight: QWeight
-    bias: np.ndarray | None
-    relu: bool
-    mode: str | None = None
-    output_qparams: tuple[np.float32, int] | None = None  # native static modules only
-
-
-@dataclass(frozen=True)
-class RNNCellLayer:
-    """One recurrent weight set: the input and hidden dynamic linears of a cell (or of one layer
-    direction of a sequence). pattern: "rnn_cell", "lstm_cell" or "gru_cell" (for a sequence's
-    weight sets, the cell kind it is made of); nonlinearity matters for rnn only."""
-
-    pattern: str
-    ih_weight: QWeight
-    ih_bias: np.ndarray | None
-    hh_weight: QWeight
-    hh_bias: np.ndarray | None
-    nonlinearity: str = "tanh"
-
-    def ports(self, prefix: str = "") -> dict[str, np.ndarray | None]:
-        return {
-            **self.ih_weight.ports(f"{prefix}ih_"),
-            f"{prefix}ih_bias": self.ih_bias,
-            **self.hh_weight.ports(f"{prefix}hh_"),
-            f"{prefix}hh_bias": self.hh_bias,
-        }
-
-
-@dataclass(frozen=True)
-class SequenceLayer:
-    """nn.RNN / nn.LSTM / nn.GRU (pattern "rnn", "lstm", "gru"), dynamic.
-
-    ``directions`` holds one weight set per layer and direction, in torch's order
-    (l0, l0_reverse, l1, ...).
-    """
-
-    pattern: str
-    directions: tuple[RNNCellLayer, ...]
-    num_layers: int
-    bidirectional: bool
-    batch_first: bool
-    nonlinearity: str = "tanh"
-
-
-Layer = LinearLayer | RNNCellLayer | SequenceLayer
-Describe = Callable[[nn.Module], "Layer | None"]
-
-
-# ------------------------------------------------------------ values during the walk
-
-
-@dataclass(frozen=True)
-class _Float:
-    name: str
-
-
-@dataclass(frozen=True)
-class _Quant:
-    """A quint8 per-tensor value in the qrt graph."""
-
-    name: str
-    scale: np.float32
-    zero_point: int
-
-
-@dataclass(frozen=True)
-class _Deq:
-    """dequantize(q): becomes a qrt dequantize only if a float op reads it."""
-
-    q: _Quant
-
-
-@dataclass(frozen=True)
-class _DynQ:
-    source: _Float
-
-
-@dataclass(frozen=True)
-class _DynDeq:
-    """The float input of a dynamic op: the op quantizes it itself, per call."""
-
-    source: _Float
-
-
-@dataclass(frozen=True)
-class _PendingLinear:
-    """A static reference Linear whose output quantize has not been seen yet."""
-
-    name: str
-    layer: LinearLayer
-    x: _Quant
-
-
-@dataclass(frozen=True)
-class _Const:
-    value: Any
-
-
-@dataclass(frozen=True)
-class _Tuple:
-    """The tuple a recurrent module returns; operator.getitem takes it apart."""
-
-    items: tuple
-
-    @property
-    def name(self) -> str:  # the first tensor, for the module path -> qrt value record
-        first = self.items[0]
-        return first.name
-
-
-# ------------------------------------------------------------ float ops qrt runs
-
-_RELU_FUNCS = (F.relu, torch.relu)
-_FLATTEN_FUNCS = (torch.flatten,)
-_ADD_FUNCS = (operator.add, torch.add)
-_QUANTIZE_FUNCS = (torch.quantize_per_tensor,)
-_GETITEM_FUNCS = (operator.getitem,)
-# Float modules returning a tuple, whose getitem nodes the lowering resolves.
-_TUPLE_MODULES = (nn.RNNBase, nn.LSTMCell)
-# Patterns whose lowering returns a tuple.
-_TUPLE_PATTERNS = ("lstm_cell", "rnn", "lstm", "gru")
-_DYNAMIC_QUANTIZE_FUNCS = (torch.quantize_per_tensor_dynamic,)
-# Modules that are the identity in eval mode.
-_IDENTITY_MODULES = (nn.Identity, nn.Dropout)
-# nn.Linear: a float Linear (kept in float by the rules) runs as linear_float.
-FLOAT_MODULES = (nn.ReLU, nn.Flatten, nn.Linear, *_IDENTITY_MODULES)
-FLOAT_METHODS = ("relu", "flatten", "dequantize", "contiguous")
-
-# convert_fx runs these ops on the quantized tensor itself when they sit between a dequantize and a
-# quantize, keeping the input's scale and zero point and dropping that quantize (torch 2.13
-# _lower_to_native_backend: is_copy_node, is_general_tensor_shape_node, is_default_node). Its observed
-# qparams are ignored, so the lowering must ignore them too. Exact types, as torch matches them.
-_NATIVE_COPY_MODULES = (nn.ReLU, nn.Dropout)
-_NATIVE_COPY_FUNCS = (F.relu, torch.flatten)
-_NATIVE_COPY_METHODS = ("relu", "contiguous")
-
-
-def _float_linear_relu(m: nn.Module) -> bool:
-    """A float Linear -> ReLU that prepare_fx fused (nni.LinearReLU, a Sequential) and left unquantized."""
-    return (
-        isinstance(m, nn.Sequential) and len(m) == 2 and type(m[0]) is nn.Linear and isinstance(m[1], nn.ReLU)
-    )
+_FAILED = object()  # the value of a node that could not be lowered: its users are skipped, not reported
 
 
 def _fn_name(fn: Any) -> str:
+    """A function as users write it: operator.getitem, torch.matmul, F.conv1d."""
     mod = getattr(fn, "__module__", None) or ""
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    name = getattr(fn, "__name__", None) or repr(fn)
     if mod in ("_operator", "operator"):
         return f"operator.{name}"
-    if mod.startswith("torch"):
-        return f"torch.{name}" if not mod.startswith("torch.nn.functional") else f"F.{name}"
-    return f"{mod}.{name}" if mod else name
+    if mod.startswith(("torch.nn.functional", "torch._C._nn")):
+        return f"F.{name}"
+    if mod in ("torch", "torch.functional") or mod.startswith("torch._C"):
+        return f"torch.{name}"
+    qualname = getattr(fn, "__qualname__", None) or name
+    return f"{mod}.{qualname}" if mod and mod != "builtins" else qualname
 
 
 def _class_name(module: nn.Module) -> str:
@@ -224,434 +92,432 @@ def _class_name(module: nn.Module) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-# ------------------------------------------------------------ the lowering table
+def _entry(node: torch.fx.Node, modules: dict, describe: Describe) -> tuple[Lowering | None, Any]:
+    """The table entry for a call node, and what a module lowering gets first (the layer or the module)."""
+    if node.op == "call_module":
+        m = modules[node.target]
+        layer = describe(m)
+        if layer is not None:
+            return PATTERNS.get(layer.pattern), layer
+        return module_lowering(m), m
+    if node.op == "call_function":
+        return FUNCTIONS.get(node.target), None
+    if node.op == "call_method":
+        return METHODS.get(node.target), None
+    return None, None
 
 
-class _Lowerer:
-    def __init__(self, gm: torch.fx.GraphModule, describe: Describe, input_shapes: Sequence[Sequence[int]]):
+def _where(node: torch.fx.Node, modules: dict) -> str:
+    if node.op == "call_module":
+        return f"module {node.target!r} ({_class_name(modules[node.target])})"
+    if node.op == "call_function":
+        return f"function {_fn_name(node.target)} (node {node.name!r})"
+    if node.op == "call_method":
+        return f"method .{node.target}() (node {node.name!r})"
+    if node.op == "placeholder":
+        return f"input {node.target!r}"
+    return f"node {node.name!r}"
+
+
+def _first_name(v: Any) -> str:
+    """The qrt value recorded for a module's output: the first tensor of a tuple."""
+    while isinstance(v, (tuple, list)):
+        v = v[0]
+    return v.name
+
+
+class Lowerer:
+    """The walk: one fx graph, the example runs, and the qrt graph being built."""
+
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        describe: Describe,
+        specs: Sequence[qshapes.Spec],
+        runs: Sequence[qshapes.Run],
+    ) -> None:
         self.gm = gm
         self.describe = describe
-        self.input_shapes = list(input_shapes)
+        self.specs = list(specs)
+        self.runs = list(runs)
+        self.free = qshapes.free_dims_of(runs)
         self.b = GraphBuilder()
         self.env: dict[torch.fx.Node, Any] = {}
         self.dequantized: dict[str, str] = {}  # quantized value -> its dequantize node's output
         self.modules = dict(gm.named_modules())
         self.layers: dict[str, str] = {}  # module path -> the qrt value holding its output
+        self.observed: dict[str, list[tuple]] = {}  # qrt value -> its shape in each run
+        self.taken: set[str] = set()
+        self.leaf_count = 0
 
-    # -- helpers
+    # -- for the lowerings (tools/lower_ops.py)
 
-    def name(self, base: str) -> str:
-        """A node name not used yet (fx names are unique, but emitted helpers add more)."""
-        taken = {n["name"] for n in self.b.nodes}
+    def unique(self, base: str) -> str:
+        """A node name not used yet (fx names are unique, but lowerings emit helper nodes too)."""
         name, i = base, 1
-        while name in taken or name in self.b.tensors or any(s["name"] == name for s in self.b.inputs):
+        while name in self.taken:
             name, i = f"{base}_{i}", i + 1
+        self.taken.add(name)
         return name
 
-    def float_of(self, v: Any, where: torch.fx.Node) -> str:
-        if isinstance(v, _Float):
+    def emit(
+        self, node: torch.fx.Node, op: str, inputs: dict, attrs: dict | None = None, suffix: str = ""
+    ) -> str | tuple[str, ...]:
+        """Add a qrt node named after the fx node; returns its output value name(s)."""
+        return self.b.node(op, inputs, attrs, name=self.unique(node.name + suffix))
+
+    def float_of(self, v: Any) -> str:
+        """The name of v's float32 value, emitting the dequantize of a quantized value once."""
+        if isinstance(v, Tensor):
+            if v.dtype != "float32":
+                raise LoweringError(f"needs a float tensor, got an {v.dtype} tensor")
             return v.name
-        if isinstance(v, _Deq):
+        if isinstance(v, Deq):
             q = v.q
             if q.name not in self.dequantized:
-                self.dequantized[q.name] = self.b.node(
+                name = self.b.node(
                     "dequantize",
                     {"x": q.name, "scale": np.float32(q.scale), "zero_point": np.int32(q.zero_point)},
-                    name=self.name(f"{q.name}_dequantize"),
+                    name=self.unique(f"{q.name}_dequantize"),
                 )
+                self.dequantized[q.name] = name
+                self.observed[name] = self.observed.get(q.name, [])
             return self.dequantized[q.name]
-        if isinstance(v, _DynDeq):
+        if isinstance(v, DynDeq):
             # A dynamic quantize/dequantize pair outside a dynamic op is dropped, as convert_fx does.
             return v.source.name
-        raise LoweringError(f"node {where.name!r}: needs a float tensor, got {type(v).__name__.strip('_')}")
+        what = "a tuple" if isinstance(v, (tuple, list)) else type(v).__name__
+        raise LoweringError(f"needs a float tensor, got {what}")
 
-    def const(self, v: Any, where: torch.fx.Node, what: str) -> Any:
-        if isinstance(v, _Const):
-            return v.value
-        if isinstance(v, (int, float, torch.dtype, bool)) or v is None:
-            return v
-        raise LoweringError(f"node {where.name!r}: {what} must be a constant")
+    def index_of(self, v: Any, what: str) -> str:
+        """The name of an integer tensor (an embedding's indices or offsets)."""
+        if isinstance(v, Tensor) and v.dtype in ("int64", "int32"):
+            return v.name
+        got = f"a {v.dtype} tensor" if isinstance(v, Tensor) else type(v).__name__
+        raise LoweringError(
+            f"{what} must be an int64 or int32 tensor, got {got} (a graph input's dtype can be given with "
+            "--input-dtype NAME=int64)"
+        )
+
+    def shape(self, v: Any) -> tuple[int, ...]:
+        """v's shape at the example sizes."""
+        return self.shapes(v)[0]
+
+    def shapes(self, v: Any) -> list[tuple[int, ...]]:
+        """v's shape in each run (the example first)."""
+        if isinstance(v, Const) and isinstance(v.value, torch.Tensor):
+            return [tuple(v.value.shape)] * len(self.runs)
+        if not is_tensor(v):
+            raise LoweringError(f"needs a tensor, got {type(v).__name__}")
+        return self.observed[v.name]
+
+    def node_shapes(self, node: torch.fx.Node) -> list[tuple[int, ...]]:
+        """The shape of node's (tensor) result in each run."""
+        return [run.values[node][2] for run in self.runs]
+
+    def require_static(self, node: torch.fx.Node) -> None:
+        """Refuse a Python value among node's arguments that changes with a free dimension (a size)."""
+        for arg in node.all_input_nodes:
+            base = self.runs[0].values.get(arg)
+            if base is None or qshapes.has_tensor(base):
+                continue
+            changed = {i for i, run in enumerate(self.runs) if run.values.get(arg) != base}
+            if changed:
+                raise _Varies(changed, f"uses {arg.name!r} = {base[1]!r}, which changes with a free dimension")
+
+    def varies(self, runs: set[int], why: str) -> None:
+        raise _Varies(runs, why)
+
+    # -- the walk
 
     def arg(self, a: Any) -> Any:
         if isinstance(a, torch.fx.Node):
             return self.env[a]
-        if isinstance(a, (tuple, list)):  # an LSTM's state (h, c) is passed as a tuple of nodes
-            return _Tuple(tuple(self.arg(v) for v in a))
+        if isinstance(a, (tuple, list)):
+            return type(a)(self.arg(v) for v in a)
+        if isinstance(a, slice):
+            return slice(self.arg(a.start), self.arg(a.stop), self.arg(a.step))
+        if isinstance(a, dict):
+            return {k: self.arg(v) for k, v in a.items()}
         return a
 
-    # -- node kinds
+    def _observe(self, value: Any, sigs: list) -> None:
+        """Record the shapes of value's tensors in every run, from the runs' signatures of its node."""
+        if is_tensor(value) and sigs[0][0] == "tensor":
+            self.observed[value.name] = [s[2] for s in sigs]
+        elif isinstance(value, (tuple, list)) and sigs[0][0] in ("tuple", "list"):
+            for i, item in enumerate(value):
+                if i < len(sigs[0][1]):
+                    self._observe(item, [s[1][i] for s in sigs])
 
     def placeholder(self, node: torch.fx.Node) -> Any:
-        i = len(self.b.inputs)
-        if i >= len(self.input_shapes):
-            raise LoweringError(f"input {node.target!r} has no example shape")
-        shape = [None, *self.input_shapes[i][1:]]  # batch is free
-        return _Float(self.b.input(node.target, "float32", shape))
+        i = sum(1 for v in self.env if v.op == "placeholder")
+        if i >= len(self.specs):
+            if node.args:  # an argument bound to its default when tracing
+                return node.args[0]
+            raise LoweringError("has no example shape")
+
+        def build(spec: qshapes.Spec, name: str) -> Any:
+            if isinstance(spec, tuple):
+                return tuple(build(s, f"{name}.{k}") for k, s in enumerate(spec))
+            index, self.leaf_count = self.leaf_count, self.leaf_count + 1
+            shape = [None if (index, d) in self.free else dim.size for d, dim in enumerate(spec.dims)]
+            self.taken.add(name)
+            return Tensor(self.b.input(name, spec.dtype, shape), spec.dtype)
+
+        return build(self.specs[i], str(node.target))
 
     def get_attr(self, node: torch.fx.Node) -> Any:
         obj = self.gm
         for part in str(node.target).split("."):
             obj = getattr(obj, part)
-        return _Const(obj)
+        return Const(obj)
 
-    def quantize(self, node: torch.fx.Node) -> Any:
-        x, scale, zp, dtype = (self.arg(a) for a in node.args[:4])
-        scale = self.const(scale, node, "scale")
-        zp = self.const(zp, node, "zero_point")
-        dtype = self.const(dtype, node, "dtype")
-        if dtype != torch.quint8:
-            raise LoweringError(f"node {node.name!r}: quantize to {dtype} is not supported (quint8 only)")
-        s = float(scale)
-        if float(np.float32(s)) != s:
-            raise LoweringError(f"node {node.name!r}: scale {s!r} is not a float32 value")
-        s32, z = np.float32(s), int(zp)
-        if isinstance(x, _PendingLinear):
-            return self.emit_static_linear(x, s32, z)
-        kept = self.native_copy_input(node.args[0])
-        if kept is not None:
-            # relu / flatten / identity of a quint8 value at its own qparams is exact: max(q, zp) or q.
-            s32, z = kept.scale, kept.zero_point
-        out = self.b.node(
-            "quantize_per_tensor",
-            {"x": self.float_of(x, node), "scale": s32, "zero_point": np.int32(z)},
-            {"dtype": "quint8"},
-            name=self.name(node.name),
-        )
-        return _Quant(out, s32, z)
-
-    def native_copy_input(self, src: Any) -> _Quant | None:
-        """The quantized input of a dequantize -> copy op -> quantize chain, as convert_fx matches it."""
-        if not isinstance(src, torch.fx.Node) or not src.args or not isinstance(src.args[0], torch.fx.Node):
-            return None
-        copy_op = (
-            (src.op == "call_module" and type(self.modules[src.target]) in _NATIVE_COPY_MODULES)
-            or (src.op == "call_function" and src.target in _NATIVE_COPY_FUNCS)
-            or (src.op == "call_method" and src.target in _NATIVE_COPY_METHODS)
-        )
-        dq = src.args[0]
-        if not copy_op or not (dq.op == "call_method" and dq.target == "dequantize"):
-            return None
-        v = self.env[dq]
-        return v.q if isinstance(v, _Deq) else None
-
-    def emit_static_linear(self, p: _PendingLinear, y_scale: np.float32, y_zp: int) -> _Quant:
-        layer, x = p.layer, p.x
-        if layer.weight.values.dtype != np.int8:
-            raise LoweringError(f"node {p.name!r}: a static Linear needs qint8 weights")
-        out = self.b.node(
-            "linear",
-            {
-                "x": x.name,
-                "x_scale": np.float32(x.scale),
-                "x_zero_point": np.int32(x.zero_point),
-                **layer.weight.ports(),
-                "bias": layer.bias,
-                "y_scale": np.float32(y_scale),
-                "y_zero_point": np.int32(y_zp),
-            },
-            {"relu": layer.relu},
-            name=self.name(p.name),
-        )
-        return _Quant(out, np.float32(y_scale), y_zp)
-
-    def call_function(self, node: torch.fx.Node) -> Any:
-        fn = node.target
-        if fn in _QUANTIZE_FUNCS:
-            return self.quantize(node)
-        if fn in _DYNAMIC_QUANTIZE_FUNCS:
-            x = self.arg(node.args[0])
-            return _DynQ(_Float(self.float_of(x, node)))
-        if fn in _RELU_FUNCS:
-            return self.relu(node, self.arg(node.args[0]))
-        if fn in _FLATTEN_FUNCS:
-            return self.flatten(node, *node.args, **node.kwargs)
-        if fn in _ADD_FUNCS:
-            return self.add(node)
-        if fn in _GETITEM_FUNCS:
-            return self.getitem(node)
-        raise AssertionError(f"unclassified function {fn}")  # find_unsupported lets none through
-
-    def call_method(self, node: torch.fx.Node) -> Any:
-        x = self.arg(node.args[0])
-        if node.target == "dequantize":
-            if isinstance(x, _Quant):
-                return _Deq(x)
-            if isinstance(x, _DynQ):
-                return _DynDeq(x.source)
-            if isinstance(x, _PendingLinear):
-                raise LoweringError(f"node {node.name!r}: a static Linear's output is dequantized unquantized")
-            return x  # dequantize of a float tensor is the identity
-        if node.target == "relu":
-            return self.relu(node, x)
-        if node.target == "flatten":
-            return self.flatten(node, *node.args, **node.kwargs)
-        if node.target == "contiguous":
-            return x
-        raise AssertionError(f"unclassified method {node.target}")
-
-    def call_module(self, node: torch.fx.Node) -> Any:
-        module = self.modules[node.target]
-        layer = self.describe(module)
-        if layer is not None:
-            args = [self.arg(a) for a in node.args]
-            kwargs = {k: self.arg(v) for k, v in node.kwargs.items()}
-            try:
-                out = LOWERINGS[layer.pattern](self, node, layer, *args, **kwargs)
-            except TypeError as e:  # arguments the lowering does not take (e.g. a keyword it does not know)
-                raise LoweringError(f"module {node.target!r}: unsupported call arguments ({e})") from None
-            # Recorded so that `qrt compare` can match qrt values to PyTorch modules layer by layer.
-            self.layers[str(node.target)] = out.name
+    def call(self, node: torch.fx.Node) -> Any:
+        entry, lead = _entry(node, self.modules, self.describe)
+        if entry is None:  # find_unsupported lets none through
+            raise AssertionError(f"no lowering for {node.format_node()}")
+        args = self.arg(node.args)
+        kwargs = self.arg(node.kwargs)
+        if not entry.sizes:
+            self.require_static(node)
+        if node.op == "call_module":
+            out = entry.call(self, node, lead, *args, **kwargs)
+            if not isinstance(lead, nn.Module):
+                # Recorded so that `qrt compare` can match qrt values to PyTorch modules layer by layer.
+                self.layers[str(node.target)] = _first_name(out)
             return out
-        if isinstance(module, _IDENTITY_MODULES):
-            return self.arg(node.args[0])
-        if _float_linear_relu(module) or isinstance(module, nn.Linear):
-            out = self.linear_float(node, module, self.arg(node.args[0]))
-            self.layers[str(node.target)] = out.name
-            return out
-        if isinstance(module, nn.ReLU):
-            return self.relu(node, self.arg(node.args[0]))
-        if isinstance(module, nn.Flatten):
-            if module.end_dim != -1:
-                raise LoweringError(f"module {node.target!r}: Flatten with end_dim {module.end_dim} is not supported")
-            return self.flatten(node, node.args[0], module.start_dim)
-        raise AssertionError(f"unclassified module {node.target}")
+        if self._foldable(args, kwargs):
+            return self._fold(node, args, kwargs)
+        return entry.call(self, node, *args, **kwargs)
 
-    def linear_float(self, node: torch.fx.Node, module: nn.Module, x: Any) -> _Float:
-        """A Linear the rules keep in float (or a float Linear + ReLU fused by prepare_fx)."""
-        linear = module if isinstance(module, nn.Linear) else module[0]
-        ports = {
-            "x": self.float_of(x, node),
-            "weight": linear.weight.detach().float().numpy().copy(),
-            "bias": None if linear.bias is None else linear.bias.detach().float().numpy().copy(),
-        }
-        y = self.b.node("linear_float", ports, name=self.name(node.name))
-        if not isinstance(module, nn.Linear):
-            y = self.b.node("relu", {"x": y}, name=self.name(f"{node.name}_relu"))
-        return _Float(y)
+    def _foldable(self, args: Any, kwargs: Any) -> bool:
+        """No run-time tensor among the arguments, and a stored one: torch computes it once, here."""
+        leaves: list = []
+        torch.fx.node.map_aggregate((args, kwargs), leaves.append)
+        return not any(is_tensor(v) for v in leaves) and any(
+            isinstance(v, Const) and isinstance(v.value, torch.Tensor) for v in leaves
+        )
 
-    def relu(self, node: torch.fx.Node, x: Any) -> _Float | _Quant:
-        if isinstance(x, _Quant):
-            # A quantized tensor's relu (native models) keeps its qparams: max(q, zp), which
-            # dequantize -> relu -> quantize at the same qparams computes exactly.
-            y = self.b.node("relu", {"x": self.float_of(_Deq(x), node)}, name=self.name(node.name))
-            q = self.b.node(
-                "quantize_per_tensor",
-                {"x": y, "scale": np.float32(x.scale), "zero_point": np.int32(x.zero_point)},
-                {"dtype": "quint8"},
-                name=self.name(f"{node.name}_quantize"),
-            )
-            return _Quant(q, x.scale, x.zero_point)
-        return _Float(self.b.node("relu", {"x": self.float_of(x, node)}, name=self.name(node.name)))
-
-    def flatten(self, node: torch.fx.Node, x: Any, start_dim: int = 0, end_dim: int = -1) -> _Float:
-        if end_dim != -1 or not isinstance(start_dim, int) or start_dim < 0:
-            raise LoweringError(
-                f"node {node.name!r}: flatten(start_dim={start_dim}, end_dim={end_dim}) is not supported; "
-                "qrt flattens from a non-negative start_dim to the end"
-            )
-        x = self.arg(x)
-        if isinstance(x, _Quant):  # flattening a quantized tensor keeps its qparams
-            y = self.b.node("flatten", {"x": x.name}, {"start_dim": start_dim}, name=self.name(node.name))
-            return _Quant(y, x.scale, x.zero_point)
-        x = self.float_of(x, node)
-        return _Float(self.b.node("flatten", {"x": x}, {"start_dim": start_dim}, name=self.name(node.name)))
-
-    def getitem(self, node: torch.fx.Node) -> Any:
-        v, index = self.arg(node.args[0]), node.args[1]
-        if not isinstance(v, _Tuple) or not isinstance(index, int) or not -len(v.items) <= index < len(v.items):
-            raise LoweringError(f"node {node.name!r}: only taking apart a recurrent module's tuple is supported")
-        return v.items[index]
-
-    def add(self, node: torch.fx.Node) -> _Float:
-        if len(node.args) != 2 or node.kwargs:
-            raise LoweringError(f"node {node.name!r}: only a + b of two tensors is supported")
-        a, b = (self.arg(v) for v in node.args)
-        if not all(isinstance(v, (_Float, _Deq, _DynDeq)) for v in (a, b)):
-            raise LoweringError(f"node {node.name!r}: only a + b of two tensors is supported")
-        ins = {"a": self.float_of(a, node), "b": self.float_of(b, node)}
-        return _Float(self.b.node("add", ins, name=self.name(node.name)))
+    def _fold(self, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
+        unwrap = lambda v: v.value if isinstance(v, Const) else v  # noqa: E731
+        args = torch.fx.node.map_aggregate(args, unwrap)
+        kwargs = torch.fx.node.map_aggregate(kwargs, unwrap)
+        with torch.no_grad():
+            if node.op == "call_method":
+                out = getattr(args[0], node.target)(*args[1:], **kwargs)
+            else:
+                out = node.target(*args, **kwargs)
+        return Const(out) if isinstance(out, torch.Tensor) else out
 
     def output(self, node: torch.fx.Node) -> None:
-        result = node.args[0]
-        items = list(result) if isinstance(result, (tuple, list)) else [result]
-        names = []
-        for item in items:
-            if not isinstance(item, torch.fx.Node):
-                raise LoweringError(f"the model returns a constant ({item!r:.40}); qrt outputs must be tensors")
-            names.append(self.float_of(self.env[item], item))
-        self.b.output(*names, as_tuple=isinstance(result, (tuple, list)))
+        def leaf(v: Any) -> Any:
+            if isinstance(v, (tuple, list)):
+                return tuple(leaf(i) for i in v)
+            if isinstance(v, Tensor):
+                return v.name
+            if isinstance(v, (Deq, DynDeq)):
+                return self.float_of(v)
+            if isinstance(v, (Quant, DynQ, PendingLinear)):
+                raise LoweringError("the model returns a quantized tensor; qrt outputs are float32 or integer")
+            raise LoweringError(f"the model returns a constant ({v!r:.40}); qrt outputs must be tensors")
+
+        tree = leaf(self.arg(node.args[0]))
+        if isinstance(tree, tuple):
+            self.b.output_nested(tree)
+        else:
+            self.b.output(tree)
 
     def run(self) -> GraphBuilder:
+        errors = []
         for node in self.gm.graph.nodes:
-            if node.op == "output":
-                self.output(node)
-            else:
-                self.env[node] = getattr(self, node.op)(node)
+            if any(self.env.get(a) is _FAILED for a in node.all_input_nodes):
+                self.env[node] = _FAILED  # its cause is reported already
+                continue
+            try:
+                if node.op == "output":
+                    self.output(node)
+                elif node.op in ("placeholder", "get_attr"):
+                    self.env[node] = getattr(self, node.op)(node)
+                else:
+                    self.env[node] = value = self.call(node)
+                    self._observe(value, [run.values[node] for run in self.runs])
+            except LoweringError as e:
+                errors.append(f"{_where(node, self.modules)}: {e}")
+                self.env[node] = _FAILED
+            except _Varies as v:
+                v.why = f"{_where(node, self.modules)} {v.why}"
+                raise
+            if node.op == "placeholder" and self.env[node] is not _FAILED:
+                self._observe(self.env[node], [run.values[node] for run in self.runs])
+        if errors:
+            raise LoweringError("qrt cannot run: " + "; ".join(errors))
+        if any(isinstance(s, tuple) for s in self.specs):
+            names = [n for n in self.gm.graph.nodes if n.op == "placeholder"][: len(self.specs)]
+            self.b.input_nested(tuple(_names(self.env[n]) for n in names))
         return self.b
 
 
-def _lower_linear(lw: _Lowerer, node: torch.fx.Node, layer: LinearLayer, x: Any) -> Any:
-    """Linear (+ReLU): dynamic -> linear_dynamic [+ relu]; static -> linear(relu)."""
-    name = lw.name(node.name)
-    if layer.mode == "static" or (layer.mode is None and isinstance(x, _Deq)):
-        q = x.q if isinstance(x, _Deq) else x
-        if not isinstance(q, _Quant):
-            raise LoweringError(f"node {node.name!r}: a static quantized Linear needs a quantized input")
-        pending = _PendingLinear(name, layer, q)
-        if layer.mode == "static":
-            scale, zp = layer.output_qparams
-            return lw.emit_static_linear(pending, scale, zp)
-        return pending
-    if layer.mode == "dynamic" or isinstance(x, _DynDeq):
-        ports = {"x": lw.float_of(x, node), **layer.weight.ports(), "bias": layer.bias}
-        # x86/fbgemm's dynamic Linear always reduces the activation range (NUMERICS.md).
-        y = lw.b.node("linear_dynamic", ports, {"reduce_range": True}, name=name)
-        if layer.relu:
-            y = lw.b.node("relu", {"x": y}, name=lw.name(f"{node.name}_relu"))
-        return _Float(y)
-    raise LoweringError(
-        f"module {node.target!r}: a quantized Linear whose input is neither statically nor dynamically "
-        "quantized (weight-only quantization) is not supported"
-    )
+def _names(v: Any) -> Any:
+    return tuple(_names(i) for i in v) if isinstance(v, tuple) else v.name
 
 
-def _states(lw: _Lowerer, node: torch.fx.Node, hx: Any, names: tuple[str, ...]) -> dict[str, str]:
-    """A recurrent module's state argument: one tensor, or a tuple (h, c) for an LSTM."""
-    if len(names) == 1:
-        return {names[0]: lw.float_of(hx, node)}
-    if not isinstance(hx, _Tuple) or len(hx.items) != len(names):
-        raise LoweringError(f"module {node.target!r}: the state must be a tuple ({', '.join(names)})")
-    return {n: lw.float_of(v, node) for n, v in zip(names, hx.items)}
-
-
-def _lower_cell(lw: _Lowerer, node: torch.fx.Node, layer: RNNCellLayer, x: Any, hx: Any = None) -> Any:
-    """RNNCell / LSTMCell / GRUCell -> *_cell_dynamic: both linears quantize their own input per call."""
-    kind = layer.pattern.removesuffix("_cell")
-    states = ("h", "c") if kind == "lstm" else ("h",)
-    if hx is None:
-        # qrt cells take the state as an input; a streaming model carries it from step to step.
-        raise LoweringError(f"module {node.target!r}: call the {kind.upper()} cell with an explicit state")
-    ports = {"x": lw.float_of(x, node), **_states(lw, node, hx, states), **layer.ports()}
-    attrs = {"reduce_range": True}
-    if kind == "rnn":
-        attrs["nonlinearity"] = layer.nonlinearity
-    out = lw.b.node(f"{kind}_cell_dynamic", ports, attrs, name=lw.name(node.name))
-    if kind == "lstm":
-        return _Tuple(tuple(_Float(o) for o in out))
-    return _Float(out)
-
-
-def _lower_sequence(lw: _Lowerer, node: torch.fx.Node, layer: SequenceLayer, x: Any, hx: Any = None) -> Any:
-    """nn.RNN / LSTM / GRU -> rnn/lstm/gru_dynamic; returns (y, h_n) or (y, (h_n, c_n)) as torch does."""
-    kind = layer.pattern
-    ports: dict[str, Any] = {"x": lw.float_of(x, node)}
-    if hx is not None:
-        states = ("h0", "c0") if kind == "lstm" else ("h0",)
-        ports.update(_states(lw, node, hx, states))
-    dirs = 2 if layer.bidirectional else 1
-    for i, weights in enumerate(layer.directions):
-        ports.update(weights.ports(layer_prefix(i // dirs, i % dirs == 1)))
-    attrs = {
-        "num_layers": layer.num_layers,
-        "bidirectional": layer.bidirectional,
-        "batch_first": layer.batch_first,
-        "reduce_range": True,
-    }
-    if kind == "rnn":
-        attrs["nonlinearity"] = layer.nonlinearity
-    y, *final = (_Float(o) for o in lw.b.node(f"{kind}_dynamic", ports, attrs, name=lw.name(node.name)))
-    return _Tuple((y, _Tuple(tuple(final)) if kind == "lstm" else final[0]))
-
-
-# Rules pattern name -> its qrt lowering. A rules pattern missing here is refused at start-up.
-LOWERINGS: dict[str, Callable[..., Any]] = {
-    "linear": _lower_linear,
-    "linear_relu": _lower_linear,
-    "rnn_cell": _lower_cell,
-    "lstm_cell": _lower_cell,
-    "gru_cell": _lower_cell,
-    "rnn": _lower_sequence,
-    "lstm": _lower_sequence,
-    "gru": _lower_sequence,
-}
+# ------------------------------------------------------------ what qrt lowers
 
 
 def check_patterns(pattern_names: Sequence[tuple[str, str]]) -> None:
     """Refuse rules naming a pattern without a lowering: (name, description) pairs."""
-    missing = [desc for name, desc in pattern_names if name not in LOWERINGS]
+    missing = [desc for name, desc in pattern_names if name not in PATTERNS]
     if missing:
         raise LoweringError(
             f"the rules list pattern(s) {', '.join(missing)} with no qrt lowering; "
-            f"qrt lowers: {', '.join(sorted(LOWERINGS))}"
+            f"qrt lowers: {', '.join(sorted(PATTERNS))}"
         )
 
 
 def find_unsupported(
     gm: torch.fx.GraphModule, describe: Describe, quantizable: Callable[[str, nn.Module], bool] = lambda n, m: False
 ) -> list[str]:
-    """Every node qrt cannot run, by name: modules not described and not float ops, other calls.
+    """Every call qrt has no lowering for, by name: modules neither described nor in the table, functions, methods.
 
     ``quantizable(name, module)`` says the front end will quantize that float module
     (used to check a float model before it is quantized).
     """
     modules = dict(gm.named_modules())
-
-    def recurrent_pattern(src: Any) -> str | None:
-        """The tuple-returning pattern (lstm_cell, rnn, lstm, gru) whose call src is, if any."""
-        if not isinstance(src, torch.fx.Node) or src.op != "call_module":
-            return None
-        m = modules[src.target]
-        layer = describe(m)
-        if layer is not None:
-            return layer.pattern if layer.pattern in _TUPLE_PATTERNS else None
-        if isinstance(m, _TUPLE_MODULES):  # if qrt cannot run the module, the module itself is named
-            return "lstm" if isinstance(m, nn.LSTM) else "tuple"
-        return None
-
-    def returns_tuple(src: Any) -> bool:
-        """src's value is a tuple: a recurrent module's result, or an LSTM's (h_n, c_n) in it."""
-        if recurrent_pattern(src) is not None:
-            return True
-        return (
-            isinstance(src, torch.fx.Node) and src.op == "call_function" and src.target in _GETITEM_FUNCS
-            and src.args[1] == 1 and recurrent_pattern(src.args[0]) == "lstm"
-        )
-
     bad = []
     for node in gm.graph.nodes:
-        if node.op == "call_module":
-            m = modules[node.target]
-            known = isinstance(m, FLOAT_MODULES) or _float_linear_relu(m)
-            if describe(m) is None and not known and not quantizable(node.target, m):
-                bad.append(f"module {node.target!r} ({_class_name(m)})")
-        elif node.op == "call_function":
-            fn = node.target
-            known = _QUANTIZE_FUNCS + _DYNAMIC_QUANTIZE_FUNCS + _RELU_FUNCS + _FLATTEN_FUNCS + _ADD_FUNCS
-            if fn in _GETITEM_FUNCS:
-                if not (len(node.args) == 2 and isinstance(node.args[1], int) and returns_tuple(node.args[0])):
-                    bad.append(f"function operator.getitem (node {node.name!r}): indexing a tensor")
-            elif fn not in known:
-                bad.append(f"function {_fn_name(fn)} (node {node.name!r})")
-        elif node.op == "call_method" and node.target not in FLOAT_METHODS:
-            bad.append(f"method .{node.target}() (node {node.name!r})")
+        if node.op not in ("call_module", "call_function", "call_method"):
+            continue
+        entry, _ = _entry(node, modules, describe)
+        if entry is not None or (node.op == "call_module" and quantizable(node.target, modules[node.target])):
+            continue
+        bad.append(_where(node, modules) if node.op != "call_module" else
+                   f"module {node.target!r} ({_class_name(modules[node.target])})")
     return bad
+
+
+# ------------------------------------------------------------ integer inputs
+
+
+def _index_sources(gm: torch.fx.GraphModule, describe: Describe) -> set[tuple[int, tuple[int, ...]]]:
+    """(placeholder position, path into its tuple) of every input that reaches an embedding's indices or
+    offsets, through ops that keep the dtype (indexing, reshapes, ...)."""
+    modules = dict(gm.named_modules())
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    found = set()
+    for node in gm.graph.nodes:
+        entry, _ = _entry(node, modules, describe)
+        for pos, name in entry.index_args if entry is not None else ():
+            a = node.args[pos] if pos < len(node.args) else node.kwargs.get(name)
+            path: list[int] = []
+            while isinstance(a, torch.fx.Node):
+                if a.op == "placeholder":
+                    found.add((placeholders.index(a), tuple(reversed(path))))
+                    break
+                if a.op == "call_function" and a.target is operator.getitem and isinstance(a.args[1], int):
+                    path.append(a.args[1])
+                    a = a.args[0]
+                    continue
+                through, _ = _entry(a, modules, describe)
+                if through is None or not through.keeps_dtype or not a.args:
+                    break
+                a = a.args[0][0] if isinstance(a.args[0], (tuple, list)) and a.args[0] else a.args[0]
+    return found
+
+
+def _with_dtypes(specs: list[qshapes.Spec], sources: set) -> list[qshapes.Spec]:
+    """Each leaf's dtype: as given, else int64 where it feeds an embedding, else float32."""
+    ints = set()
+    for arg, path in sources:
+        spec, at = specs[arg], []
+        for i in path:  # the tuple part of the path; the rest indexes the tensor
+            if not isinstance(spec, tuple) or not 0 <= i < len(spec):
+                break
+            spec, at = spec[i], at + [i]
+        ints.add((arg, tuple(at)))
+
+    def walk(spec: qshapes.Spec, arg: int, at: tuple) -> qshapes.Spec:
+        if isinstance(spec, tuple):
+            return tuple(walk(s, arg, at + (i,)) for i, s in enumerate(spec))
+        if spec.dtype is not None:
+            return spec
+        return qshapes.Leaf(spec.dims, "int64" if (arg, at) in ints else "float32")
+
+    return [walk(s, i, ()) for i, s in enumerate(specs)]
+
+
+def resolve_specs(
+    gm: torch.fx.GraphModule, describe: Describe, inputs: Sequence[Any]
+) -> tuple[list[qshapes.Spec], list[str]]:
+    """The example input specs with dtypes filled in, and the argument names (fx placeholders)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    try:
+        specs = [qshapes.as_spec(s) for s in inputs]
+    except qshapes.SpecError as e:
+        raise LoweringError(str(e)) from None
+    required = [p for p in placeholders if not p.args]
+    if not len(required) <= len(specs) <= len(placeholders):
+        names = [str(p.target) for p in placeholders]
+        raise LoweringError(
+            f"got {len(specs)} example input shapes, but the graph takes {len(required)} inputs {names}"
+        )
+    return _with_dtypes(specs, _index_sources(gm, describe)), [str(p.target) for p in placeholders[: len(specs)]]
+
+
+# ------------------------------------------------------------ lower
+
+
+def _stand_ins(gm: torch.fx.GraphModule, describe: Describe) -> qshapes.StandIns:
+    """torch 2.13's 4-bit quantized Embedding reads its rows with the 8-bit layout and fails (or returns
+    the wrong width): for the runs, which need only shapes, a lookup of zeros of the right width."""
+    out: qshapes.StandIns = {}
+    for name, m in gm.named_modules():
+        layer = describe(m)
+        if isinstance(layer, EmbeddingLayer) and layer.pattern == "embedding" and layer.bits == 4:
+            out[name] = lambda indices, dim=layer.dim: torch.zeros((*indices.shape, dim))
+    return out
 
 
 def lower(
     gm: torch.fx.GraphModule,
     describe: Describe,
-    input_shapes: Sequence[Sequence[int]],
+    inputs: Sequence[Any],
     layers: dict[str, str] | None = None,
+    free_dims: str = "auto",
 ) -> GraphBuilder:
     """Lower a quantized fx graph into a qrt GraphBuilder (not yet saved).
 
-    ``layers``, if given, is filled with module path -> the qrt value holding that module's output.
+    ``inputs``: one example per forward() argument: a shape ((1, 37)), --input-shape text ("2,50?,6",
+    "(2,1,200),(2,1,200)") or a tools.shapes Leaf / tuple. ``free_dims``: "auto" (dimensions marked
+    free and those the runs find free) or "marked" (only those marked). ``layers``, if given, is
+    filled with module path -> the qrt value holding that module's output.
     """
+    if free_dims not in qshapes.FREE_DIMS:
+        raise LoweringError(f"free_dims must be one of {list(qshapes.FREE_DIMS)}, got {free_dims!r}")
     bad = find_unsupported(gm, describe)
     if bad:
         raise LoweringError("qrt cannot run: " + "; ".join(bad))
-    lowerer = _Lowerer(gm, describe, input_shapes)
-    builder = lowerer.run()
+    specs, names = resolve_specs(gm, describe, inputs)
+    try:
+        runs = qshapes.search(gm, specs, names, free_dims, _stand_ins(gm, describe))
+    except qshapes.SpecError as e:
+        raise LoweringError(str(e)) from None
+    flat = [pair for spec, name in zip(specs, names) for pair in qshapes.leaves(spec, name)]
+    while True:
+        lowerer = Lowerer(gm, describe, specs, runs)
+        try:
+            builder = lowerer.run()
+            break
+        except _Varies as v:
+            # Those runs' dimensions are not free after all; one declared free is the user's to fix.
+            for leaf, d in sorted(c for r in v.runs for c in runs[r].changed):
+                name, spec = flat[leaf]
+                if spec.dims[d].free:
+                    raise LoweringError(
+                        f"input {name!r} dimension {d} is declared free ({spec}), but {v.why}; "
+                        "qrt needs it as a constant there"
+                    ) from None
+            runs = [run for r, run in enumerate(runs) if r not in v.runs]
     if layers is not None:
         layers.update(lowerer.layers)
     return builder

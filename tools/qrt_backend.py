@@ -24,6 +24,9 @@ Declarations, one per rules pattern (``PATTERN_CONFIGS``):
   ``DynamicRNNLoop``, a loop of dynamic ``nnqd.RNNCell`` per layer and direction whose weights
   are quantized as ``quantize_dynamic`` quantizes an RNNCell's. That loop is qrt's reference
   for ``rnn_dynamic``.
+Already-quantized models: ``describe`` reads torch.ao's quantized modules (``nnqd`` / ``nnq``
+Linear, the dynamic cells and sequences, and ``nnq.Embedding`` / ``EmbeddingBag`` quantized
+weight-only with float qparams, 8 or 4 bits) into the lowering's neutral layers (tools/layers.py).
 DTypeConfigs: static = quint8 activations in and out, qint8 weights, float bias;
 dynamic = float in and out, activations quantized per call to quint8 with
 qint8 weights, or float16 weights with float16 "activations" (which the native
@@ -67,7 +70,7 @@ from torch.ao.quantization.observer import (
 from torch.ao.quantization.quantize_fx import convert_fx, convert_to_reference_fx, prepare_fx
 from torch.ao.quantization.utils import get_qparam_dict
 
-from .lower import Layer, LinearLayer, QWeight, RNNCellLayer, SequenceLayer
+from .layers import EmbeddingLayer, Layer, LinearLayer, QWeight, RNNCellLayer, SequenceLayer
 from .rules import PatternRule, Rules
 
 BACKEND_NAME = "qrt"
@@ -529,7 +532,34 @@ def describe(module: nn.Module) -> Layer | None:
     if isinstance(module, DynamicRNNLoop):
         cells = iter(module.cells)
         return _sequence(module, "rnn", lambda suffix: _dynamic_cell(next(cells), "rnn_cell", name))
+    if isinstance(module, nnq.Embedding):  # nnq.EmbeddingBag too, a subclass
+        return _embedding(module, name)
     return None
+
+
+_EMBEDDING_BITS = {torch.quint8: 8, torch.quint4x2: 4}
+
+
+def _embedding(module: nn.Module, name: str) -> EmbeddingLayer:
+    """A weight-only quantized embedding (float_qparams_weight_only_qconfig, 8 or 4 bits), as torch's
+    prepacked rows hold it (PackedEmbeddingBagWeight::prepack): the integers, the row scale and
+    bias = zero_point * scale * -1 in float32, both rounded to float16 for 4 bits."""
+    w = module.weight()
+    bits = _EMBEDDING_BITS.get(w.dtype)
+    if bits is None or w.qscheme() != torch.per_channel_affine_float_qparams:
+        raise FrontEndError(f"{name}: embedding weights {w.dtype} {w.qscheme()} are not supported "
+                            "(quint8 or quint4x2 with float_qparams_weight_only_qconfig)")
+    scale = w.q_per_channel_scales().to(torch.float32).numpy()
+    bias = w.q_per_channel_zero_points().to(torch.float32).numpy() * scale * np.float32(-1)
+    if bits == 4:
+        scale, bias = scale.astype(np.float16), bias.astype(np.float16)
+    rows = w.int_repr().numpy().reshape(module.num_embeddings, -1).copy()
+    bag = isinstance(module, nnq.EmbeddingBag)
+    return EmbeddingLayer(
+        "embedding_bag" if bag else "embedding", bits, rows, int(module.embedding_dim), scale, bias,
+        # torch's quantized EmbeddingBag always sums, whatever its mode says (its forward passes mode 0)
+        mode="sum", include_last_offset=bool(getattr(module, "include_last_offset", False)),
+    )
 
 
 # Reference cell, dynamic cell, rules pattern. LSTMCell and GRUCell do not subclass RNNCell.

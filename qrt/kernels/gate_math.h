@@ -16,11 +16,9 @@
 #include <stdint.h>
 #include <string.h>
 
-/* exp(x), clamped to [-87, 87] first: beyond that the callers' results no longer change
- * (sigmoid reaches 0 or 1 to within 1e-38; tanh is 1 in float32 from |x| > 9). */
-static inline float qrt_exp(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 87.0f ? 87.0f : x;
+/* e^x = 2^n e^r for an x already clamped to a finite range: returns e^r and sets *n (the float ops in
+ * float_math.h scale the result over the whole float range, the gates below within [-87, 87]) */
+static inline float qrt_exp_parts(float x, float* n_out) {
     /* x = n ln2 + r, |r| <= ln2 / 2; a NaN x keeps n finite (converting NaN to int is undefined in C)
      * and still gives NaN through r */
     const float n = nearbyintf((x == x ? x : 0.0f) * 1.44269504088896341f);
@@ -32,7 +30,17 @@ static inline float qrt_exp(float x) {
     p = fmaf(p, r, 4.1665795894e-2f);
     p = fmaf(p, r, 1.6666665459e-1f);
     p = fmaf(p, r, 5.0000001201e-1f);
-    p = fmaf(p, r * r, r) + 1.0f;                             /* e^r = 1 + r + r^2 P(r) */
+    *n_out = n;
+    return fmaf(p, r * r, r) + 1.0f;                          /* e^r = 1 + r + r^2 P(r) */
+}
+
+/* exp(x), clamped to [-87, 87] first: beyond that the callers' results no longer change
+ * (sigmoid reaches 0 or 1 to within 1e-38; tanh is 1 in float32 from |x| > 9). */
+static inline float qrt_exp(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 87.0f ? 87.0f : x;
+    float n;
+    const float p = qrt_exp_parts(x, &n);
     const int32_t bits = ((int32_t)n + 127) << 23;            /* 2^n, n in [-126, 126] */
     float scale;
     memcpy(&scale, &bits, sizeof scale);

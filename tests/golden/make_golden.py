@@ -474,6 +474,87 @@ def case_glue(rng: np.random.Generator) -> Case:
     return c
 
 
+def case_tensor_ops(rng: np.random.Generator) -> Case:
+    """select, slice, cat, stack, reshape, permute, squeeze, unsqueeze, flatten(end_dim) over free dims."""
+    c = Case()
+    x = c.g.input("x", "float32", [None, None, 6])  # batch and sequence free
+    q = c.g.input("q", "int8", [None, 1, 5])
+    last = c.g.node("select", {"x": x}, {"dim": 1, "index": -1}, name="last")
+    part = c.g.node("slice", {"x": x}, {"dim": 2, "start": 1, "end": -1, "step": 2}, name="part")
+    tail = c.g.node("slice", {"x": x}, {"dim": 1, "start": -2}, name="tail")
+    joined = c.g.node("cat", {"x0": tail, "x1": x}, {"dim": 1}, name="joined")
+    stacked = c.g.node("stack", {"x0": last, "x1": last}, {"dim": 2}, name="stacked")
+    rows = c.g.node("reshape", {"x": x}, {"shape": [-1, 3]}, name="rows")
+    kept = c.g.node("reshape", {"x": x}, {"shape": [0, 0, 2, 3]}, name="kept")
+    swapped = c.g.node("permute", {"x": kept}, {"perm": [2, 0, 3, 1]}, name="swapped")
+    sq = c.g.node("squeeze", {"x": q}, {"dims": [1]}, name="sq")
+    unsq = c.g.node("unsqueeze", {"x": sq}, {"dim": 0}, name="unsq")
+    mid = c.g.node("flatten", {"x": kept}, {"start_dim": 1, "end_dim": 2}, name="mid")
+    c.g.output(last, part, joined, stacked, rows, swapped, unsq, mid)
+    for b, t in ((3, 4), (1, 1)):
+        c.runs.append({"x": wide(rng, (b, t, 6)), "q": rng.integers(-128, 128, (b, 1, 5), dtype=np.int8)})
+    return c
+
+
+def case_embedding(rng: np.random.Generator) -> Case:
+    """Float, 8-bit and 4-bit tables (value = fmaf(scale, q, bias) rounded once) and bags in all modes."""
+    c = Case()
+    num, dim = 23, 7
+    ids = c.g.input("ids", "int64", [None, None])
+    flat = c.g.input("flat", "int32", [None])
+    offsets = c.g.input("offsets", "int64", [None])
+    scale = (rng.uniform(0.001, 0.1, num)).astype(F32)
+    bias = (-rng.integers(0, 256, num) * scale).astype(F32)
+    table = {
+        32: {"weight": wide(rng, (num, dim), -2, 1)},
+        8: {"weight": rng.integers(0, 256, (num, dim), dtype=np.uint8), "weight_scale": scale, "weight_bias": bias},
+        4: {"weight": rng.integers(0, 256, (num, (dim + 1) // 2), dtype=np.uint8),
+            "weight_scale": scale.astype(np.float16), "weight_bias": bias.astype(np.float16)},
+    }
+    outs = []
+    for bits, ports in table.items():
+        attrs = {"bits": bits, "dim": dim} if bits != 32 else {}
+        outs.append(c.g.node("embedding", {"indices": ids, **ports}, attrs, name=f"lookup{bits}"))
+        for mode in ("sum", "mean", "max"):
+            bag = {"indices": flat, "offsets": offsets, **ports}
+            outs.append(c.g.node("embedding_bag", bag, {**attrs, "mode": mode}, name=f"bag{bits}_{mode}"))
+    c.g.output(*outs)
+    for b, t, n in ((4, 5, 11), (1, 1, 3)):
+        c.runs.append({
+            "ids": rng.integers(0, num, (b, t), dtype=np.int64),
+            "flat": rng.integers(0, num, n, dtype=np.int32),
+            "offsets": np.array([0, 0, 1, n // 2][: max(1, min(4, n))], np.int64),  # an empty bag among them
+        })
+    return c
+
+
+def case_float_math(rng: np.random.Generator) -> Case:
+    """sigmoid, tanh, silu, gelu (both), softmax, log_softmax, layer_norm, mean, sum and broadcasting
+    add/sub/mul/div, over values from denormal to 1e30, with -0.0 and exp's range ends (no infinity:
+    several of these ops turn one into NaN, whose bits are outside the contract)."""
+    c = Case()
+    x = c.g.input("x", "float32", [None, 5, 37])
+    y = c.g.input("y", "float32", [1, 37])
+    outs = [c.g.node(op, {"x": x}, name=op) for op in ("sigmoid", "tanh", "silu")]
+    outs += [c.g.node("gelu", {"x": x}, {"approximate": a}, name=f"gelu_{a}") for a in ("none", "tanh")]
+    outs += [c.g.node(op, {"x": x}, {"dim": d}, name=f"{op}{d}") for op in ("softmax", "log_softmax") for d in (1, 2)]
+    ln = {"x": x, "weight": normal(rng, (5, 37)), "bias": normal(rng, (5, 37))}
+    outs.append(c.g.node("layer_norm", ln, {"normalized_dims": 2, "eps": 1e-5}, name="layer_norm2"))
+    outs.append(c.g.node("layer_norm", {"x": x}, {"normalized_dims": 1, "eps": 1e-3}, name="layer_norm1"))
+    outs += [c.g.node(op, {"x": x}, {"dims": [2], "keepdim": k}, name=f"{op}_{k}") for op in ("mean", "sum")
+             for k in (False, True)]
+    outs.append(c.g.node("mean", {"x": x}, {"dims": [1, 2]}, name="mean_all"))
+    outs += [c.g.node(op, {"a": x, "b": y}, name=op) for op in ("add", "sub", "mul", "div")]
+    outs.append(c.g.node("mul", {"a": x, "b": np.asarray(0.5, F32)}, name="half"))
+    c.g.output(*outs)
+    for b in (3, 1):
+        xv = wide(rng, (b, 5, 37), -3, 1.5)
+        xv[0, 0, :10] = [-0.0, 0.0, 1e-45, -1e-45, 88.7, -103.9, 9.1, -9.1, 1e-4, -20.0]
+        xv[0, 2, :] = 1e30  # a softmax row of equal huge values; a layer norm of zero variance
+        c.runs.append({"x": xv, "y": wide(rng, (1, 37), -3, 1)})
+    return c
+
+
 CASES: dict[str, Callable[[np.random.Generator], Case]] = {
     "quantize_per_tensor": case_quantize_per_tensor,
     "quantize_per_channel": case_quantize_per_channel,
@@ -491,6 +572,9 @@ CASES: dict[str, Callable[[np.random.Generator], Case]] = {
     "lstm_sequence": lambda rng: sequence_case(rng, "lstm", batch_first=True),
     "gru_sequence": lambda rng: sequence_case(rng, "gru", batch_first=False),
     "glue": case_glue,
+    "tensor_ops": case_tensor_ops,
+    "embedding": case_embedding,
+    "float_math": case_float_math,
 }
 
 

@@ -1,0 +1,150 @@
+# ------------------------------------------------------------ float32 math ops (included by _kernels.pyx)
+#
+# The kernels are in qrt/kernels/float_ops_body.h; these wrappers check the sizes they are handed, split
+# large calls across threads by whole rows (or elements), and run without the GIL. Callers (qrt/cpu_float.py)
+# pass contiguous float32 arrays and outputs of the right shape.
+
+cdef extern from "float_ops.h" nogil:
+    ctypedef struct qrt_float_ops:
+        const char* name
+        void (*unary)(int op, const float* x, float* y, ptrdiff_t n) noexcept nogil
+        void (*binary)(int op, const float* a, const ptrdiff_t* a_shape, const float* b, const ptrdiff_t* b_shape,
+                       float* y, int rank) noexcept nogil
+        void (*softmax)(int log, const float* x, float* y, ptrdiff_t outer, ptrdiff_t n,
+                        ptrdiff_t inner) noexcept nogil
+        void (*sum)(int mean, const float* x, float* y, ptrdiff_t outer, ptrdiff_t n, ptrdiff_t inner) noexcept nogil
+        void (*layer_norm)(const float* x, const float* w, const float* b, float eps, float* y, ptrdiff_t rows,
+                           ptrdiff_t n) noexcept nogil
+    const qrt_float_ops* qrt_float_ops_for(int portable)
+    enum:
+        QRT_SIGMOID, QRT_TANH, QRT_SILU, QRT_GELU, QRT_GELU_TANH
+        QRT_ADD, QRT_SUB, QRT_MUL, QRT_DIV
+        QRT_BINARY_MAX_RANK
+
+UNARY_OPS = {"sigmoid": QRT_SIGMOID, "tanh": QRT_TANH, "silu": QRT_SILU, "gelu": QRT_GELU,
+             "gelu_tanh": QRT_GELU_TANH}
+BINARY_OPS = {"add": QRT_ADD, "sub": QRT_SUB, "mul": QRT_MUL, "div": QRT_DIV}
+
+# Elements per thread below which a float op stays on one thread.
+cdef Py_ssize_t MIN_FLOAT_WORK = 1 << 15
+
+
+cdef inline Py_ssize_t float_parts(Py_ssize_t units, Py_ssize_t elements) noexcept nogil:
+    """Threads for `units` independent rows holding `elements` values in all."""
+    return max(1, min(<Py_ssize_t>num_threads, units, elements // MIN_FLOAT_WORK))
+
+
+cdef class FloatOps:
+    """The float32 math kernels, of the build the active kernel variant calls for when created (plain C
+    under "portable", AVX2 + FMA code under the x86-64 SIMD variants): the same bits either way."""
+
+    cdef const qrt_float_ops* ops
+
+    def __cinit__(self):
+        self.ops = qrt_float_ops_for(active.name.decode() == "portable")
+
+    @property
+    def name(self) -> str:
+        return self.ops.name.decode()
+
+    def unary(self, str op, const float[::1] x, float[::1] y) -> None:
+        """y = op(x) elementwise, op one of UNARY_OPS."""
+        cdef int code = UNARY_OPS[op]
+        cdef Py_ssize_t n = x.shape[0], p
+        cdef Py_ssize_t parts = float_parts(n, n)
+        cdef const qrt_float_ops* ops = self.ops
+        if y.shape[0] != n:
+            raise ValueError("FloatOps.unary: shape mismatch")
+        if n == 0:
+            return
+        with nogil:
+            if parts == 1:
+                ops.unary(code, &x[0], &y[0], n)
+            else:
+                for p in prange(parts, num_threads=parts, schedule="static"):
+                    ops.unary(code, &x[chunk(n, parts, p)], &y[chunk(n, parts, p)],
+                              chunk(n, parts, p + 1) - chunk(n, parts, p))
+
+    def binary(self, str op, a, b, y) -> None:
+        """y = a op b, numpy broadcasting; a, b, y contiguous float32 arrays, y of the broadcast shape."""
+        cdef int code = BINARY_OPS[op], rank = y.ndim, k
+        cdef ptrdiff_t a_shape[QRT_BINARY_MAX_RANK]
+        cdef ptrdiff_t b_shape[QRT_BINARY_MAX_RANK]
+        if rank > QRT_BINARY_MAX_RANK or a.ndim > rank or b.ndim > rank:
+            raise ValueError("FloatOps.binary: rank mismatch")
+        for k in range(rank):
+            a_shape[k] = a.shape[k - rank + a.ndim] if k >= rank - a.ndim else 1
+            b_shape[k] = b.shape[k - rank + b.ndim] if k >= rank - b.ndim else 1
+            if y.shape[k] != (b_shape[k] if a_shape[k] == 1 else a_shape[k]) or (
+                a_shape[k] != b_shape[k] and a_shape[k] != 1 and b_shape[k] != 1
+            ):
+                raise ValueError("FloatOps.binary: shape mismatch")
+        if y.size == 0:
+            return
+        cdef const float[::1] av = a.reshape(-1)
+        cdef const float[::1] bv = b.reshape(-1)
+        cdef float[::1] yv = y.reshape(-1)
+        with nogil:
+            self.ops.binary(code, &av[0], a_shape, &bv[0], b_shape, &yv[0], rank)
+
+    def softmax(self, bint log, const float[:, :, ::1] x, float[:, :, ::1] y) -> None:
+        """softmax (log_softmax when log) of x viewed as [outer, n, inner], along n."""
+        cdef Py_ssize_t outer = x.shape[0], n = x.shape[1], inner = x.shape[2], p
+        cdef Py_ssize_t parts = float_parts(outer, outer * n * inner), row = n * inner
+        cdef const qrt_float_ops* ops = self.ops
+        if y.shape[0] != outer or y.shape[1] != n or y.shape[2] != inner:
+            raise ValueError("FloatOps.softmax: shape mismatch")
+        if outer * n * inner == 0:
+            return
+        with nogil:
+            if parts == 1:
+                ops.softmax(log, &x[0, 0, 0], &y[0, 0, 0], outer, n, inner)
+            else:
+                for p in prange(parts, num_threads=parts, schedule="static"):
+                    ops.softmax(log, &x[0, 0, 0] + chunk(outer, parts, p) * row,
+                                &y[0, 0, 0] + chunk(outer, parts, p) * row,
+                                chunk(outer, parts, p + 1) - chunk(outer, parts, p), n, inner)
+
+    def sum(self, bint mean, const float[:, :, ::1] x, float[:, ::1] y) -> None:
+        """y[o, c] = sum (mean when mean) over j of x[o, j, c]; an empty sum is 0, an empty mean NaN."""
+        cdef Py_ssize_t outer = x.shape[0], n = x.shape[1], inner = x.shape[2], p
+        cdef Py_ssize_t parts = float_parts(outer, outer * n * inner)
+        cdef const qrt_float_ops* ops = self.ops
+        cdef const float* xp = &x[0, 0, 0] if n else NULL  # never read when n == 0
+        if y.shape[0] != outer or y.shape[1] != inner:
+            raise ValueError("FloatOps.sum: shape mismatch")
+        if outer * inner == 0:
+            return
+        with nogil:
+            if parts == 1:
+                ops.sum(mean, xp, &y[0, 0], outer, n, inner)
+            else:
+                for p in prange(parts, num_threads=parts, schedule="static"):
+                    ops.sum(mean, xp + chunk(outer, parts, p) * n * inner, &y[0, 0] + chunk(outer, parts, p) * inner,
+                            chunk(outer, parts, p + 1) - chunk(outer, parts, p), n, inner)
+
+    def layer_norm(self, const float[:, ::1] x, const float[::1] weight, const float[::1] bias, float eps,
+                   float[:, ::1] y) -> None:
+        """Each row of x normalised, times weight, plus bias (each None or float32 [n])."""
+        cdef Py_ssize_t rows = x.shape[0], n = x.shape[1], p
+        cdef Py_ssize_t parts = float_parts(rows, rows * n)
+        cdef const qrt_float_ops* ops = self.ops
+        cdef const float* w = NULL
+        cdef const float* b = NULL
+        if y.shape[0] != rows or y.shape[1] != n or (weight is not None and weight.shape[0] != n) or (
+            bias is not None and bias.shape[0] != n
+        ):
+            raise ValueError("FloatOps.layer_norm: shape mismatch")
+        if rows * n == 0:
+            return
+        if weight is not None:
+            w = &weight[0]
+        if bias is not None:
+            b = &bias[0]
+        with nogil:
+            if parts == 1:
+                ops.layer_norm(&x[0, 0], w, b, eps, &y[0, 0], rows, n)
+            else:
+                for p in prange(parts, num_threads=parts, schedule="static"):
+                    ops.layer_norm(&x[chunk(rows, parts, p), 0], w, b, eps, &y[chunk(rows, parts, p), 0],
+                                   chunk(rows, parts, p + 1) - chunk(rows, parts, p), n)

@@ -1,0 +1,41 @@
+/* qrt's float32 math ops (the registry's "float math" block), as one table of kernels per build
+ * of float_ops_body.h: plain C (float_ops_portable.c), and on x86-64 the same C compiled for
+ * AVX2 with FMA (float_ops_fma.c), where fmaf is one instruction instead of a libm call (about
+ * 13 times faster for the exp-based ops; fmaf is exact, so both give the same bits).
+ *
+ * Every op is a fixed sequence of IEEE operations whatever the CPU, the build, the layout or the
+ * number of threads (docs/NUMERICS.md, "Float math ops"). Callers check shapes; the kernels trust
+ * them. y never overlaps an input.
+ */
+#ifndef QRT_FLOAT_OPS_H
+#define QRT_FLOAT_OPS_H
+
+#include <stddef.h>
+
+enum qrt_unary_op { QRT_SIGMOID, QRT_TANH, QRT_SILU, QRT_GELU, QRT_GELU_TANH };
+enum qrt_binary_op { QRT_ADD, QRT_SUB, QRT_MUL, QRT_DIV };
+#define QRT_BINARY_MAX_RANK 8
+
+typedef struct {
+    const char* name; /* "portable" or "fma" */
+    /* y[i] = f(x[i]), i < n */
+    void (*unary)(int op, const float* x, float* y, ptrdiff_t n);
+    /* y = a op b with numpy broadcasting: a_shape and b_shape have rank dims each (the shorter one
+     * padded with 1s in front), each dimension equal or 1 in one of them; y has the broadcast shape;
+     * all three contiguous */
+    void (*binary)(int op, const float* a, const ptrdiff_t* a_shape, const float* b, const ptrdiff_t* b_shape,
+                   float* y, int rank);
+    /* x, y viewed as [outer, n, inner]: softmax (log_softmax when log) along n */
+    void (*softmax)(int log, const float* x, float* y, ptrdiff_t outer, ptrdiff_t n, ptrdiff_t inner);
+    /* y[o][c] = the sum over j of x[o][j][c] (divided by n when mean), x viewed as [outer, n, inner] */
+    void (*sum)(int mean, const float* x, float* y, ptrdiff_t outer, ptrdiff_t n, ptrdiff_t inner);
+    /* rows of n values each: (x - mean) / sqrt(var + eps) * w + b; w and b may be NULL */
+    void (*layer_norm)(const float* x, const float* w, const float* b, float eps, float* y, ptrdiff_t rows,
+                       ptrdiff_t n);
+} qrt_float_ops;
+
+/* The plain C table, or (portable = 0) the fastest one this build holds for a CPU with AVX2 and FMA:
+ * pass 0 only for such a CPU (one that runs the avx2 or avx512-vnni kernel variant). */
+const qrt_float_ops* qrt_float_ops_for(int portable);
+
+#endif /* QRT_FLOAT_OPS_H */

@@ -1,0 +1,274 @@
+/* The kernels of float_ops.h, compiled once per table by the including file (float_ops_portable.c,
+ * float_ops_fma.c), which names the table qrt_float_ops_<QRT_FLOAT_OPS_ID>.
+ *
+ * Reductions (sum, mean, softmax, log_softmax, layer_norm) all use one order, whatever the layout:
+ * the reduced dimension is cut into blocks of 256 elements; in a block, element j goes to lane
+ * j % 16, each lane combines its elements in order, and the 16 lanes are folded in halves (lane l
+ * with lane l + 8, then l + 4, l + 2, l + 1); the blocks' results are combined in order. A sum of
+ * n terms so goes through at most ceil(min(n, 256) / 16) + 3 + ceil(n / 256) - 1 roundings.
+ * A contiguous row runs it as 16-wide vector accumulators; a reduced dimension that is not the last
+ * runs it on slabs of 64 columns at once, vectorised across the columns, and gives the same bits.
+ */
+#include "float_ops.h"
+
+#include "common.h"
+#include "float_math.h"
+
+#define QRT_LANES 16
+#define QRT_BLOCK 256
+#define QRT_SLAB 64
+
+enum { QRT_RED_SUM, QRT_RED_MAX, QRT_RED_SUM_SQUARES };
+
+/* max propagates NaN, as torch's does */
+QRT_INLINE float qrt_red_combine(int op, float acc, float v) {
+    if (op == QRT_RED_MAX)
+        return (v > acc || v != v) ? v : acc;
+    if (op == QRT_RED_SUM_SQUARES)
+        return acc + v * v;
+    return acc + v;
+}
+
+/* out[c] = the reduction (op) of x[j * stride + c] over j < n, for c < cols <= QRT_SLAB, in the
+ * order above; stride 1 means one contiguous row (cols 1). Inlined with a constant op. */
+QRT_INLINE void qrt_lane_reduce(int op, const float* restrict x, ptrdiff_t n, ptrdiff_t stride, ptrdiff_t cols,
+                                float* restrict out) {
+    const float init = op == QRT_RED_MAX ? -INFINITY : 0.0f;
+    const int fold = op == QRT_RED_MAX ? QRT_RED_MAX : QRT_RED_SUM;
+    if (stride == 1) {
+        float total = init;
+        for (ptrdiff_t j0 = 0; j0 < n; j0 += QRT_BLOCK) {
+            const float* restrict block = x + j0;
+            const ptrdiff_t nb = n - j0 < QRT_BLOCK ? n - j0 : QRT_BLOCK;
+            float acc[QRT_LANES];
+            for (int l = 0; l < QRT_LANES; l++)
+                acc[l] = init;
+            ptrdiff_t j = 0;
+            for (; j + QRT_LANES <= nb; j += QRT_LANES)
+                for (int l = 0; l < QRT_LANES; l++)
+                    acc[l] = qrt_red_combine(op, acc[l], block[j + l]);
+            for (int l = 0; j + l < nb; l++)
+                acc[l] = qrt_red_combine(op, acc[l], block[j + l]);
+            for (int half = QRT_LANES / 2; half > 0; half /= 2)
+                for (int l = 0; l < half; l++)
+                    acc[l] = qrt_red_combine(fold, acc[l], acc[l + half]);
+            total = qrt_red_combine(fold, total, acc[0]);
+        }
+        out[0] = total;
+        return;
+    }
+    float acc[QRT_LANES][QRT_SLAB];
+    for (ptrdiff_t c = 0; c < cols; c++)
+        out[c] = init;
+    for (ptrdiff_t j0 = 0; j0 < n; j0 += QRT_BLOCK) {
+        const ptrdiff_t nb = n - j0 < QRT_BLOCK ? n - j0 : QRT_BLOCK;
+        for (int l = 0; l < QRT_LANES; l++)
+            for (ptrdiff_t c = 0; c < cols; c++)
+                acc[l][c] = init;
+        for (ptrdiff_t j = 0; j < nb; j++) {
+            float* restrict lane = acc[j % QRT_LANES];
+            const float* restrict row = x + (j0 + j) * stride;
+            for (ptrdiff_t c = 0; c < cols; c++)
+                lane[c] = qrt_red_combine(op, lane[c], row[c]);
+        }
+        for (int half = QRT_LANES / 2; half > 0; half /= 2)
+            for (int l = 0; l < half; l++)
+                for (ptrdiff_t c = 0; c < cols; c++)
+                    acc[l][c] = qrt_red_combine(fold, acc[l][c], acc[l + half][c]);
+        for (ptrdiff_t c = 0; c < cols; c++)
+            out[c] = qrt_red_combine(fold, out[c], acc[0][c]);
+    }
+}
+
+/* Runs BODY for each element of an [n, cols] block whose rows are `stride` apart, with i its offset
+ * and c its column; a contiguous row (stride 1, one column) as one flat loop that vectorises. */
+#define QRT_FOR_BLOCK(n, stride, cols, BODY)                                                   \
+    do {                                                                                        \
+        if ((stride) == 1) {                                                                    \
+            const ptrdiff_t c = 0;                                                              \
+            for (ptrdiff_t i = 0; i < (n); i++) {                                               \
+                BODY;                                                                           \
+            }                                                                                   \
+        } else {                                                                                \
+            for (ptrdiff_t j = 0; j < (n); j++)                                                 \
+                for (ptrdiff_t c = 0; c < (cols); c++) {                                        \
+                    const ptrdiff_t i = j * (stride) + c;                                       \
+                    BODY;                                                                       \
+                }                                                                               \
+        }                                                                                       \
+    } while (0)
+
+static void qrt_unary(int op, const float* restrict x, float* restrict y, ptrdiff_t n) {
+    switch (op) {
+    case QRT_SIGMOID:
+        for (ptrdiff_t i = 0; i < n; i++)
+            y[i] = qrt_sigmoid_full(x[i]);
+        break;
+    case QRT_TANH:
+        for (ptrdiff_t i = 0; i < n; i++)
+            y[i] = qrt_tanh(x[i]);
+        break;
+    case QRT_SILU:
+        for (ptrdiff_t i = 0; i < n; i++)
+            y[i] = qrt_silu(x[i]);
+        break;
+    case QRT_GELU:
+        for (ptrdiff_t i = 0; i < n; i++)
+            y[i] = qrt_gelu(x[i]);
+        break;
+    case QRT_GELU_TANH:
+        for (ptrdiff_t i = 0; i < n; i++)
+            y[i] = qrt_gelu_tanh(x[i]);
+        break;
+    }
+}
+
+/* One row of a binary op, operand strides 0 (broadcast) or 1; inlined with constant strides, so each
+ * case is its own vector loop. Each element is one IEEE operation: exact, whatever the loop. */
+QRT_INLINE void qrt_binary_row(int op, const float* restrict a, ptrdiff_t sa, const float* restrict b, ptrdiff_t sb,
+                               float* restrict y, ptrdiff_t n) {
+    switch (op) {
+    case QRT_ADD:
+        for (ptrdiff_t i = 0; i < n; i++)
+            y[i] = a[i * sa] + b[i * sb];
+        break;
+    case QRT_SUB:
+        for (ptrdiff_t i = 0; i < n; i++)
+            y[i] = a[i * sa] - b[i * sb];
+        break;
+    case QRT_MUL:
+        for (ptrdiff_t i = 0; i < n; i++)
+            y[i] = a[i * sa] * b[i * sb];
+        break;
+    case QRT_DIV:
+        for (ptrdiff_t i = 0; i < n; i++)
+            y[i] = a[i * sa] / b[i * sb];
+        break;
+    }
+}
+
+static void qrt_binary(int op, const float* a, const ptrdiff_t* a_shape, const float* b, const ptrdiff_t* b_shape,
+                       float* y, int rank) {
+    /* The output's dimensions innermost first, each operand's stride along them (0 where it is
+     * broadcast), and adjacent dimensions merged where both operands continue contiguously. */
+    ptrdiff_t shape[QRT_BINARY_MAX_RANK], sa[QRT_BINARY_MAX_RANK], sb[QRT_BINARY_MAX_RANK];
+    ptrdiff_t step_a = 1, step_b = 1;
+    int d = 0;
+    for (int k = rank - 1; k >= 0; k--) {
+        const ptrdiff_t n = a_shape[k] == 1 ? b_shape[k] : a_shape[k];
+        if (n == 0)
+            return;
+        const ptrdiff_t ta = a_shape[k] == 1 ? 0 : step_a, tb = b_shape[k] == 1 ? 0 : step_b;
+        step_a *= a_shape[k];
+        step_b *= b_shape[k];
+        if (n == 1)
+            continue;
+        if (d > 0 && ta == sa[d - 1] * shape[d - 1] && tb == sb[d - 1] * shape[d - 1]) {
+            shape[d - 1] *= n;
+            continue;
+        }
+        shape[d] = n;
+        sa[d] = ta;
+        sb[d] = tb;
+        d++;
+    }
+    if (d == 0) { /* one element */
+        shape[0] = 1;
+        sa[0] = sb[0] = 0;
+        d = 1;
+    }
+    ptrdiff_t idx[QRT_BINARY_MAX_RANK] = {0}, oa = 0, ob = 0, oy = 0;
+    for (;;) {
+        if (sa[0] == 1 && sb[0] == 1)
+            qrt_binary_row(op, a + oa, 1, b + ob, 1, y + oy, shape[0]);
+        else if (sa[0] == 0 && sb[0] == 1)
+            qrt_binary_row(op, a + oa, 0, b + ob, 1, y + oy, shape[0]);
+        else if (sa[0] == 1)
+            qrt_binary_row(op, a + oa, 1, b + ob, 0, y + oy, shape[0]);
+        else
+            qrt_binary_row(op, a + oa, 0, b + ob, 0, y + oy, shape[0]);
+        oy += shape[0];
+        int k = 1;
+        for (; k < d; k++) { /* the next row: an odometer over the outer dimensions */
+            oa += sa[k];
+            ob += sb[k];
+            if (++idx[k] < shape[k])
+                break;
+            oa -= sa[k] * shape[k];
+            ob -= sb[k] * shape[k];
+            idx[k] = 0;
+        }
+        if (k == d)
+            return;
+    }
+}
+
+/* Softmax: m = max, e_j = exp(x_j - m), s = the lane sum of e, y_j = e_j / s.
+ * log_softmax: y_j = (x_j - m) - log(s). A row holding +inf or NaN, or only -inf, gives NaN
+ * throughout (x_j - m is NaN somewhere), as torch's does. */
+static void qrt_softmax(int log, const float* x, float* y, ptrdiff_t outer, ptrdiff_t n, ptrdiff_t inner) {
+    float m[QRT_SLAB], s[QRT_SLAB];
+    for (ptrdiff_t o = 0; o < outer; o++)
+        for (ptrdiff_t c0 = 0; c0 < inner; c0 += QRT_SLAB) {
+            const ptrdiff_t cols = inner - c0 < QRT_SLAB ? inner - c0 : QRT_SLAB, at = o * n * inner + c0;
+            const float* restrict xs = x + at;
+            float* restrict ys = y + at;
+            qrt_lane_reduce(QRT_RED_MAX, xs, n, inner, cols, m);
+            QRT_FOR_BLOCK(n, inner, cols, ys[i] = qrt_exp_full(xs[i] - m[c]));
+            qrt_lane_reduce(QRT_RED_SUM, ys, n, inner, cols, s);
+            if (log) {
+                for (ptrdiff_t c = 0; c < cols; c++)
+                    s[c] = qrt_logf(s[c]);
+                QRT_FOR_BLOCK(n, inner, cols, ys[i] = (xs[i] - m[c]) - s[c]);
+            } else {
+                QRT_FOR_BLOCK(n, inner, cols, ys[i] = ys[i] / s[c]);
+            }
+        }
+}
+
+/* sum: the lane sum (0 for n = 0); mean: fl(sum / fl(n)), as torch's sum-then-divide */
+static void qrt_sum(int mean, const float* x, float* y, ptrdiff_t outer, ptrdiff_t n, ptrdiff_t inner) {
+    const float count = (float)n;
+    for (ptrdiff_t o = 0; o < outer; o++)
+        for (ptrdiff_t c0 = 0; c0 < inner; c0 += QRT_SLAB) {
+            const ptrdiff_t cols = inner - c0 < QRT_SLAB ? inner - c0 : QRT_SLAB;
+            float* restrict out = y + o * inner + c0;
+            qrt_lane_reduce(QRT_RED_SUM, x + o * n * inner + c0, n, inner, cols, out);
+            if (mean)
+                for (ptrdiff_t c = 0; c < cols; c++)
+                    out[c] = out[c] / count;
+        }
+}
+
+/* Two passes, no cancellation: mu = fl(sum / n); d_j = fl(x_j - mu); var = fl(sum(d_j^2) / n);
+ * r = fl(1 / fl(sqrt(fl(var + eps)))); y_j = fl(fl(fl(d_j * r) * w_j) + b_j). */
+static void qrt_layer_norm(const float* x, const float* w, const float* b, float eps, float* y, ptrdiff_t rows,
+                           ptrdiff_t n) {
+    const float count = (float)n;
+    for (ptrdiff_t r = 0; r < rows; r++) {
+        const float* restrict xr = x + r * n;
+        float* restrict yr = y + r * n;
+        float mu, var;
+        qrt_lane_reduce(QRT_RED_SUM, xr, n, 1, 1, &mu);
+        mu = mu / count;
+        for (ptrdiff_t j = 0; j < n; j++)
+            yr[j] = xr[j] - mu;
+        qrt_lane_reduce(QRT_RED_SUM_SQUARES, yr, n, 1, 1, &var);
+        const float rstd = 1.0f / sqrtf(var / count + eps);
+        for (ptrdiff_t j = 0; j < n; j++) {
+            float v = yr[j] * rstd;
+            if (w)
+                v = v * w[j];
+            if (b)
+                v = v + b[j];
+            yr[j] = v;
+        }
+    }
+}
+
+#define QRT_FO_CAT_(a, b) a##b
+#define QRT_FO_CAT(a, b) QRT_FO_CAT_(a, b)
+
+const qrt_float_ops QRT_FO_CAT(qrt_float_ops_, QRT_FLOAT_OPS_ID) = {
+    QRT_FLOAT_OPS_NAME, qrt_unary, qrt_binary, qrt_softmax, qrt_sum, qrt_layer_norm,
+};

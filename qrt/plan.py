@@ -1,0 +1,513 @@
+"""Execution plans: a whole model run by one native call.
+
+``build_plan(graph, tensors, steps)`` turns a loaded graph and the CPU backend's prepared steps into
+a Plan. ``Plan.run(inputs)`` runs the model from one call into compiled code that releases the GIL
+for the whole model:
+
+- **Programs per input shape.** The first call with a new set of input shapes runs the per-node
+  steps (exactly what ``Model.run`` does without a plan), records every value's shape, and compiles
+  a program for those shapes: a flat list of kernel calls over buffers assigned once (values whose
+  lifetimes do not overlap share memory). Later calls with these shapes run the program. Outputs
+  are fresh arrays each call; intermediate buffers are reused.
+- **Threads.** A program's buffers come in sets taken from a pool for the length of one call, so
+  several threads may run one model at once; each holds its own set.
+- **Fusion that keeps the bits.** A ReLU whose input is a linear's (dynamic or float) only use runs
+  in that linear's call, on its output while it is in cache; a quantize that undoes a dequantize
+  with the same parameters is dropped when every representable value survives the round trip
+  unchanged (checked exhaustively at build); flatten is a new shape over the same bytes.
+- **Fallback.** An op the program does not run natively (the numpy/C glue ops) runs its Python step
+  inside the program, which takes the GIL back for that step only; so every model keeps working.
+
+``Stream`` steps a cell model (keyword spotting, streaming ASR) one frame at a time, keeping the
+state inside between calls.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Callable
+
+import numpy as np
+
+from . import _kernels as K
+from .graph import Graph, nest
+from .ops import OPS, QUANT_DTYPES
+
+MAX_PROGRAMS = 32  # input shape sets whose programs are kept (a free sequence length makes many)
+
+# how the executor stores a value (qrt/_plan.pxi)
+SLOT_INPUT, SLOT_CONST, SLOT_ARENA, SLOT_FRESH, SLOT_OBJECT = 1, 2, 3, 4, 5
+# the executor's steps
+(
+    PS_QUANT_T,
+    PS_QUANT_C,
+    PS_DEQUANT_T,
+    PS_DEQUANT_C,
+    PS_LINEAR,
+    PS_LINEAR_DYNAMIC,
+    PS_LINEAR_FLOAT,
+    PS_CELL,
+    PS_RELU,
+    PS_ADD,
+    PS_FALLBACK,
+) = range(1, 12)
+_QCODE = {"uint8": 0, "int8": 1, "int32": 2}
+_CELLS = {"rnn_cell_dynamic", "lstm_cell_dynamic", "gru_cell_dynamic"}
+_ALIGN = 64
+
+
+def build_plan(graph: Graph, tensors: Mapping[str, np.ndarray], steps: Sequence[Callable]) -> Plan:
+    """The plan of a graph loaded for the CPU: steps[i] is the backend's prepared step of graph.nodes[i]."""
+    return Plan(graph, tensors, steps)
+
+
+class Plan:
+    """A loaded graph as native programs, one per set of input shapes (see the module docstring).
+
+    ``run(inputs)`` takes the inputs as a list of C-contiguous arrays in input order, of the
+    inputs' dtypes (what ``Model`` binds), and returns the flat outputs as a list of new arrays.
+    """
+
+    def __init__(self, graph: Graph, tensors: Mapping[str, np.ndarray], steps: Sequence[Callable]) -> None:
+        self.graph = graph
+        self._steps = list(steps)
+        self._consts = dict(tensors)  # the file's mapped arrays: read, never written, never copied whole
+        # run-time operands of each node (port order, as Model wires them) and their consumers
+        self._args: list[list[str]] = []
+        self._uses: dict[str, list[int]] = {}
+        for i, node in enumerate(graph.nodes):
+            op = OPS[node.op]
+            args = [node.inputs[p.name] for p in op.inputs if not p.const and p.name in node.inputs]
+            self._args.append(args)
+            for v in args:
+                self._uses.setdefault(v, []).append(i)
+        self._input_names = [s.name for s in graph.inputs]
+        self._output_names = [s.name for s in graph.outputs]
+        self._producer = {v: i for i, node in enumerate(graph.nodes) for v in node.outputs}
+        # fusions (independent of shapes): relu node -> linear node it runs in; aliases value -> value
+        self._relu_of: dict[int, int] = {}
+        self._fused: set[int] = set()
+        self._alias: dict[str, str] = {}
+        self._plan_fusions(tensors)
+        self._executor = K.PlanExecutor(len(graph.inputs), self._miss, self._per_node)
+        self.run: Callable[[list[np.ndarray]], list[np.ndarray]] = self._executor.run
+        # the same without checks of its own: None unless a program compiled for these shapes takes the
+        # arrays as they are (for Model.run's common call, before it binds the inputs)
+        self.try_run: Callable[[list[np.ndarray]], list[np.ndarray] | None] = self._executor.try_run
+
+    def __repr__(self) -> str:
+        fused = sum(1 for _ in self._relu_of) + sum(1 for n in self.graph.nodes if self._folded(n))
+        return f"Plan({len(self.graph.nodes)} nodes, {fused} fused, {self._executor.program_count()} programs)"
+
+    def stream(self, state: Mapping[str, str] | None = None) -> Stream:
+        """A stateful stepper of this model (see Stream)."""
+        return Stream(self, state)
+
+    # ------------------------------------------------------------------ fusions
+
+    def _kernel(self, i: int) -> Any:
+        return getattr(self._steps[i], "kernel", None)
+
+    def _plan_fusions(self, tensors: Mapping[str, np.ndarray]) -> None:
+        outputs = set(self._output_names)
+        for i, node in enumerate(self.graph.nodes):
+            if node.op == "relu":
+                v = node.inputs["x"]
+                j = self._producer.get(v)
+                if (
+                    j is not None
+                    and self.graph.nodes[j].op in ("linear_dynamic", "linear_float")
+                    and self._kernel(j) is not None
+                    and len(self._uses.get(v, [])) == 1
+                    and v not in outputs
+                ):
+                    self._relu_of[j] = i
+                    self._fused.add(i)
+            elif node.op == "flatten":
+                self._alias[node.outputs[0]] = node.inputs["x"]
+            elif node.op in ("quantize_per_tensor", "quantize_per_channel") and self._undoes_dequantize(i, tensors):
+                self._alias[node.outputs[0]] = self.graph.nodes[self._producer[node.inputs["x"]]].inputs["x"]
+                self._fused.add(i)
+
+    def _folded(self, node) -> bool:
+        return node.op.startswith("quantize") and node.outputs[0] in self._alias
+
+    def _undoes_dequantize(self, i: int, tensors: Mapping[str, np.ndarray]) -> bool:
+        """Quantize node i gives back exactly the input of the dequantize feeding it, for every value."""
+        q = self.graph.nodes[i]
+        j = self._producer.get(q.inputs["x"])
+        if j is None or self.graph.nodes[j].op != "dequantize":
+            return False
+        d = self.graph.nodes[j]
+        dtype = QUANT_DTYPES[q.attrs["dtype"]]
+        info = self.graph.values.get(d.inputs["x"])
+        if info is None or info.dtype != dtype or dtype == "int32":
+            return False
+        per_channel = q.op == "quantize_per_channel"
+        if (d.attrs["axis"] is not None) != per_channel or (per_channel and d.attrs["axis"] != q.attrs["axis"]):
+            return False
+        for port in ("scale", "zero_point"):
+            a, b = tensors.get(q.inputs.get(port, "")), tensors.get(d.inputs.get(port, ""))
+            if a is None or b is None or a.shape != b.shape or not np.array_equal(a, b):
+                return False
+        # every representable value through the two steps, in every channel
+        shape = [1] * len(info.shape)
+        if per_channel:
+            shape[q.attrs["axis"]] = int(np.size(tensors[q.inputs["scale"]]))
+        lo, hi = (0, 255) if dtype == "uint8" else (-128, 127)
+        for v in range(lo, hi + 1):
+            x = np.full(shape, v, dtype)
+            (y,) = self._steps[j](x)
+            (back,) = self._steps[i](y)
+            if back.dtype != x.dtype or not np.array_equal(back, x):
+                return False
+        return True
+
+    # ------------------------------------------------------------------ the per-node path
+
+    def _per_node(self, inputs: list[np.ndarray], env: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
+        """Every node's step in order, as Model.run runs them without a plan (env, if given, gets every value)."""
+        values: dict[str, Any] = dict(zip(self._input_names, inputs))
+        for i, node in enumerate(self.graph.nodes):
+            try:
+                results = self._steps[i](*[self._value(values, v) for v in self._args[i]])
+            except ValueError as e:
+                raise ValueError(f"node {node.name!r} ({node.op}): {e}") from None
+            values.update(zip(node.outputs, results))
+        if env is not None:
+            env.update(values)
+        return [self._value(values, name, copy=True) for name in self._output_names]
+
+    def _value(self, values: dict[str, Any], name: str, copy: bool = False) -> Any:
+        if name in values:
+            return values[name]
+        return np.array(self._consts[name]) if copy else self._consts[name]
+
+    def _miss(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """A new set of input shapes: run the nodes, then compile a program for these shapes."""
+        env: dict[str, np.ndarray] = {}
+        out = self._per_node(inputs, env)
+        key = tuple(a.shape for a in inputs)
+        if self._executor.program_count() >= MAX_PROGRAMS:
+            self._executor.clear()
+        self._executor.add(key, self._compile(env))
+        return out
+
+    # ------------------------------------------------------------------ compiling a program
+
+    def _root(self, v: str) -> str:
+        while v in self._alias:
+            v = self._alias[v]
+        return v
+
+    def _compile(self, env: dict[str, np.ndarray]) -> K.PlanProgram | None:
+        """The program for the shapes of env (every value of one run); None where the per-node path
+        should run (an empty value)."""
+        if any(isinstance(a, np.ndarray) and a.size == 0 for a in env.values()):
+            return None
+        nodes = self.graph.nodes
+        native = [self._native(i, env) for i in range(len(nodes))]
+        # the storage of each root value
+        inputs, outputs = set(self._input_names), set(self._output_names)
+        kind: dict[str, int] = {}
+        producer: dict[str, int] = {}
+        for i, node in enumerate(nodes):
+            if i in self._fused:
+                continue
+            outs = [nodes[self._relu_of[i]].outputs[0]] if i in self._relu_of else node.outputs
+            for v in outs:
+                if v in self._alias:
+                    continue
+                producer[v] = i
+                if not native[i]:
+                    kind[v] = SLOT_OBJECT
+                elif any(self._root(o) == v for o in outputs):
+                    kind[v] = SLOT_FRESH
+                else:
+                    kind[v] = SLOT_ARENA
+        for v in inputs:
+            kind[v] = SLOT_INPUT
+        slots: dict[str, int] = {}
+
+        def slot(v: str) -> int:
+            r = self._root(v)
+            if r not in kind:
+                kind[r] = SLOT_CONST
+            return slots.setdefault(r, len(slots))
+
+        # lifetimes: end[r] = the last step reading root r; a fallback may return a view of its inputs,
+        # so its inputs live as long as its outputs
+        last = len(nodes)
+        end: dict[str, int] = {self._root(v): last for v in outputs}
+        for i in reversed(range(len(nodes))):
+            if i in self._fused:
+                continue
+            reads = [self._root(v) for v in self._args[i]]
+            for r in reads:
+                end[r] = max(end.get(r, i), i)
+            if not native[i]:
+                out_end = max([end.get(self._root(o), i) for o in nodes[i].outputs] + [i])
+                for r in reads:
+                    end[r] = max(end[r], out_end)
+        steps: list[dict] = []
+        fallbacks: list[tuple] = []
+        arena: list[tuple[str, int, int, int]] = []  # (root or scratch name, start, end, nbytes)
+        native_reads: set[str] = set()
+        for i, node in enumerate(nodes):
+            if i in self._fused:
+                continue
+            if native[i]:
+                step = native[i]
+                if step["op"] == 0:  # an alias: nothing to run
+                    continue
+                step["node"] = i
+                for port in ("a", "b", "c"):
+                    if port in step:
+                        native_reads.add(self._root(step[port]))
+                        step[port] = slot(step[port])
+                for port in ("y", "y2"):
+                    if port in step:
+                        step[port] = slot(step[port])
+                for s in ("s0", "s1"):
+                    if s in step:
+                        name, nbytes = f"#scratch{i}.{s}", step[s]
+                        arena.append((name, i, i, nbytes))
+                        kind[name] = SLOT_ARENA
+                        step[s] = slot(name)
+                steps.append(step)
+            else:
+                args = [(slot(v), tuple(np.shape(self._value(env, v)))) for v in self._args[i]]
+                outs = []
+                for v in node.outputs:
+                    a = env[v]
+                    outs.append((slot(v), a.shape, a.dtype.num))
+                fallbacks.append((self._steps[i], args, outs, f"node {node.name!r} ({node.op})"))
+                steps.append({"op": PS_FALLBACK, "node": i, "m": len(fallbacks) - 1})
+        for r, k in kind.items():
+            if k == SLOT_ARENA and not r.startswith("#scratch") and r in slots:
+                arena.append((r, producer[r], end.get(r, producer[r]), env[r].nbytes))
+        offsets, arena_size = _assign(arena)
+        out_specs = []
+        for name in self._output_names:
+            if name in self._consts and name not in env:
+                out_specs.append((-1, np.array(self._consts[name])))
+            else:
+                out_specs.append((slot(name), tuple(env[name].shape)))
+        slot_specs = []
+        for r in sorted(slots, key=slots.__getitem__):
+            k = kind[r]
+            if k == SLOT_INPUT:
+                info: Any = self._input_names.index(r)
+            elif k == SLOT_CONST:
+                info = np.ascontiguousarray(self._consts[r])
+            elif k == SLOT_ARENA:
+                info = offsets[r]
+            else:
+                info = None
+            if r.startswith("#scratch"):
+                shape, dtype = (0,), np.uint8
+            else:
+                a = self._value(env, r)
+                shape, dtype = np.shape(a), np.asarray(a).dtype
+            slot_specs.append((k, info, tuple(shape), np.dtype(dtype), r in native_reads))
+        return K.PlanProgram(
+            {
+                "inputs": [slots.get(v, -1) for v in self._input_names],
+                "input_types": [np.dtype(s.dtype).num for s in self.graph.inputs],
+                "slots": slot_specs,
+                "arena_size": arena_size,
+                "steps": steps,
+                "fallbacks": fallbacks,
+                "outputs": out_specs,
+            }
+        )
+
+    def _native(self, i: int, env: dict[str, np.ndarray]) -> dict | None:
+        """The executor step of node i at the shapes of env, or None for the fallback."""
+        node = self.graph.nodes[i]
+        op, c = node.op, {p: self._consts[v] for p, v in node.inputs.items() if v in self._consts}
+        if op == "flatten" or i in self._fused:
+            return {"op": 0}  # nothing to run: an alias
+        x = env.get(node.inputs.get("x", ""))
+        if op == "quantize_per_tensor":
+            dtype = QUANT_DTYPES[node.attrs["dtype"]]
+            return {"op": PS_QUANT_T, "a": node.inputs["x"], "y": node.outputs[0], "n": x.size,
+                    "dtype": _QCODE[dtype], "scale": float(np.float32(c["scale"])), "zp": int(c["zero_point"])}
+        if op == "quantize_per_channel":
+            dtype = QUANT_DTYPES[node.attrs["dtype"]]
+            view = _channel_view(x.shape, node.attrs["axis"])
+            return {"op": PS_QUANT_C, "a": node.inputs["x"], "y": node.outputs[0], "view": view,
+                    "dtype": _QCODE[dtype], "fvec": np.ascontiguousarray(c["scale"], np.float32),
+                    "ivec": np.ascontiguousarray(c["zero_point"], np.int32)}
+        if op == "dequantize":
+            dtype = _QCODE[x.dtype.name]
+            if node.attrs["axis"] is None:
+                return {"op": PS_DEQUANT_T, "a": node.inputs["x"], "y": node.outputs[0], "n": x.size,
+                        "dtype": dtype, "scale": float(np.float32(c["scale"])), "zp": int(c["zero_point"])}
+            return {"op": PS_DEQUANT_C, "a": node.inputs["x"], "y": node.outputs[0], "dtype": dtype,
+                    "view": _channel_view(x.shape, node.attrs["axis"]),
+                    "dvec": np.ascontiguousarray(c["scale"], np.float64),
+                    "ivec": np.ascontiguousarray(c["zero_point"], np.int32)}
+        kernel = self._kernel(i)
+        out = node.outputs[0]
+        if op in ("linear", "linear_dynamic", "linear_float") and kernel is not None:
+            relu = i in self._relu_of
+            if relu:
+                out = self.graph.nodes[self._relu_of[i]].outputs[0]
+            k = kernel.k if op == "linear_float" else kernel.in_features
+            step = {"a": node.inputs["x"], "y": out, "m": x.size // k, "kernel": kernel, "relu": int(relu)}
+            if op == "linear":
+                step["op"] = PS_LINEAR
+            elif op == "linear_dynamic":
+                step["op"] = PS_LINEAR_DYNAMIC
+            else:
+                step["op"] = PS_LINEAR_FLOAT
+                bias = getattr(self._steps[i], "bias", None)
+                if bias is not None:
+                    step["fvec"] = bias
+            return step
+        if op in _CELLS and kernel is not None:
+            has_c = "c" in node.inputs
+            h = node.inputs["h"]
+            rows = x.shape[0] * kernel.hidden * (4 if op.startswith("lstm") else 3 if op.startswith("gru") else 1)
+            return {"op": PS_CELL, "a": node.inputs["x"], "b": h, "c": node.inputs["c"] if has_c else h,
+                    "y": node.outputs[0], "y2": node.outputs[1] if has_c else node.outputs[0], "m": x.shape[0],
+                    "kernel": kernel, "s0": rows * 4, "s1": rows * 4}
+        if op == "relu" and x.dtype == np.float32:
+            return {"op": PS_RELU, "a": node.inputs["x"], "y": out, "n": x.size}
+        if op == "add":
+            a, b = (self._value(env, node.inputs[p]) for p in ("a", "b"))
+            if a.shape == b.shape and a.dtype == b.dtype == np.float32:
+                return {"op": PS_ADD, "a": node.inputs["a"], "b": node.inputs["b"], "y": out, "n": a.size}
+        return None
+
+
+def _channel_view(shape: tuple, axis: int) -> tuple[int, int, int]:
+    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
+
+
+def _assign(values: list[tuple[str, int, int, int]]) -> tuple[dict[str, int], int]:
+    """Offsets in one arena for values live over [start, end] steps: first fit among the blocks live at
+    the same time, so values whose lifetimes do not overlap share memory."""
+    placed: list[tuple[int, int, int, int]] = []  # (offset, size, start, end)
+    offsets: dict[str, int] = {}
+    top = 0
+    for name, start, end, nbytes in sorted(values, key=lambda v: (v[1], -v[3])):
+        size = max(-(-nbytes // _ALIGN) * _ALIGN, _ALIGN)
+        live = sorted((o, s) for o, s, a, b in placed if not (b < start or end < a))
+        offset = 0
+        for o, s in live:
+            if offset + size <= o:
+                break
+            offset = max(offset, o + s)
+        placed.append((offset, size, start, end))
+        offsets[name] = offset
+        top = max(top, offset + size)
+    return offsets, top
+
+
+class Stream:
+    """Steps a model with recurrent state, keeping the state inside between calls.
+
+    ``state`` maps each state input to the output that is its next value (for example
+    ``{"h": "cell.h", "c": "cell.c"}``); by default the h (and c) inputs and outputs of the model's
+    cell nodes. ``step(inputs)`` takes the other inputs (one array, or a list in input order) and
+    returns the model's outputs as ``Model.run`` does. No state is copied: each step writes the new
+    state into new arrays, which the next step reads in place, so the returned state arrays are
+    read-only. ``reset()`` starts again from zeros (the state at creation) of the next step's batch
+    size; ``reset(state)`` from given arrays by input name (copied once).
+    A Stream is one sequence: use one per thread.
+    """
+
+    def __init__(self, plan: Plan, state: Mapping[str, str] | None = None) -> None:
+        g = plan.graph
+        self._plan = plan
+        names = [s.name for s in g.inputs]
+        outs = [s.name for s in g.outputs]
+        if state is None:
+            state = _cell_states(g)
+        if not state:
+            raise ValueError("the model has no state to keep: give state={input: output}")
+        for i, o in state.items():
+            if i not in names or o not in outs:
+                raise ValueError(f"state {i!r} -> {o!r}: expected an input of {names} and an output of {outs}")
+        self._state_in = [names.index(i) for i in state]
+        self._state_out = [outs.index(o) for o in state.values()]
+        self._free = [k for k in range(len(names)) if k not in self._state_in]
+        self._specs = g.inputs
+        self._tree = g.output_structure
+        self._flat = g.output_structure == tuple(range(len(g.outputs)))
+        self._tuple = g.output_tuple
+        self._state: list[np.ndarray] | None = None
+        self._names = names
+
+    def reset(self, state: Mapping[str, np.ndarray] | None = None) -> None:
+        """Start a new sequence: from zeros (of the next step's batch), or from the given state by input name."""
+        if state is None:
+            self._state = None
+            return
+        arrays = []
+        for k in self._state_in:
+            spec = self._specs[k]
+            if spec.name not in state:
+                raise ValueError(f"reset: missing state {spec.name!r}")
+            a = np.array(state[spec.name], dtype=spec.dtype, order="C")
+            a.flags.writeable = False
+            arrays.append(a)
+        self._state = arrays
+
+    def step(self, inputs: np.ndarray | Sequence[np.ndarray]) -> Any:
+        given = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
+        if len(given) != len(self._free):
+            raise ValueError(f"step takes {len(self._free)} input(s): {[self._names[k] for k in self._free]}")
+        if self._state is None:
+            batch = given[0].shape[0] if given and given[0].ndim else 1
+            self._state = [self._zeros(k, batch) for k in self._state_in]
+        flat: list[Any] = [None] * len(self._names)
+        for k, a in zip(self._free, given):
+            spec = self._specs[k]
+            a = np.ascontiguousarray(a, dtype=spec.dtype)
+            if a.ndim != len(spec.shape) or any(d is not None and d != n for d, n in zip(spec.shape, a.shape)):
+                raise ValueError(f"input {spec.name!r}: shape is {list(a.shape)}, expected {list(spec.shape)}")
+            flat[k] = a
+        for k, a in zip(self._state_in, self._state):
+            flat[k] = a
+        out = self._plan.run(flat)
+        state = [out[j] for j in self._state_out]
+        for a in state:
+            a.flags.writeable = False
+        self._state = state
+        if self._flat:
+            return tuple(out) if self._tuple else out[0]
+        return nest(self._tree, out)
+
+    @property
+    def state(self) -> dict[str, np.ndarray]:
+        """The current state by input name (read-only arrays; empty before the first step)."""
+        if self._state is None:
+            return {}
+        return {self._names[k]: a for k, a in zip(self._state_in, self._state)}
+
+    def _zeros(self, k: int, batch: int) -> np.ndarray:
+        spec = self._specs[k]
+        shape = [batch if i == 0 and d is None else d for i, d in enumerate(spec.shape)]
+        if any(d is None for d in shape):
+            raise ValueError(f"state {spec.name!r} has free dimensions beyond the batch: give it with reset(state=...)")
+        a = np.zeros(shape, spec.dtype)
+        a.flags.writeable = False
+        return a
+
+
+def _cell_states(g: Graph) -> dict[str, str]:
+    """h (and c) of the cell nodes whose states are graph inputs and whose new states are outputs."""
+    inputs = {s.name for s in g.inputs}
+    outputs = {s.name for s in g.outputs}
+    state: dict[str, str] = {}
+    for node in g.nodes:
+        if node.op in _CELLS:
+            for port, out in zip(("h", "c"), node.outputs):
+                v = node.inputs.get(port)
+                if v in inputs and out in outputs:
+                    state[v] = out
+    return state

@@ -1,0 +1,565 @@
+"""The float32 math ops against float64 references and torch, with the bound each one holds.
+
+Notation: u = 2^-24 (the unit roundoff of float32), gamma(k) = k u / (1 - k u), ulp(y) the spacing of float32
+at |y| (2^-23 relative at most, 2^-24 at least). Errors are measured against the exact function of the
+float32 input, computed in float64.
+
+- Elementwise functions, over a dense grid (2^20 points across [-20, 20], every 1024th float32 in between
+  down to the subnormals, 2^20 points across [-120, 120], every float32 around each formula switch): each
+  within its qrt bound in ulp wherever the exact result is a normal float above 2^-120, and within 2^-126
+  absolute below (where formulas such as 1 / (1 + e^-x) underflow to 0, torch's too). The bounds follow
+  from the formulas (qrt/kernels/float_math.h) and are the maxima over every float32 of a range, measured
+  once in C, rounded up: qrt's exp is within 1.0 ulp; sigmoid = 1 / (1 + e), whose sum rounds by up to
+  1 ulp of the result, then the division 0.5: 2.5 (2.48 over [-110, 30]); silu the same (2.40); tanh 1.35
+  (1.33 over [0, 10]: cancellation in 1 - 2 / (e^2x + 1) just above the switch at 0.625); gelu_tanh 3 (the
+  exp of a rounded argument corrected to first order, 0.5 more: 2.92 over [-30, 30]); gelu 4 (msun's erfc,
+  2.8 with qrt's exp, and the product with x: 3.87 over [-14, 10]). Against torch the bound is qrt's plus
+  torch's own error, measured the same way on every ATen CPU capability (default, avx2, avx512): 3 ulp,
+  plus where torch's formulas lose: its sigmoid and silu give 0 below -88.7 (2^-126 |x| covers what it
+  loses), its gelu computes 1 + erf(x / sqrt(2)), which cancels (6 |x| u covers it: 12 units of |x| / 2 u
+  measured), and so does its tanh form's 1 + tanh(u) (1.25 |x| u).
+- Reductions: summed in one fixed order (blocks of 256 added in order; in each, 16 lanes, element j in
+  lane j % 16, lanes folded in halves), so a sum of n terms is within gamma(depth(n)) sum|x| of the exact
+  sum, depth(n) = ceil(min(n, 256) / 16) + 3 + ceil(n / 256) - 1; torch's order is its own, within
+  gamma(n - 1) sum|x| (any order of pairwise or recursive summation). sum, mean and layer_norm are also
+  held bit for bit to a numpy model of that order (float32 numpy arithmetic is exact IEEE), which proves the
+  order is the documented one; softmax and log_softmax (qrt's exp inside) are held to their derived bounds.
+- add, sub, mul, div: one IEEE operation per element, bit for bit with torch, broadcasting included.
+- Every result is the same bits from a second call, from a non-contiguous copy of the input, at any thread
+  count, from both builds of the kernels (plain C and AVX2 + FMA on x86-64), and for a reduction, from a
+  transposed layout of the same values.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import qrt
+from qrt import _kernels as K
+from qrt.builder import GraphBuilder
+from qrt.errors import FormatError
+
+F = torch.nn.functional
+U = 2.0**-24
+SMALLEST_NORMAL = 2.0**-126
+RELATIVE_FROM = 2.0**-120  # ulp bounds hold for exact results at least this large
+RNG = np.random.default_rng(14)
+_count = itertools.count()
+
+
+def gamma(k) -> np.ndarray:
+    k = np.asarray(k, np.float64)
+    return k * U / (1 - k * U)
+
+
+def _model(tmp_path, op: str, inputs: dict, attrs: dict | None = None) -> qrt.Model:
+    """One node of op; inputs maps port -> shape list (a run-time input) or array (a stored tensor)."""
+    b = GraphBuilder()
+    ports = {p: v if isinstance(v, np.ndarray) else b.input(p, "float32", v) for p, v in inputs.items()}
+    b.output(b.node(op, ports, attrs or {}))
+    path = tmp_path / f"m{next(_count)}.qrt"
+    b.save(path)
+    return qrt.load(path)
+
+
+def _free(rank: int) -> list:
+    return [None] * rank
+
+
+def _ulp(ref: np.ndarray) -> np.ndarray:
+    _, e = np.frexp(np.maximum(np.abs(ref), RELATIVE_FROM))
+    return np.ldexp(1.0, e - 24)
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal bit for bit, except that any NaN matches any NaN (NaN payloads are outside the contract)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    both_nan = np.isnan(a) & np.isnan(b)
+    return bool(np.array_equal(a.view(np.int32)[~both_nan], b.view(np.int32)[~both_nan]))
+
+
+@pytest.fixture
+def every_build():
+    """Runs the body under each float-op build this CPU runs: the kernel variant picks it at prepare time."""
+    builds = {}
+    for name, ok in K.kernel_variants().items():
+        before = K._use_variant(name) if ok else None
+        try:
+            if ok:
+                builds.setdefault(K.FloatOps().name, name)
+        finally:
+            if ok:
+                K._use_variant(before)
+    return builds
+
+
+def _under(variant: str, fn):
+    before = K._use_variant(variant)
+    try:
+        return fn()
+    finally:
+        K._use_variant(before)
+
+
+# ------------------------------------------------------------ elementwise functions
+
+
+def _grid() -> np.ndarray:
+    top = int(np.float32(20).view(np.int32))
+    spread = np.arange(0, top, 1024, dtype=np.int32).view(np.float32)
+    switches = [0.625, 0.84375 * math.sqrt(2), 1.25 * math.sqrt(2), 2.85715 * math.sqrt(2), 11 * math.sqrt(2)]
+    around = [
+        (np.float32(s).view(np.int32) + np.arange(-4096, 4096, dtype=np.int32)).view(np.float32) for s in switches
+    ]
+    parts = [np.linspace(-20, 20, 1 << 20, dtype=np.float32), spread, -spread,
+             np.linspace(-120, 120, 1 << 20, dtype=np.float32), *around, *(-a for a in around)]
+    return np.unique(np.concatenate(parts))
+
+
+GRID = _grid()
+
+
+def _sigmoid64(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def _gelu64(x):
+    return x * 0.5 * np.vectorize(math.erfc, otypes=[np.float64])(-x / math.sqrt(2))
+
+
+def _gelu_tanh64(x):
+    # x/2 (1 + tanh(u)) = x sigmoid(2u): the same function, without float64's own cancellation
+    with np.errstate(over="ignore"):
+        return x / (1 + np.exp(-2 * math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+
+# op, attrs, float64 reference, torch, qrt bound (ulp), torch's own error: (ulp, per |x| beyond it)
+UNARY = {
+    "sigmoid": ({}, _sigmoid64, torch.sigmoid, 2.5, (3.0, SMALLEST_NORMAL)),
+    "tanh": ({}, np.tanh, torch.tanh, 1.35, (1.0, 0.0)),
+    "silu": ({}, lambda x: x * _sigmoid64(x), F.silu, 2.5, (3.0, SMALLEST_NORMAL)),
+    "gelu": ({}, _gelu64, F.gelu, 4.0, (3.0, 6 * U)),
+    "gelu_tanh": ({"approximate": "tanh"}, _gelu_tanh64, lambda t: F.gelu(t, approximate="tanh"), 3.0,
+                  (3.0, 1.25 * U)),
+}
+
+
+@pytest.mark.parametrize("name", list(UNARY))
+def test_elementwise_functions_on_a_dense_grid(tmp_path, name, every_build):
+    attrs, ref64, torch_fn, bound, (torch_ulps, torch_per_x) = UNARY[name]
+    op = "gelu" if name.startswith("gelu") else name
+    x = GRID
+    runs = {build: _under(v, lambda: _model(tmp_path, op, {"x": [None]}, attrs).run(x))
+            for build, v in every_build.items()}
+    y = runs[K.FloatOps().name]
+    for build, other in runs.items():
+        assert _same_bits(other, y), f"the {build} build differs"
+    ref = ref64(x.astype(np.float64))
+    err = np.abs(y.astype(np.float64) - ref)
+    relative = np.abs(ref) >= RELATIVE_FROM
+    ulps = err / _ulp(ref)
+    print(f"{name}: max {ulps[relative].max():.3f} ulp (bound {bound}), "
+          f"below 2^-120 max abs {err[~relative].max(initial=0):.3g}")
+    assert ulps[relative].max() <= bound, x[relative][np.argmax(ulps[relative])]
+    assert err[~relative].max(initial=0) <= SMALLEST_NORMAL
+    t = torch_fn(torch.from_numpy(x)).numpy().astype(np.float64)
+    allowed = (bound + torch_ulps) * _ulp(ref) + torch_per_x * np.abs(x) + SMALLEST_NORMAL * ~relative
+    gap = np.abs(y - t)
+    print(f"{name}: |qrt - torch| max {gap.max():.3g}, at most {(gap / allowed).max():.3f} of the bound")
+    assert np.all(gap <= allowed), x[np.argmax(gap / allowed)]
+
+
+SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 1e-38, -1e-38, 3e38, -3e38, 88.8, -88.8,
+                    104.0, -104.0, 200.0, -200.0], np.float32)
+
+
+@pytest.mark.parametrize("name", list(UNARY))
+def test_elementwise_special_values(tmp_path, name):
+    """NaN in, NaN out; infinities and zeros as torch gives them, signed zeros included; the rest within the
+    bounds above. Two documented differences, both torch's gelu (erf form) against the exact limit or value:
+    at +inf torch's vectorised erf gives NaN, qrt +inf (as both give for the tanh form); above 1.7e38 torch
+    forms x (1 + erf) before halving and overflows to inf, qrt gives x."""
+    attrs, _, torch_fn, bound, (torch_ulps, torch_per_x) = UNARY[name]
+    op = "gelu" if name.startswith("gelu") else name
+    got = _model(tmp_path, op, {"x": [None]}, attrs).run(SPECIAL)
+    want = torch_fn(torch.from_numpy(SPECIAL)).numpy()
+    keep = np.ones(len(SPECIAL), bool)
+    if name == "gelu":
+        assert np.isnan(want[1]) and got[1] == np.inf and want[9] == np.inf and got[9] == SPECIAL[9]
+        keep[[1, 9]] = False
+    exact = keep & (np.isnan(want) | np.isinf(SPECIAL) | (SPECIAL == 0))
+    assert _same_bits(got[exact], want[exact]), (SPECIAL[exact], got[exact], want[exact])
+    rest = keep & ~exact
+    allowed = (bound + torch_ulps) * np.spacing(np.abs(want[rest])) + torch_per_x * np.abs(SPECIAL[rest])
+    assert np.all(np.abs(got[rest] - want[rest]) <= allowed + SMALLEST_NORMAL), (SPECIAL[rest], got[rest], want[rest])
+
+
+def test_gelu_keeps_the_negative_tail_that_torch_cancels(tmp_path):
+    """gelu(-6) is -5.9e-9; torch's 1 + erf(x / sqrt(2)) makes it 0. qrt keeps a few ulp of relative error."""
+    x = np.array([-5, -6, -8, -10, -12, -13], np.float32)
+    got = _model(tmp_path, "gelu", {"x": [None]}).run(x).astype(np.float64)
+    ref = _gelu64(x.astype(np.float64))
+    assert np.all(np.abs(got - ref) <= 4 * _ulp(ref))
+    assert np.all(F.gelu(torch.from_numpy(x[1:])).numpy() == 0)
+
+
+# ------------------------------------------------------------ reductions: a numpy model of qrt's order
+
+
+def lane_sum(x: np.ndarray) -> np.ndarray:
+    """Sum of the last axis in qrt's order, in float32: blocks of 256; in each, element j in lane j % 16,
+    lanes folded in halves; the blocks' sums added in order."""
+    total = np.zeros(x.shape[:-1], np.float32)
+    for j0 in range(0, x.shape[-1], 256):
+        block = x[..., j0 : j0 + 256]
+        n = block.shape[-1]
+        padded = np.zeros(x.shape[:-1] + (-(-n // 16) * 16,), np.float32)  # adding +0 changes no lane
+        padded[..., :n] = block
+        acc = np.zeros(x.shape[:-1] + (16,), np.float32)
+        for j in range(0, n, 16):
+            acc = acc + padded[..., j : j + 16]
+        half = 8
+        while half:
+            acc = acc[..., :half] + acc[..., half : 2 * half]
+            half //= 2
+        total = total + acc[..., 0]
+    return total
+
+
+def depth(n: int) -> int:
+    """The most roundings any term of a sum of n goes through in qrt's order (the first add, 0 + x, is exact
+    but counted)."""
+    return -(-min(n, 256) // 16) + 3 + max(-(-n // 256) - 1, 0)
+
+
+def layer_norm_model(x: np.ndarray, w, b, eps: float) -> np.ndarray:
+    """qrt's layer_norm over the last axis, step by step in float32."""
+    n = np.float32(x.shape[-1])
+    mu = (lane_sum(x) / n)[..., None]
+    d = x - mu
+    var = lane_sum(d * d) / n
+    y = d * (np.float32(1) / np.sqrt(var + np.float32(eps)))[..., None]
+    if w is not None:
+        y = y * w
+    if b is not None:
+        y = y + b
+    return y
+
+
+SHAPES = [(1, 1), (1, 7), (3, 33), (2, 5, 17), (4, 257, 3), (1, 4099), (2, 3, 2, 5)]
+
+
+def _data(shape: tuple, kind: str) -> np.ndarray:
+    x = RNG.standard_normal(shape)
+    if kind == "offset":  # mean far from 0: sums cancel, layer_norm centres
+        x = x + 1000
+    elif kind == "wide":
+        x = x * np.exp(RNG.uniform(-10, 10, shape))
+    return x.astype(np.float32)
+
+
+@pytest.mark.parametrize("kind", ["normal", "offset", "wide"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_sum_and_mean(tmp_path, shape, kind):
+    x = _data(shape, kind)
+    for dims in [[d] for d in range(len(shape))] + [list(range(len(shape)))] + ([[0, 2]] if len(shape) > 2 else []):
+        for op, keepdim in itertools.product(("sum", "mean"), (False, True)):
+            got = _model(tmp_path, op, {"x": _free(len(shape))}, {"dims": dims, "keepdim": keepdim}).run(x)
+            want = getattr(torch, op)(torch.from_numpy(x), dims, keepdim=keepdim).numpy()
+            assert got.shape == want.shape and got.dtype == np.float32
+            # the numpy model: the reduced dimensions moved last, in order, flattened
+            kept = [d for d in range(len(shape)) if d not in dims]
+            flat = np.ascontiguousarray(x.transpose(kept + dims)).reshape([shape[d] for d in kept] + [-1])
+            n = flat.shape[-1]
+            model = np.asarray(lane_sum(flat) if op == "sum" else lane_sum(flat) / np.float32(n))
+            assert _same_bits(got.reshape(model.shape), model), (dims, op)
+            # bounds: qrt's order, and any order for torch (mean: one more rounding on each side)
+            scale = np.abs(flat.astype(np.float64)).sum(-1) / (1 if op == "sum" else n)
+            exact = flat.astype(np.float64).sum(-1) / (1 if op == "sum" else n)
+            extra = 0 if op == "sum" else 1
+            ours = gamma(depth(n) + extra) * scale
+            assert np.all(np.abs(got.reshape(exact.shape) - exact) <= ours)
+            assert np.all(np.abs(got.reshape(exact.shape) - want.reshape(exact.shape)) <=
+                          ours + gamma(max(n - 1, 0) + extra) * scale)
+
+
+def test_sum_and_mean_of_an_empty_dimension(tmp_path):
+    x = np.zeros((3, 0, 2), np.float32)
+    for op in ("sum", "mean"):
+        got = _model(tmp_path, op, {"x": [None, None, 2]}, {"dims": [1]}).run(x)
+        want = getattr(torch, op)(torch.from_numpy(x), 1).numpy()
+        assert _same_bits(got, want), (op, got, want)
+
+
+@pytest.mark.parametrize("kind", ["normal", "offset", "wide"])
+@pytest.mark.parametrize("affine", ["none", "weight", "both"])
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s[-1] > 1] + [(5, 1)])
+def test_layer_norm(tmp_path, shape, affine, kind):
+    """Bit for bit with the numpy model of qrt's steps; and within the bound derived from them, k = depth(n):
+
+    mu = fl(S / n) with |mu - mean| <= e_mu = gamma(k + 1) sum|x| / n;
+    d_j = fl(x_j - mu): |d_j - (x_j - mean)| <= e_mu (1 + u) + u |x_j - mean|;
+    var: the e_mu terms cancel to first order (sum of x_j - mean is 0), so var is within
+    (2 u + gamma(k + 2)) var + e_mu^2; r = 1 / sqrt(var + eps) then within rel_r = 3.5 u + gamma(k + 2) / 2 + the
+    e_mu^2 term; y_j = fl(fl(fl(d_j r) w) + b): within |w| (r |d_j - dx_j| + |dx_j| r (rel_r + 2 u)) + u |y|.
+    Against torch add its own error, the same terms with any summation order (k = n - 1) and its
+    uncentred (x r - mu r): 2 u (|x_j| + |mu|) r |w|.
+    """
+    x = _data(shape, kind)
+    n = shape[-1]
+    w = RNG.standard_normal(n).astype(np.float32) if affine != "none" else None
+    b = RNG.standard_normal(n).astype(np.float32) if affine == "both" else None
+    eps = 1e-5
+    inputs = {"x": [None] + list(shape[1:]), **({"weight": w} if w is not None else {}),
+              **({"bias": b} if b is not None else {})}
+    got = _model(tmp_path, "layer_norm", inputs, {"eps": eps}).run(x)
+    assert _same_bits(got, layer_norm_model(x, w, b, eps))
+    want = F.layer_norm(torch.from_numpy(x), (n,), None if w is None else torch.from_numpy(w),
+                        None if b is None else torch.from_numpy(b), eps).numpy()
+    xd = x.astype(np.float64)
+    mean = xd.mean(-1, keepdims=True)
+    dx = xd - mean
+    var = (dx * dx).mean(-1, keepdims=True)
+    r = 1 / np.sqrt(var + np.float64(np.float32(eps)))
+    wd = np.ones(n) if w is None else w.astype(np.float64)
+    bd = np.zeros(n) if b is None else b.astype(np.float64)
+    ref = dx * r * wd + bd
+
+    def bound(k):  # the steps' error with sums whose terms go through up to k roundings
+        e_mu = gamma(k + 1) * np.abs(xd).sum(-1, keepdims=True) / n
+        rel_r = 3.5 * U + gamma(k + 2) / 2 + e_mu**2 / (var + eps)
+        return np.abs(wd) * (r * (e_mu * (1 + U) + U * np.abs(dx)) + np.abs(dx) * r * (rel_r + 2 * U)) + U * np.abs(ref)
+
+    ours = bound(depth(n))
+    assert np.all(np.abs(got - ref) <= ours)
+    theirs = bound(n - 1) + 2 * U * (np.abs(xd) + np.abs(mean)) * r * np.abs(wd)
+    assert np.all(np.abs(got - want) <= ours + theirs)
+
+
+def test_layer_norm_of_several_dims_and_free_dims(tmp_path):
+    x = _data((2, 3, 4, 5), "normal")
+    w = RNG.standard_normal((4, 5)).astype(np.float32)
+    m = _model(tmp_path, "layer_norm", {"x": [None, None, 4, 5], "weight": w}, {"normalized_dims": 2, "eps": 0.1})
+    got = m.run(x)
+    assert _same_bits(got, layer_norm_model(x.reshape(2, 3, 20), w.reshape(20), None, 0.1).reshape(x.shape))
+    free = _model(tmp_path, "layer_norm", {"x": [None, None]}, {})  # no weight: any width
+    for width in (1, 6, 100):
+        x = _data((3, width), "normal")
+        assert _same_bits(free.run(x), layer_norm_model(x, None, None, 1e-5))
+    weighted = _model(tmp_path, "layer_norm", {"x": [None, None], "weight": w[0]}, {})
+    with pytest.raises(ValueError, match=r"last 1 dimension\(s\) are \[4\], expected \[5\] \(the weight's shape\)"):
+        weighted.run(np.zeros((2, 4), np.float32))
+
+
+def _softmax_reference(x: np.ndarray, dim: int) -> tuple[np.ndarray, ...]:
+    xd = x.astype(np.float64)
+    m = xd.max(dim, keepdims=True)
+    d = xd - m
+    e = np.exp(d)
+    s = e.sum(dim, keepdims=True)
+    return d, e / s, np.log(s), (e * np.abs(d)).sum(dim, keepdims=True) / s
+
+
+@pytest.mark.parametrize("kind", ["normal", "wide"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_softmax_and_log_softmax(tmp_path, shape, kind):
+    """Bounds derived from qrt's steps, d_j = fl(x_j - max), e_j = exp(d_j), S = lane sum, y_j = e_j / S:
+
+    relative to the exact softmax y_j, e_j is off by u |d_j| (the rounding of d_j) and 2 u (exp, 1 ulp),
+    S by the e-weighted mean of those, u (D + 2) with D = sum e_j |d_j| / S, plus gamma(depth(n)), and the
+    division by u: |qrt - y_j| <= y_j (u (|d_j| + D + 5) + gamma(depth(n))).
+    log_softmax y_j = fl(d_j - fl(log S)): within u |d_j| + (S's relative error) + 2 u log S + u |y_j|.
+    Against torch, which rounds d_j the same way: the two exps (2 u each), the two sums (gamma(depth(n)) and
+    gamma(n - 1)) and the final steps (u and 2 u): y_j (11 u + both sums), and for log_softmax
+    4 u + both sums + 4 u log S + 2 u |y_j|. 2^-126 absolute covers results near underflow.
+    """
+    x = _data(shape, kind)
+    for dim in range(len(shape)):
+        n = shape[dim]
+        d, y, log_s, big_d = _softmax_reference(x, dim)
+        sums = gamma(depth(n)) + gamma(max(n - 1, 0))
+        for op in ("softmax", "log_softmax"):
+            got = _model(tmp_path, op, {"x": _free(len(shape))}, {"dim": dim}).run(x).astype(np.float64)
+            want = getattr(torch, op)(torch.from_numpy(x), dim).numpy().astype(np.float64)
+            if op == "softmax":
+                ref = y
+                ours = y * (U * (np.abs(d) + big_d + 5) + gamma(depth(n))) + SMALLEST_NORMAL
+                theirs = y * (11 * U + sums) + SMALLEST_NORMAL
+            else:
+                ref = d - log_s
+                ours = U * (np.abs(d) + big_d + 4 + 2 * log_s + np.abs(ref)) + gamma(depth(n))
+                theirs = U * (4 + 4 * log_s + 2 * np.abs(ref)) + sums
+            assert np.all(np.abs(got - ref) <= ours), (op, dim, np.max(np.abs(got - ref) / ours))
+            assert np.all(np.abs(got - want) <= theirs), (op, dim, np.max(np.abs(got - want) / theirs))
+
+
+def test_softmax_rows_with_infinities_and_nan_are_torchs(tmp_path):
+    """A row holding +inf or NaN, or only -inf, is NaN throughout (x - max is NaN somewhere), as in torch;
+    -inf elements of an otherwise finite row give 0 (log_softmax -inf)."""
+    inf, nan = np.inf, np.nan
+    x = np.array([[inf, 1, 2], [-inf, -inf, -inf], [nan, 0, 1], [-inf, 0, 1], [3e38, -3e38, 0], [inf, inf, 1]],
+                 np.float32)
+    for op in ("softmax", "log_softmax"):
+        got = _model(tmp_path, op, {"x": [None, 3]}, {"dim": 1}).run(x)
+        want = getattr(torch, op)(torch.from_numpy(x), 1).numpy()
+        assert np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(np.isinf(got), np.isinf(want))
+        finite = np.isfinite(want)
+        assert np.allclose(got[finite], want[finite], rtol=1e-6, atol=1e-30)
+
+
+# ------------------------------------------------------------ add, sub, mul, div
+
+
+BROADCASTS = [
+    ((3, 5), (3, 5)),
+    ((1,), (7,)),
+    ((4, 1, 6), (5, 1)),
+    ((2, 3, 17), (17,)),
+    ((1, 9), (8, 1)),
+    ((), (2, 3)),
+    ((6, 1, 1, 2), (1, 3, 4, 1)),
+]
+ARITH = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}
+
+
+def _operand(shape: tuple) -> np.ndarray:
+    a = np.asarray(RNG.standard_normal(shape) * 1e3, np.float32)
+    if a.size >= 6:  # IEEE corners: signed zeros, infinities, NaN, the subnormals and overflow
+        a.flat[:6] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40]
+        a.flat[-1] = 3e38
+    return a
+
+
+@pytest.mark.parametrize("op", list(ARITH))
+@pytest.mark.parametrize(("a_shape", "b_shape"), BROADCASTS)
+def test_arithmetic_is_torchs_bit_for_bit(tmp_path, op, a_shape, b_shape):
+    a, b = _operand(a_shape), _operand(b_shape)
+    want = ARITH[op](torch.from_numpy(a), torch.from_numpy(b)).numpy()
+    for swap in (False, True):
+        aa, bb = (b, a) if swap else (a, b)
+        w = ARITH[op](torch.from_numpy(aa), torch.from_numpy(bb)).numpy() if swap else want
+        free = _model(tmp_path, op, {"a": _free(aa.ndim), "b": _free(bb.ndim)})
+        fixed = _model(tmp_path, op, {"a": list(aa.shape), "b": list(bb.shape)})
+        assert fixed.outputs[0].shape == w.shape
+        for model in (free, fixed):
+            got = model.run({"a": aa, "b": bb})
+            assert _same_bits(got, w), (op, aa.shape, bb.shape)
+        stored = _model(tmp_path, op, {"a": list(aa.shape), "b": bb})  # a constant operand: x * 0.5
+        assert _same_bits(stored.run(aa), w)
+
+
+def test_division_by_zero_and_scalars(tmp_path):
+    x = np.array([1, -1, 0, -0.0, np.inf, np.nan, 3], np.float32)
+    for divisor in (0.0, -0.0, 3.0, np.inf):
+        m = _model(tmp_path, "div", {"a": [None], "b": np.array(divisor, np.float32)})
+        assert _same_bits(m.run(x), (torch.from_numpy(x) / divisor).numpy())
+    half = _model(tmp_path, "mul", {"a": [None], "b": np.array(0.5, np.float32)})
+    assert _same_bits(half.run(x), (torch.from_numpy(x) * 0.5).numpy())
+    one_minus = _model(tmp_path, "sub", {"a": np.array(1, np.float32), "b": [None]})
+    assert _same_bits(one_minus.run(x), (1 - torch.from_numpy(x)).numpy())
+
+
+def test_broadcast_shapes_at_load_and_run(tmp_path):
+    m = _model(tmp_path, "add", {"a": [None, 1, 4], "b": [3, None]})
+    assert m.outputs[0].shape == (None, 3, 4)  # free against 1 stays free; a free one against 4 is 4
+    assert m.run({"a": np.ones((2, 1, 4), np.float32), "b": np.ones((3, 1), np.float32)}).shape == (2, 3, 4)
+    with pytest.raises(ValueError, match=r"node .*a has shape \[2, 1, 4\] and b has shape \[3, 5\]"):
+        m.run({"a": np.ones((2, 1, 4), np.float32), "b": np.ones((3, 5), np.float32)})
+    with pytest.raises(FormatError, match=r"do not broadcast: 4 against 5 at dimension 1"):
+        _model(tmp_path, "mul", {"a": [2, 4], "b": [5]})
+
+
+# ------------------------------------------------------------ the bits depend on nothing but the values
+
+
+def _every_op(tmp_path, shape: tuple) -> dict:
+    rank = len(shape)
+    models = {name: _model(tmp_path, "gelu" if name.startswith("gelu") else name, {"x": _free(rank)}, UNARY[name][0])
+              for name in UNARY}
+    for op, dim in itertools.product(("softmax", "log_softmax"), range(rank)):
+        models[f"{op}{dim}"] = _model(tmp_path, op, {"x": _free(rank)}, {"dim": dim})
+    for op, dim in itertools.product(("sum", "mean"), range(rank)):
+        models[f"{op}{dim}"] = _model(tmp_path, op, {"x": _free(rank)}, {"dims": [dim]})
+    models["layer_norm"] = _model(tmp_path, "layer_norm", {"x": _free(rank)}, {})
+    models["mul"] = _model(tmp_path, "mul", {"a": _free(rank), "b": [shape[-1]]})
+    return models
+
+
+def _run(model, x):
+    return model.run({"a": x, "b": np.linspace(-2, 2, x.shape[-1], dtype=np.float32)}) if "a" in [
+        s.name for s in model.inputs] else model.run(x)
+
+
+def test_results_depend_on_the_values_only(tmp_path):
+    shape = (37, 129, 33)  # 157k elements: calls split across 3 threads by rows (or elements)
+    x = _data(shape, "wide")
+    models = _every_op(tmp_path, shape)
+    first = {name: _run(m, x) for name, m in models.items()}
+    strided = np.empty(shape + (2,), np.float32)[..., 0]  # a non-contiguous copy of x
+    strided[...] = x
+    old = K.get_num_threads()
+    try:
+        for threads in (1, 3):
+            K.set_num_threads(threads)
+            for name, m in models.items():
+                assert _same_bits(_run(m, x), first[name]), (name, threads)
+                assert _same_bits(_run(m, strided), first[name]), (name, "non-contiguous")
+    finally:
+        K.set_num_threads(old)
+
+
+def test_reductions_do_not_depend_on_the_layout(tmp_path):
+    """The reduced dimension first or last in memory, or split: the same order, the same bits."""
+    x = _data((23, 301), "wide")
+    xt = np.ascontiguousarray(x.T)
+    for op in ("sum", "mean", "softmax", "log_softmax"):
+        attrs = (lambda d: {"dims": [d]}) if op in ("sum", "mean") else (lambda d: {"dim": d})
+        last = _model(tmp_path, op, {"x": [None, None]}, attrs(1)).run(x)
+        first = _model(tmp_path, op, {"x": [None, None]}, attrs(0)).run(xt)
+        assert _same_bits(last, first.T if first.ndim == 2 else first), op
+    z = x.reshape(23, 7, 43)
+    split = _model(tmp_path, "sum", {"x": [None, None, None]}, {"dims": [1, 2]}).run(z)
+    assert _same_bits(split, _model(tmp_path, "sum", {"x": [None, None]}, {"dims": [1]}).run(x))
+    apart = _model(tmp_path, "sum", {"x": [None, None, None]}, {"dims": [0, 2]}).run(z)
+    moved = np.ascontiguousarray(z.transpose(1, 0, 2))  # [7, 23, 43]: the reduced dims adjacent, in order
+    assert _same_bits(apart, _model(tmp_path, "sum", {"x": [None, None, None]}, {"dims": [1, 2]}).run(moved))
+
+
+def test_every_build_gives_the_same_bits(tmp_path, every_build):
+    """Plain C (libm's correctly rounded fmaf) and AVX2 + FMA code, where the CPU runs both."""
+    x = _data((5, 67, 3), "wide")
+    results = {}
+    for build, variant in every_build.items():
+        results[build] = _under(variant, lambda: {n: _run(m, x) for n, m in _every_op(tmp_path, x.shape).items()})
+    for build, res in results.items():
+        for name in res:
+            assert _same_bits(res[name], results[K.FloatOps().name][name]), (build, name)
+
+
+# ------------------------------------------------------------ load-time checks
+
+
+@pytest.mark.parametrize(
+    ("op", "inputs", "attrs", "message"),
+    [
+        ("softmax", {"x": [2, 3]}, {"dim": 2}, "dim 2 is out of range"),
+        ("softmax", {"x": [2, 3]}, {}, "missing attribute 'dim'"),
+        ("gelu", {"x": [2]}, {"approximate": "erf"}, "must be one of"),
+        ("sum", {"x": [2, 3]}, {"dims": []}, "at least one"),
+        ("mean", {"x": [2, 3]}, {"dims": [1, 1]}, "must not repeat"),
+        ("mean", {"x": [2, 3]}, {"dims": [True]}, "list of integers"),
+        ("sum", {"x": [2, 3]}, {"dims": [2]}, "out of range"),
+        ("layer_norm", {"x": [2, 3]}, {"normalized_dims": 3}, r"normalized_dims must lie in \[1, 2\]"),
+        ("layer_norm", {"x": [2, 3]}, {"eps": -1.0}, "eps must be finite and >= 0"),
+        ("layer_norm", {"x": [2, 3], "weight": np.ones(4, np.float32)}, {}, "weight must have the shape"),
+    ],
+)
+def test_bad_nodes_are_format_errors(tmp_path, op, inputs, attrs, message):
+    with pytest.raises(FormatError, match=message):
+        _model(tmp_path, op, inputs, attrs)

@@ -1,0 +1,466 @@
+"""Execution plans (qrt/plan.py, qrt/_plan.pxi): the same bits as the per-node path, op by op and fused."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import qrt
+from qrt import format as qformat
+from qrt.builder import GraphBuilder
+from qrt.ops import OPS
+from qrt.plan import Plan, build_plan
+
+RNG = np.random.default_rng(20)
+
+
+def _plan(model: qrt.Model, steps=None) -> Plan:
+    """The plan of a loaded model, over the model's own prepared steps (or the given ones)."""
+    tensors = qformat.load_file(model.path).tensors
+    return build_plan(model.graph, tensors, steps or [s[1] for s in model._steps])
+
+
+def _load(tmp_path, g: GraphBuilder, name: str = "m") -> qrt.Model:
+    path = tmp_path / f"{name}.qrt"
+    g.save(path)
+    return qrt.load(path)
+
+
+def _same(a, b) -> None:
+    """Same dtype, shape and bytes (NaN payloads included: the plan runs the same code)."""
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.dtype == b.dtype and a.shape == b.shape
+    assert a.tobytes() == b.tobytes()
+
+
+def _check(model: qrt.Model, plan: Plan, inputs: list[np.ndarray], calls: int = 3) -> None:
+    """The plan's outputs equal Model.run's (the per-node path) on the first call (which compiles the
+    program) and the later ones (which run it)."""
+    want = model.run(inputs if len(inputs) > 1 else inputs[0])
+    want = list(want) if isinstance(want, tuple) else [want]
+    for _ in range(calls):
+        got = plan.run(inputs)
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            _same(a, b)
+    assert plan._executor.has_program(tuple(a.shape for a in inputs))
+
+
+def _x(*shape) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _dyn_weight(n: int, k: int, prefix: str = "", kind: str = "tensor") -> dict:
+    if kind == "float16":
+        ports = {f"{prefix}weight": (RNG.standard_normal((n, k)) * 0.1).astype(np.float16)}
+    else:
+        ports = {f"{prefix}weight": RNG.integers(-128, 128, (n, k)).astype(np.int8)}
+        if kind == "channel":
+            ports[f"{prefix}weight_scale"] = (RNG.random(n) * 0.01 + 0.001).astype(np.float32)
+            ports[f"{prefix}weight_zero_point"] = np.zeros(n, np.int32)
+        else:
+            ports[f"{prefix}weight_scale"] = np.float32(0.004)
+            ports[f"{prefix}weight_zero_point"] = np.int32(0)
+    ports[f"{prefix}bias"] = _x(n)
+    return ports
+
+
+BATCHES = [1, 3, 8]
+
+
+# ---------------------------------------------------------------- every op, alone and in chains
+
+
+@pytest.mark.parametrize("dtype", ["quint8", "qint8", "qint32"])
+def test_quantize_dequantize_per_tensor(tmp_path, dtype):
+    g = GraphBuilder()
+    x = g.input("x", "float32", [None, 37])
+    zp = {"quint8": 3, "qint8": -5, "qint32": 11}[dtype]
+    q = g.node("quantize_per_tensor", {"x": x, "scale": np.float32(0.03), "zero_point": np.int32(zp)},
+               {"dtype": dtype})
+    y = g.node("dequantize", {"x": q, "scale": np.float32(0.05), "zero_point": np.int32(zp)})
+    g.output(q, y)
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    for b in BATCHES:
+        _check(model, plan, [_x(b, 37) * 4])
+
+
+@pytest.mark.parametrize("dtype", ["quint8", "qint8", "qint32"])
+def test_quantize_dequantize_per_channel(tmp_path, dtype):
+    g = GraphBuilder()
+    x = g.input("x", "float32", [None, 5, 9])
+    scale = (RNG.random(5) * 0.05 + 0.01).astype(np.float32)
+    zps = RNG.integers(0 if dtype == "quint8" else -20, 20, 5).astype(np.int32)
+    q = g.node("quantize_per_channel", {"x": x, "scale": scale, "zero_point": zps}, {"dtype": dtype, "axis": 1})
+    y = g.node("dequantize", {"x": q, "scale": scale.astype(np.float64) * 1.5, "zero_point": zps}, {"axis": 1})
+    g.output(q, y)
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    for b in BATCHES:
+        _check(model, plan, [_x(b, 5, 9) * 2])
+
+
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_static_linear(tmp_path, relu, per_channel):
+    g = GraphBuilder()
+    x = g.input("x", "float32", [None, 45])
+    q = g.node("quantize_per_tensor", {"x": x, "scale": np.float32(0.02), "zero_point": np.int32(64)},
+               {"dtype": "quint8"})
+    n = 19
+    w_scale = (RNG.random(n) * 0.01 + 0.002).astype(np.float32) if per_channel else np.float32(0.005)
+    w_zp = np.zeros(n, np.int32) if per_channel else np.int32(0)
+    y = g.node("linear", {"x": q, "x_scale": np.float32(0.02), "x_zero_point": np.int32(64),
+                          "weight": RNG.integers(-128, 128, (n, 45)).astype(np.int8), "weight_scale": w_scale,
+                          "weight_zero_point": w_zp, "bias": _x(n), "y_scale": np.float32(0.1),
+                          "y_zero_point": np.int32(60)}, {"relu": relu})
+    g.output(g.node("dequantize", {"x": y, "scale": np.float32(0.1), "zero_point": np.int32(60)}))
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    for b in BATCHES:
+        _check(model, plan, [_x(b, 45)])
+
+
+@pytest.mark.parametrize("kind", ["tensor", "channel", "float16", "float32"])
+def test_linear_chain_with_relu(tmp_path, kind):
+    """Linear-ReLU-Linear-ReLU-Linear (dynamic or float): the first ReLU fused, the second not (its
+    linear's output is also an output of the model)."""
+    g = GraphBuilder()
+    v = g.input("x", "float32", [None, 33])
+    sizes = [33, 65, 31, 7]
+    outs = []
+    for i, (k, n) in enumerate(zip(sizes, sizes[1:])):
+        if kind == "float32":
+            ports = {"weight": _x(n, k) * 0.2, "bias": _x(n)}
+            v = g.node("linear_float", {"x": v, **ports})
+        else:
+            v = g.node("linear_dynamic", {"x": v, **_dyn_weight(n, k, kind=kind)})
+        if i == 1:
+            outs.append(v)
+        if i < 2:
+            v = g.node("relu", {"x": v})
+    g.output(v, *outs)
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    assert len(plan._relu_of) == 1
+    for b in BATCHES:
+        _check(model, plan, [_x(b, 33)])
+    # rank 3 rows
+    g2 = GraphBuilder()
+    x = g2.input("x", "float32", [None, 4, 33])
+    y = g2.node("linear_dynamic" if kind != "float32" else "linear_float",
+                {"x": x, **(_dyn_weight(5, 33, kind=kind) if kind != "float32" else {"weight": _x(5, 33)})})
+    g2.output(g2.node("relu", {"x": y}))
+    model2 = _load(tmp_path, g2, "rank3")
+    _check(model2, _plan(model2), [_x(3, 4, 33)])
+
+
+def test_relu_keeps_nan_and_signed_zero(tmp_path):
+    """relu (alone, and fused after a float linear whose outputs carry NaN, infinities and -0.0) gives
+    numpy's maximum(x, 0) bit for bit."""
+    g = GraphBuilder()
+    x = g.input("x", "float32", [None, 8])
+    y = g.node("linear_float", {"x": x, "weight": np.eye(8, dtype=np.float32)})
+    g.output(g.node("relu", {"x": y}), g.node("relu", {"x": x}))
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    assert plan._relu_of
+    special = np.array([[-0.0, 0.0, np.nan, -np.nan, np.inf, -np.inf, -1e-40, 3.5]] * 3, np.float32)
+    _check(model, plan, [special])
+
+
+@pytest.mark.parametrize("kind", ["rnn_tanh", "rnn_relu", "lstm", "gru"])
+def test_cells(tmp_path, kind):
+    op = kind.split("_")[0]
+    gates = {"rnn": 1, "lstm": 4, "gru": 3}[op]
+    hidden, inp = 23, 17
+    g = GraphBuilder()
+    ports = {"x": g.input("x", "float32", [None, inp]), "h": g.input("h", "float32", [None, hidden])}
+    if op == "lstm":
+        ports["c"] = g.input("c", "float32", [None, hidden])
+    ports.update(_dyn_weight(gates * hidden, inp, "ih_"))
+    ports.update(_dyn_weight(gates * hidden, hidden, "hh_", kind="channel"))
+    attrs = {"nonlinearity": kind.split("_")[1]} if op == "rnn" else {}
+    out = g.node(f"{op}_cell_dynamic", ports, attrs, name="cell")
+    g.output(*(out if isinstance(out, tuple) else (out,)), as_tuple=True)
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    for b in BATCHES:
+        states = [_x(b, hidden) * 0.5 for _ in range(2 if op == "lstm" else 1)]
+        _check(model, plan, [_x(b, inp), *states])
+
+
+def test_add_and_flatten(tmp_path):
+    g = GraphBuilder()
+    a = g.input("a", "float32", [None, 3, 5])
+    b = g.input("b", "float32", [None, 3, 5])
+    s = g.node("add", {"a": a, "b": b})
+    f = g.node("flatten", {"x": s})
+    g.output(g.node("linear_dynamic", {"x": f, **_dyn_weight(4, 15)}), f, g.node("flatten", {"x": a}))
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    for n in BATCHES:
+        _check(model, plan, [_x(n, 3, 5), _x(n, 3, 5)])
+
+
+def test_outputs_are_new_arrays(tmp_path):
+    """An output never shares memory with the plan's buffers or another call's output."""
+    g = GraphBuilder()
+    x = g.input("x", "float32", [None, 6])
+    y = g.node("relu", {"x": x})
+    g.output(g.node("flatten", {"x": y}), x)
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    x = _x(2, 6)
+    first = plan.run([x])
+    second = plan.run([x])
+    third = plan.run([x])
+    assert not np.shares_memory(second[0], third[0]) and not np.shares_memory(second[1], x)
+    _same(first[0], third[0])
+
+
+# ---------------------------------------------------------------- fusion
+
+
+def _dq_q_model(tmp_path, q_scale, dq_scale, dtype="quint8", zp=7, name="fold"):
+    g = GraphBuilder()
+    x = g.input("x", "float32", [None, 11])
+    q = g.node("quantize_per_tensor", {"x": x, "scale": np.float32(0.05), "zero_point": np.int32(zp)},
+               {"dtype": dtype})
+    d = g.node("dequantize", {"x": q, "scale": np.float32(dq_scale), "zero_point": np.int32(zp)})
+    q2 = g.node("quantize_per_tensor", {"x": d, "scale": np.float32(q_scale), "zero_point": np.int32(zp)},
+                {"dtype": dtype})
+    g.output(g.node("dequantize", {"x": q2, "scale": np.float32(0.5), "zero_point": np.int32(zp)}), q2)
+    return _load(tmp_path, g, name)
+
+
+@pytest.mark.parametrize("dtype", ["quint8", "qint8"])
+def test_dequantize_quantize_folded(tmp_path, dtype):
+    model = _dq_q_model(tmp_path, 0.07, 0.07, dtype)
+    plan = _plan(model)
+    assert any(n.op == "quantize_per_tensor" and plan._folded(n) for n in model.graph.nodes)
+    for b in BATCHES:
+        _check(model, plan, [_x(b, 11) * 10])
+
+
+def test_dequantize_quantize_not_folded(tmp_path):
+    """Other parameters, or a scale whose round trip overflows, keep both steps."""
+    for q_scale, dq_scale, name in ((0.07, 0.08, "differ"), (1e37, 1e37, "huge")):
+        model = _dq_q_model(tmp_path, q_scale, dq_scale, name=name)
+        plan = _plan(model)
+        assert not any(plan._folded(n) for n in model.graph.nodes)
+        _check(model, plan, [_x(4, 11) * 10])
+
+
+def test_dequantize_quantize_per_channel_folded(tmp_path):
+    g = GraphBuilder()
+    x = g.input("x", "float32", [None, 3, 4])
+    scale = np.array([0.1, 0.02, 0.3], np.float32)
+    zp = np.array([0, 5, -3], np.int32)
+    q = g.node("quantize_per_channel", {"x": x, "scale": scale, "zero_point": zp}, {"dtype": "qint8", "axis": 1})
+    d = g.node("dequantize", {"x": q, "scale": scale, "zero_point": zp}, {"axis": 1})
+    q2 = g.node("quantize_per_channel", {"x": d, "scale": scale, "zero_point": zp}, {"dtype": "qint8", "axis": 1})
+    g.output(q2, d)
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    assert any(plan._folded(n) for n in model.graph.nodes)
+    _check(model, plan, [_x(5, 3, 4) * 3])
+
+
+# ---------------------------------------------------------------- fallback
+
+
+def test_glue_ops_run_through_the_fallback(tmp_path):
+    """Ops with no native step (a sequence layer, numpy glue) run inside the plan, between native ones."""
+    if "permute" not in OPS or "select" not in OPS:
+        pytest.skip("the glue ops are not in this checkout")
+    g = GraphBuilder()
+    x = g.input("x", "float32", [6, None, 9])
+    p = g.node("linear_dynamic", {"x": x, **_dyn_weight(12, 9)})
+    ports = {"x": p, **_dyn_weight(3 * 8, 12, "l0_ih_"), **_dyn_weight(3 * 8, 8, "l0_hh_")}
+    seq, h_n = g.node("gru_dynamic", ports, name="gru")
+    t = g.node("permute", {"x": seq}, {"perm": [1, 0, 2]})  # a view that is not contiguous
+    y = g.node("linear_dynamic", {"x": t, **_dyn_weight(5, 8)})
+    last = g.node("select", {"x": y}, {"dim": 1, "index": -1})
+    g.output(g.node("relu", {"x": last}), h_n)
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    for b in BATCHES:
+        _check(model, plan, [_x(6, b, 9)])
+
+
+def test_fallback_step_that_returns_views_and_changes_shape(tmp_path):
+    """A fallback step may return a view of its input (its input then outlives it) or, data-dependent,
+    another shape than at compile time (that call is answered by the per-node path)."""
+    g = GraphBuilder()
+    x = g.input("x", "float32", [None, 8])
+    a = g.node("relu", {"x": x})
+    b = g.node("linear_dynamic", {"x": a, **_dyn_weight(8, 8)})  # its step replaced below by one with no kernel
+    c = g.node("linear_dynamic", {"x": b, **_dyn_weight(3, 8)})
+    g.output(c, b)
+    model = _load(tmp_path, g)
+    steps = [s[1] for s in model._steps]
+    mode = {"shrink": False}
+
+    def view_step(v):
+        return (v[: v.shape[0] - 1] if mode["shrink"] else v.reshape(v.shape),)
+
+    plan = _plan(model, steps=[steps[0], view_step, steps[2]])
+    xs = _x(3, 8)
+    want = [np.maximum(xs, 0)]
+    for _ in range(3):
+        out = plan.run([xs])
+        _same(out[1], want[0])
+        assert not np.shares_memory(out[1], xs)
+    mode["shrink"] = True
+    out = plan.run([xs])
+    assert out[1].shape == (2, 8) and out[0].shape == (2, 3)
+
+
+def test_errors_name_the_node(tmp_path):
+    g = GraphBuilder()
+    x = g.input("x", "float32", [None, 8])
+    y = g.node("linear_dynamic", {"x": x, **_dyn_weight(3, 8)}, name="fc")
+    g.output(g.node("quantize_per_tensor", {"x": y, "scale": np.float32(0.1), "zero_point": np.int32(0)},
+                    {"dtype": "quint8"}, name="q"))
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    good = _x(2, 8)
+    plan.run([good])
+    bad = good.copy()
+    bad[1, 3] = np.nan
+    for runner in (model.run, lambda a: plan.run([a])):
+        with pytest.raises(ValueError, match=r"node 'fc' \(linear_dynamic\): input contains NaN"):
+            runner(bad)
+
+    def failing(v):
+        raise ValueError("no such thing")
+
+    steps = [s[1] for s in model._steps]
+    plan2 = _plan(model, steps=[failing, steps[1]])
+    with pytest.raises(ValueError, match=r"node 'fc' \(linear_dynamic\): no such thing"):
+        plan2.run([good])
+    with pytest.raises(ValueError, match=r"node 'fc' \(linear_dynamic\): no such thing"):
+        plan2.run([good])  # the program's fallback step (the first call ran the per-node path)
+
+
+# ---------------------------------------------------------------- shapes, buffers, threads
+
+
+def _mlp(tmp_path, sizes=(64, 96, 48, 10)) -> qrt.Model:
+    g = GraphBuilder()
+    v = g.input("x", "float32", [None, sizes[0]])
+    for i, (k, n) in enumerate(zip(sizes, sizes[1:])):
+        v = g.node("linear_dynamic", {"x": v, **_dyn_weight(n, k)})
+        if i < len(sizes) - 2:
+            v = g.node("relu", {"x": v})
+    g.output(v)
+    return _load(tmp_path, g, "mlp")
+
+
+def test_shapes_change_between_calls(tmp_path):
+    model = _mlp(tmp_path)
+    plan = _plan(model)
+    xs = {b: _x(b, 64) for b in (1, 5, 2)}
+    for _ in range(3):
+        for x in xs.values():
+            _same(plan.run([x])[0], model.run(x))
+    assert plan._executor.program_count() == 3
+    # try_run: only arrays a compiled program reads as they are
+    _same(plan.try_run([xs[5]])[0], model.run(xs[5]))
+    assert plan.try_run([_x(7, 64)]) is None  # no program for this batch yet
+    assert plan.try_run([xs[5].astype(">f4")]) is None
+    assert plan.try_run([_x(5, 128)[:, ::2]]) is None  # not contiguous
+    assert plan.try_run([xs[5], xs[5]]) is None
+    with pytest.raises(ValueError, match="got 2 input"):
+        plan.run([xs[1], xs[1]])
+
+
+def test_empty_batch_uses_the_per_node_path(tmp_path):
+    model = _mlp(tmp_path)
+    plan = _plan(model)
+    for _ in range(2):
+        assert plan.run([np.zeros((0, 64), np.float32)])[0].shape == (0, 10)
+
+
+def test_threads_share_one_model(tmp_path):
+    model = _mlp(tmp_path)
+    plan = _plan(model)
+    inputs = [_x(1 + i % 3, 64) for i in range(8)]
+    want = [model.run(x) for x in inputs]
+    errors = []
+
+    def worker(k):
+        try:
+            for r in range(150):
+                i = (k + r) % len(inputs)
+                got = plan.run([inputs[i]])[0]
+                if got.tobytes() != want[i].tobytes():
+                    errors.append((k, r))
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+# ---------------------------------------------------------------- streams
+
+
+def _lstm_cell(tmp_path, hidden=16, inp=12):
+    g = GraphBuilder()
+    ports = {"x": g.input("x", "float32", [None, inp]), "h": g.input("h", "float32", [None, hidden]),
+             "c": g.input("c", "float32", [None, hidden])}
+    ports.update(_dyn_weight(4 * hidden, inp, "ih_"))
+    ports.update(_dyn_weight(4 * hidden, hidden, "hh_"))
+    g.output(*g.node("lstm_cell_dynamic", ports, name="cell"), as_tuple=True)
+    return _load(tmp_path, g, "lstm_cell")
+
+
+def test_stream_steps_like_feeding_the_state_back(tmp_path):
+    model = _lstm_cell(tmp_path)
+    plan = _plan(model)
+    frames = [_x(2, 12) for _ in range(7)]
+    h = c = np.zeros((2, 16), np.float32)
+    want = []
+    for x in frames:
+        h, c = model.run([x, h, c])
+        want.append((h, c))
+    stream = plan.stream()
+    for _ in range(2):  # the second time after a reset
+        for x, (wh, wc) in zip(frames, want):
+            h, c = stream.step(x)
+            _same(h, wh)
+            _same(c, wc)
+            assert stream.state["h"] is h and stream.state["c"] is c  # the state is the output, not a copy
+            assert not h.flags.writeable
+        stream.reset()
+    stream.reset(state={"h": want[2][0], "c": want[2][1]})
+    for x, (wh, wc) in zip(frames[3:], want[3:]):
+        h, c = stream.step(x)
+        _same(h, wh)
+        _same(c, wc)
+    with pytest.raises(ValueError, match="step takes 1 input"):
+        stream.step([frames[0], frames[0]])
+
+
+def test_stream_of_a_gru_cell(tmp_path):
+    g = GraphBuilder()
+    ports = {"x": g.input("x", "float32", [None, 10]), "h": g.input("h", "float32", [None, 9])}
+    ports.update(_dyn_weight(27, 10, "ih_"))
+    ports.update(_dyn_weight(27, 9, "hh_"))
+    g.output(g.node("gru_cell_dynamic", ports, name="cell"))
+    model = _load(tmp_path, g)
+    stream = _plan(model).stream()
+    h = np.zeros((1, 9), np.float32)
+    for _ in range(5):
+        x = _x(1, 10)
+        h = model.run([x, h])
+        _same(stream.step(x), h)

@@ -1,0 +1,1010 @@
+"""The lowering table: PyTorch modules, functions and methods -> small functions emitting qrt ops.
+
+As qrt/ops.py's OPS is for the runtime, this is the one place that says what the converter
+lowers: ``MODULES`` (float module classes), ``FUNCTIONS`` (call_function targets), ``METHODS``
+(tensor method names) and ``PATTERNS`` (quantized layers the front end describes, by pattern
+name). ``find_unsupported`` (tools/lower.py) derives what is supported from them, and the walk
+dispatches through them; adding an op is one ``@lowers(...)`` function here.
+
+A lowering gets the walk (``lw``: emitting nodes, float values of a tensor, observed shapes),
+the fx node, and the call's arguments with fx nodes replaced by walk values (below); module
+lowerings get the module after the node. Argument errors raise ``LoweringError`` with a plain
+message: the walk adds which module or function it is about.
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+import torch
+import torch.fx
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.modules.dropout import _DropoutNd
+
+from qrt.ops import layer_prefix
+
+from .layers import EmbeddingLayer, LinearLayer, RNNCellLayer, SequenceLayer
+
+if TYPE_CHECKING:
+    from .lower import Lowerer
+
+
+class LoweringError(ValueError):
+    """The graph holds something qrt cannot run; the message names every such node."""
+
+
+# ------------------------------------------------------------ values during the walk
+# A node's value is one of these, a Python value (an int, a shape, None, ...), or a tuple of values
+# (a recurrent module's result, a tuple argument such as an LSTM's (h, c)).
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A run-time tensor of the qrt graph (float32, or integer indices)."""
+
+    name: str
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class Quant:
+    """A quint8 per-tensor value in the qrt graph."""
+
+    name: str
+    scale: np.float32
+    zero_point: int
+
+
+@dataclass(frozen=True)
+class Deq:
+    """dequantize(q): becomes a qrt dequantize only if a float op reads it."""
+
+    q: Quant
+
+    @property
+    def name(self) -> str:
+        return self.q.name
+
+
+@dataclass(frozen=True)
+class DynQ:
+    source: Tensor
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+
+@dataclass(frozen=True)
+class DynDeq:
+    """The float input of a dynamic op: the op quantizes it itself, per call."""
+
+    source: Tensor
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+
+@dataclass(frozen=True)
+class PendingLinear:
+    """A static reference Linear whose output quantize has not been seen yet."""
+
+    name: str
+    layer: LinearLayer
+    x: Quant
+
+
+@dataclass(frozen=True)
+class Const:
+    """A get_attr: a parameter, buffer or attribute of the model, known at conversion."""
+
+    value: Any
+
+
+TENSORS = (Tensor, Quant, Deq, DynQ, DynDeq, PendingLinear)
+
+
+def is_tensor(v: Any) -> bool:
+    return isinstance(v, TENSORS)
+
+
+# ------------------------------------------------------------ the table
+
+
+@dataclass(frozen=True)
+class Lowering:
+    """One table entry. ``sizes``: the lowering may be given sizes of free dimensions (it checks
+    what it uses itself: a reshape takes its target from the observed shapes); otherwise the walk
+    refuses a size that changes with a free dimension. ``keeps_dtype``: the result has the first
+    argument's dtype (integer indices stay indices through it). ``index_args``: (position, name)
+    of arguments that are integer indices, whose graph inputs are then int64."""
+
+    fn: Callable[..., Any]
+    sizes: bool = False
+    keeps_dtype: bool = False
+    index_args: tuple[tuple[int, str], ...] = ()
+
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            inspect.signature(self.fn).bind(*args, **kwargs)
+        except TypeError as e:  # arguments the lowering does not take (a keyword it does not know, say)
+            raise LoweringError(f"unsupported call arguments ({e})") from None
+        return self.fn(*args, **kwargs)
+
+
+MODULES: dict[type, Lowering] = {}
+FUNCTIONS: dict[Any, Lowering] = {}
+METHODS: dict[str, Lowering] = {}
+PATTERNS: dict[str, Lowering] = {}
+
+
+def lowers(
+    *,
+    modules: Sequence[type] = (),
+    functions: Sequence[Any] = (),
+    methods: Sequence[str] = (),
+    patterns: Sequence[str] = (),
+    **flags: Any,
+) -> Callable:
+    """Register a lowering for module classes, functions, method names or described patterns."""
+
+    def register(fn: Callable) -> Callable:
+        entry = Lowering(fn, **flags)
+        for table, keys in ((MODULES, modules), (FUNCTIONS, functions), (METHODS, methods), (PATTERNS, patterns)):
+            for key in keys:
+                if key in table:
+                    raise AssertionError(f"{key!r} is lowered twice")
+                table[key] = entry
+        return fn
+
+    return register
+
+
+def float_linear_relu(m: nn.Module) -> bool:
+    """A float Linear -> ReLU that prepare_fx fused (nni.LinearReLU, a Sequential) and left unquantized."""
+    return (
+        isinstance(m, nn.Sequential) and len(m) == 2 and type(m[0]) is nn.Linear and isinstance(m[1], nn.ReLU)
+    )
+
+
+def module_lowering(m: nn.Module) -> Lowering | None:
+    """The entry for a float module: by its class or the nearest base class in MODULES."""
+    if float_linear_relu(m):
+        return _FUSED_LINEAR_RELU
+    for cls in type(m).__mro__:
+        if cls in MODULES:
+            return MODULES[cls]
+    return None
+
+
+# ------------------------------------------------------------ helpers
+
+
+def _dim(d: Any, rank: int, what: str = "dim") -> int:
+    """A dim normalised to [0, rank) as torch does (negative counts from the end)."""
+    if not isinstance(d, int) or isinstance(d, bool):
+        raise LoweringError(f"{what} must be an int, got {d!r:.40}")
+    if not -max(rank, 1) <= d < max(rank, 1):
+        raise LoweringError(f"{what} {d} is out of range for a tensor of rank {rank}")
+    return d % max(rank, 1)
+
+
+def _dims(ds: Any, rank: int, what: str = "dim") -> list[int]:
+    """One dim or a sequence of dims, normalised; None or () = every dim, as torch's reductions read it."""
+    if ds is None or (isinstance(ds, (tuple, list)) and not ds):
+        return list(range(rank))
+    items = ds if isinstance(ds, (tuple, list)) else [ds]
+    out = [_dim(d, rank, what) for d in items]
+    if len(set(out)) != len(out):
+        raise LoweringError(f"{what} {list(items)} names a dimension twice")
+    return out
+
+
+def _move(lw: Lowerer, node: torch.fx.Node, x: Any, op: str, attrs: dict, suffix: str = "") -> Any:
+    """A data-movement op (select, reshape, ...): keeps the dtype, and a quantized tensor's scale and zero point."""
+    if isinstance(x, Quant):
+        return Quant(lw.emit(node, op, {"x": x.name}, attrs, suffix), x.scale, x.zero_point)
+    if isinstance(x, Tensor):
+        return Tensor(lw.emit(node, op, {"x": x.name}, attrs, suffix), x.dtype)
+    return Tensor(lw.emit(node, op, {"x": lw.float_of(x)}, attrs, suffix))
+
+
+def _float_op(lw: Lowerer, node: torch.fx.Node, op: str, x: Any, attrs: dict | None = None) -> Tensor:
+    return Tensor(lw.emit(node, op, {"x": lw.float_of(x)}, attrs))
+
+
+def _no_dtype(dtype: Any) -> None:
+    if dtype not in (None, torch.float32):
+        raise LoweringError(f"dtype={dtype} is not supported (float32 only)")
+
+
+def _items(v: Any, what: str) -> list:
+    if not isinstance(v, (tuple, list)) or not v:
+        raise LoweringError(f"{what} must be a non-empty list or tuple of tensors")
+    return list(v)
+
+
+def _array(c: Any, what: str) -> np.ndarray:
+    """A float32 array from a stored parameter or buffer."""
+    t = c.value if isinstance(c, Const) else c
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
+        raise LoweringError(f"{what} must be a float32 parameter or buffer of the model, got {type(t).__name__}")
+    return t.detach().numpy().copy()
+
+
+# ------------------------------------------------------------ quantize / dequantize
+
+# convert_fx runs these ops on the quantized tensor itself when they sit between a dequantize and a
+# quantize, keeping the input's scale and zero point and dropping that quantize (torch 2.13
+# _lower_to_native_backend: is_copy_node, is_general_tensor_shape_node, is_default_node). Its observed
+# qparams are ignored, so the lowering must ignore them too. Exact types, as torch matches them;
+# only those that move data unchanged (copying q at the same qparams is exact).
+_NATIVE_COPY_MODULES = (nn.ReLU, nn.Dropout, nn.Identity)
+_NATIVE_COPY_FUNCS = (F.relu, torch.flatten, torch.narrow, torch.transpose, torch.squeeze, torch.unsqueeze)
+_NATIVE_COPY_METHODS = (
+    "relu", "contiguous", "detach", "permute", "reshape", "squeeze", "transpose", "unsqueeze", "view",
+)
+
+
+def _native_copy_input(lw: Lowerer, src: Any) -> Quant | None:
+    """The quantized input of a dequantize -> copy op -> quantize chain, as convert_fx matches it."""
+    if not isinstance(src, torch.fx.Node) or not src.args or not isinstance(src.args[0], torch.fx.Node):
+        return None
+    copy_op = (
+        (src.op == "call_module" and type(lw.modules[src.target]) in _NATIVE_COPY_MODULES)
+        or (src.op == "call_function" and src.target in _NATIVE_COPY_FUNCS)
+        or (src.op == "call_method" and src.target in _NATIVE_COPY_METHODS)
+    )
+    dq = src.args[0]
+    if not copy_op or not (dq.op == "call_method" and dq.target == "dequantize"):
+        return None
+    v = lw.env[dq]
+    return v.q if isinstance(v, Deq) else None
+
+
+def emit_static_linear(lw: Lowerer, p: PendingLinear, y_scale: np.float32, y_zp: int) -> Quant:
+    layer, x = p.layer, p.x
+    if layer.weight.values.dtype != np.int8:
+        raise LoweringError("a static Linear needs qint8 weights")
+    out = lw.b.node(
+        "linear",
+        {
+            "x": x.name,
+            "x_scale": np.float32(x.scale),
+            "x_zero_point": np.int32(x.zero_point),
+            **layer.weight.ports(),
+            "bias": layer.bias,
+            "y_scale": np.float32(y_scale),
+            "y_zero_point": np.int32(y_zp),
+        },
+        {"relu": layer.relu},
+        name=p.name,
+    )
+    return Quant(out, np.float32(y_scale), y_zp)
+
+
+@lowers(functions=(torch.quantize_per_tensor,))
+def _quantize(lw: Lowerer, node: torch.fx.Node, x: Any, scale: Any, zero_point: Any, dtype: Any) -> Quant:
+    scale, zero_point, dtype = (c.value if isinstance(c, Const) else c for c in (scale, zero_point, dtype))
+    if dtype != torch.quint8:
+        raise LoweringError(f"quantize to {dtype} is not supported (quint8 only)")
+    s = float(scale)
+    if float(np.float32(s)) != s:
+        raise LoweringError(f"scale {s!r} is not a float32 value")
+    s32, z = np.float32(s), int(zero_point)
+    if isinstance(x, PendingLinear):
+        return emit_static_linear(lw, x, s32, z)
+    kept = _native_copy_input(lw, node.args[0])
+    if kept is not None:
+        # relu / flatten / a reshape of a quint8 value at its own qparams is exact: max(q, zp) or q.
+        s32, z = kept.scale, kept.zero_point
+    out = lw.emit(node, "quantize_per_tensor", {"x": lw.float_of(x), "scale": s32, "zero_point": np.int32(z)},
+                  {"dtype": "quint8"})
+    return Quant(out, s32, z)
+
+
+@lowers(functions=(torch.quantize_per_tensor_dynamic,))
+def _quantize_dynamic(lw: Lowerer, node: torch.fx.Node, x: Any, dtype: Any = None, reduce_range: Any = None) -> DynQ:
+    return DynQ(Tensor(lw.float_of(x)))
+
+
+@lowers(methods=("dequantize",))
+def _dequantize(lw: Lowerer, node: torch.fx.Node, x: Any) -> Any:
+    if isinstance(x, Quant):
+        return Deq(x)
+    if isinstance(x, DynQ):
+        return DynDeq(x.source)
+    if isinstance(x, PendingLinear):
+        raise LoweringError("a static Linear's output is dequantized unquantized")
+    return x  # dequantize of a float tensor is the identity
+
+
+# ------------------------------------------------------------ identities
+
+
+@lowers(modules=(nn.Identity,), keeps_dtype=True)
+def _identity_module(lw: Lowerer, node: torch.fx.Node, m: nn.Module, x: Any) -> Any:
+    return x
+
+
+@lowers(modules=(_DropoutNd,), keeps_dtype=True)
+def _dropout_module(lw: Lowerer, node: torch.fx.Node, m: nn.Module, x: Any) -> Any:
+    return x  # the identity in eval mode (the converter runs the model in eval mode)
+
+
+@lowers(
+    functions=(F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout),
+    keeps_dtype=True,
+)
+def _dropout(lw: Lowerer, node: torch.fx.Node, input: Any, p: float = 0.5, training: bool = True,
+             inplace: bool = False) -> Any:
+    if training:
+        raise LoweringError("dropout with training=True is random at inference; pass training=self.training")
+    return input
+
+
+@lowers(functions=(torch.dropout,), keeps_dtype=True)
+def _torch_dropout(lw: Lowerer, node: torch.fx.Node, input: Any, p: float, train: bool) -> Any:
+    return _dropout(lw, node, input, p, train)
+
+
+@lowers(methods=("contiguous", "detach", "clone"), keeps_dtype=True)
+def _same(lw: Lowerer, node: torch.fx.Node, x: Any, *args: Any, **kwargs: Any) -> Any:
+    return x
+
+
+@lowers(methods=("float",))
+def _float(lw: Lowerer, node: torch.fx.Node, x: Any) -> Any:
+    if isinstance(x, Tensor) and x.dtype != "float32":
+        raise LoweringError(f"converting {x.dtype} to float32 is not supported")
+    return x
+
+
+@lowers(functions=(torch.fx._symbolic_trace._assert_is_none,))
+def _assert_is_none(lw: Lowerer, node: torch.fx.Node, value: Any, msg: str) -> None:
+    """fx's guard for an argument bound to its default None when tracing."""
+    return None
+
+
+# ------------------------------------------------------------ sizes (Python values, folded)
+
+
+@lowers(methods=("size",), sizes=True)
+def _size(lw: Lowerer, node: torch.fx.Node, x: Any, dim: int | None = None) -> Any:
+    shape = lw.shape(x)
+    return shape if dim is None else shape[_dim(dim, len(shape))]
+
+
+@lowers(methods=("dim",))
+def _rank(lw: Lowerer, node: torch.fx.Node, x: Any) -> int:
+    return len(lw.shape(x))
+
+
+@lowers(functions=(getattr,), sizes=True)
+def _getattr(lw: Lowerer, node: torch.fx.Node, x: Any, name: str) -> Any:
+    if name == "shape" and is_tensor(x):
+        return lw.shape(x)
+    if name == "ndim" and is_tensor(x):
+        return len(lw.shape(x))
+    raise LoweringError(f"reading .{name} of a tensor is not supported")
+
+
+# ------------------------------------------------------------ indexing and slicing
+
+
+@lowers(functions=(operator.getitem,), sizes=True, keeps_dtype=True)
+def _getitem(lw: Lowerer, node: torch.fx.Node, obj: Any, index: Any) -> Any:
+    """A tuple's item (a recurrent module's result, a tuple argument, a shape), or tensor indexing."""
+    if isinstance(obj, (tuple, list)):
+        if isinstance(index, (int, slice)) and not isinstance(index, bool):
+            return obj[index]
+        raise LoweringError(f"indexing a tuple with {index!r:.40}")
+    if not is_tensor(obj):
+        raise LoweringError(f"indexing a {type(obj).__name__}")
+    lw.require_static(node)
+    return _index(lw, node, obj, index)
+
+
+def _index(lw: Lowerer, node: torch.fx.Node, x: Any, index: Any) -> Any:
+    """x[i, a:b, None, ...] -> select / slice / unsqueeze, left to right, as torch reads the index."""
+    items = list(index) if isinstance(index, tuple) else [index]
+    for it in items:
+        simple = it is None or it is Ellipsis or isinstance(it, slice) or isinstance(it, int)
+        if isinstance(it, bool) or not simple or (isinstance(it, slice) and not all(
+                v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in (it.start, it.stop, it.step))):
+            raise LoweringError(
+                f"indexing with {it!r:.40} is not supported; qrt indexes with ints, slices, None and ... "
+                "(no tensors or lists: advanced indexing)"
+            )
+    if items.count(Ellipsis) > 1:
+        raise LoweringError("an index can have only one ...")
+    rank = len(lw.shape(x))
+    consumed = sum(1 for it in items if it is not None and it is not Ellipsis)
+    if consumed > rank:
+        raise LoweringError(f"too many indices ({consumed}) for a tensor of rank {rank}")
+    if Ellipsis in items:
+        at = items.index(Ellipsis)
+        items[at : at + 1] = [slice(None)] * (rank - consumed)
+    pos, v, emitted = 0, x, 0
+    for it in items:
+        suffix = f"_{emitted}" if emitted else ""
+        if it is None:
+            v, pos, emitted = _move(lw, node, v, "unsqueeze", {"dim": pos}, suffix), pos + 1, emitted + 1
+        elif isinstance(it, int):
+            v, emitted = _move(lw, node, v, "select", {"dim": pos, "index": it}, suffix), emitted + 1
+        elif it == slice(None) or it == slice(None, None, 1):
+            pos += 1
+        else:
+            step = 1 if it.step is None else it.step
+            if step < 1:
+                raise LoweringError(f"slice step must be positive, got {step}")
+            attrs = {"dim": pos, "start": it.start or 0, "end": it.stop, "step": step}
+            v, pos, emitted = _move(lw, node, v, "slice", attrs, suffix), pos + 1, emitted + 1
+    return v
+
+
+@lowers(functions=(torch.select,), methods=("select",), keeps_dtype=True)
+def _select(lw: Lowerer, node: torch.fx.Node, input: Any, dim: int, index: int) -> Any:
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise LoweringError(f"index must be an int, got {index!r:.40}")
+    return _move(lw, node, input, "select", {"dim": _dim(dim, len(lw.shape(input))), "index": index})
+
+
+@lowers(functions=(torch.narrow,), methods=("narrow",), keeps_dtype=True)
+def _narrow(lw: Lowerer, node: torch.fx.Node, input: Any, dim: int, start: int, length: int) -> Any:
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, length)):
+        raise LoweringError("narrow's start and length must be ints")
+    end = start + length
+    attrs = {"dim": _dim(dim, len(lw.shape(input))), "start": start, "end": None if start < 0 <= end else end}
+    return _move(lw, node, input, "slice", attrs)
+
+
+# ------------------------------------------------------------ joining
+
+
+_MAX_JOIN = 16  # cat / stack take x0 .. x15
+
+
+def _joined(lw: Lowerer, tensors: list) -> tuple[list[str], Callable[[str], Any]]:
+    """The names of tensors to join, all of one dtype, and how to wrap the result."""
+    if all(isinstance(t, Tensor) and t.dtype != "float32" for t in tensors):
+        dtypes = {t.dtype for t in tensors}
+        if len(dtypes) != 1:
+            raise LoweringError(f"joining tensors of dtypes {sorted(dtypes)} is not supported")
+        dtype = dtypes.pop()
+        return [t.name for t in tensors], lambda name: Tensor(name, dtype)
+    return [lw.float_of(t) for t in tensors], Tensor
+
+
+def _cat_names(lw: Lowerer, node: torch.fx.Node, names: list[str], dim: int, wrap: Callable, start: int = 0) -> Any:
+    """cat in chunks of 16 (cat is associative along dim)."""
+    out, i, part = None, 0, 0
+    while i < len(names):
+        take = names[i : i + _MAX_JOIN - (out is not None)]
+        ins = ([out] if out is not None else []) + take
+        suffix = f"_{start + part}" if start + part else ""
+        out = lw.emit(node, "cat", {f"x{k}": n for k, n in enumerate(ins)}, {"dim": dim}, suffix)
+        i, part = i + len(take), part + 1
+    return wrap(out)
+
+
+@lowers(functions=(torch.cat, torch.concat), keeps_dtype=True)
+def _cat(lw: Lowerer, node: torch.fx.Node, tensors: Any, dim: int = 0) -> Any:
+    items = _items(tensors, "tensors")
+    if len(items) == 1:
+        return items[0]
+    names, wrap = _joined(lw, items)
+    return _cat_names(lw, node, names, _dim(dim, len(lw.shape(items[0]))), wrap)
+
+
+@lowers(functions=(torch.concatenate,), keeps_dtype=True)
+def _concatenate(lw: Lowerer, node: torch.fx.Node, tensors: Any, axis: int = 0) -> Any:
+    return _cat(lw, node, tensors, axis)
+
+
+@lowers(functions=(torch.stack,), keeps_dtype=True)
+def _stack(lw: Lowerer, node: torch.fx.Node, tensors: Any, dim: int = 0) -> Any:
+    items = _items(tensors, "tensors")
+    d = _dim(dim, len(lw.shape(items[0])) + 1)
+    names, wrap = _joined(lw, items)
+    if len(names) <= _MAX_JOIN:
+        return wrap(lw.emit(node, "stack", {f"x{k}": n for k, n in enumerate(names)}, {"dim": d}))
+    # More than 16: unsqueeze each, then cat.
+    parts = [lw.emit(node, "unsqueeze", {"x": n}, {"dim": d}, f"_u{k}") for k, n in enumerate(names)]
+    return _cat_names(lw, node, parts, d, wrap)
+
+
+# ------------------------------------------------------------ shapes
+
+
+def _reshape_observed(lw: Lowerer, node: torch.fx.Node, x: Any) -> Any:
+    """A reshape whose target comes from the shapes the runs observed: a size that stays the same is
+    written as it is, one that follows the input's size at the same position as 0, and one other
+    that changes as -1 (ONNX semantics), so the reshape stays right at every size of a free dimension."""
+    ins, outs = lw.shapes(x), lw.node_shapes(node)
+    if all(i == o for i, o in zip(ins, outs)):
+        return x
+    target, inferred = [], []
+    for j, size in enumerate(outs[0]):
+        column = [o[j] for o in outs]
+        if all(c == size for c in column) and size > 0:
+            target.append(size)
+        elif j < len(ins[0]) and all(o[j] == i[j] for o, i in zip(outs, ins)):
+            target.append(0)
+        else:
+            target.append(-1)
+            inferred.append(j)
+    if len(inferred) > 1 or (outs[0] and 0 in outs[0] and not inferred):
+        runs = {r for r, o in enumerate(outs) for j in inferred[1:] if o[j] != outs[0][j]}
+        lw.varies(runs, f"its result {list(outs[0])} has several sizes that follow free dimensions")
+    return _move(lw, node, x, "reshape", {"shape": target})
+
+
+@lowers(methods=("view", "reshape"), sizes=True, keeps_dtype=True)
+def _view(lw: Lowerer, node: torch.fx.Node, x: Any, *shape: Any) -> Any:
+    return _reshape_observed(lw, node, x)
+
+
+@lowers(functions=(torch.reshape,), sizes=True, keeps_dtype=True)
+def _reshape(lw: Lowerer, node: torch.fx.Node, input: Any, shape: Any) -> Any:
+    return _reshape_observed(lw, node, input)
+
+
+@lowers(methods=("view_as", "reshape_as"), keeps_dtype=True)
+def _view_as(lw: Lowerer, node: torch.fx.Node, x: Any, other: Any) -> Any:
+    return _reshape_observed(lw, node, x)
+
+
+@lowers(methods=("unflatten",), sizes=True, keeps_dtype=True)
+def _unflatten(lw: Lowerer, node: torch.fx.Node, x: Any, dim: int, sizes: Any) -> Any:
+    return _reshape_observed(lw, node, x)
+
+
+@lowers(modules=(nn.Unflatten,), keeps_dtype=True)
+def _unflatten_module(lw: Lowerer, node: torch.fx.Node, m: nn.Unflatten, x: Any) -> Any:
+    return _reshape_observed(lw, node, x)
+
+
+@lowers(functions=(torch.flatten,), methods=("flatten",), keeps_dtype=True)
+def _flatten(lw: Lowerer, node: torch.fx.Node, input: Any, start_dim: int = 0, end_dim: int = -1) -> Any:
+    rank = len(lw.shape(input))
+    if rank == 0:
+        return _reshape_observed(lw, node, input)
+    start, end = _dim(start_dim, rank, "start_dim"), _dim(end_dim, rank, "end_dim")
+    if start > end:
+        raise LoweringError(f"flatten's start_dim {start_dim} comes after its end_dim {end_dim}")
+    if start == end:
+        return input
+    attrs = {"start_dim": start} if end == rank - 1 else {"start_dim": start, "end_dim": end}
+    return _move(lw, node, input, "flatten", attrs)
+
+
+@lowers(modules=(nn.Flatten,), keeps_dtype=True)
+def _flatten_module(lw: Lowerer, node: torch.fx.Node, m: nn.Flatten, x: Any) -> Any:
+    return _flatten(lw, node, x, m.start_dim, m.end_dim)
+
+
+def _permute_to(lw: Lowerer, node: torch.fx.Node, x: Any, perm: list[int]) -> Any:
+    return x if perm == sorted(perm) else _move(lw, node, x, "permute", {"perm": perm})
+
+
+@lowers(methods=("permute",), keeps_dtype=True)
+def _permute_method(lw: Lowerer, node: torch.fx.Node, x: Any, *dims: Any) -> Any:
+    dims = dims[0] if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
+    return _permute(lw, node, x, dims)
+
+
+@lowers(functions=(torch.permute,), keeps_dtype=True)
+def _permute(lw: Lowerer, node: torch.fx.Node, input: Any, dims: Any) -> Any:
+    rank = len(lw.shape(input))
+    perm = [_dim(d, rank) for d in dims]
+    if sorted(perm) != list(range(rank)):
+        raise LoweringError(f"{list(dims)} is not a permutation of the {rank} dims")
+    return _permute_to(lw, node, input, perm)
+
+
+@lowers(functions=(torch.transpose, torch.swapaxes, torch.swapdims), methods=("transpose", "swapaxes", "swapdims"),
+        keeps_dtype=True)
+def _transpose(lw: Lowerer, node: torch.fx.Node, input: Any, dim0: int, dim1: int) -> Any:
+    rank = len(lw.shape(input))
+    perm = list(range(rank))
+    a, b = _dim(dim0, rank), _dim(dim1, rank)
+    perm[a], perm[b] = perm[b], perm[a]
+    return _permute_to(lw, node, input, perm)
+
+
+@lowers(functions=(torch.t,), methods=("t",), keeps_dtype=True)
+def _t(lw: Lowerer, node: torch.fx.Node, input: Any) -> Any:
+    return _permute_to(lw, node, input, [1, 0]) if len(lw.shape(input)) == 2 else input
+
+
+@lowers(functions=(torch.squeeze,), methods=("squeeze",), keeps_dtype=True)
+def _squeeze(lw: Lowerer, node: torch.fx.Node, input: Any, dim: Any = None) -> Any:
+    shape = lw.shape(input)
+    # torch leaves a dim whose size is not 1 alone; the runs made sure the sizes here do not change that
+    dims = [d for d in _dims(dim, len(shape)) if shape[d] == 1] if shape else []
+    return _move(lw, node, input, "squeeze", {"dims": dims}) if dims else input
+
+
+@lowers(functions=(torch.unsqueeze,), methods=("unsqueeze",), keeps_dtype=True)
+def _unsqueeze(lw: Lowerer, node: torch.fx.Node, input: Any, dim: int) -> Any:
+    return _move(lw, node, input, "unsqueeze", {"dim": _dim(dim, len(lw.shape(input)) + 1)})
+
+
+# ------------------------------------------------------------ float math
+
+
+@lowers(functions=(F.relu, torch.relu), methods=("relu",))
+def _relu(lw: Lowerer, node: torch.fx.Node, input: Any, inplace: bool = False) -> Tensor | Quant:
+    if isinstance(input, Quant):
+        # A quantized tensor's relu (native models) keeps its qparams: max(q, zp), which
+        # dequantize -> relu -> quantize at the same qparams computes exactly.
+        y = lw.emit(node, "relu", {"x": lw.float_of(Deq(input))})
+        q = lw.emit(node, "quantize_per_tensor",
+                    {"x": y, "scale": np.float32(input.scale), "zero_point": np.int32(input.zero_point)},
+                    {"dtype": "quint8"}, "_quantize")
+        return Quant(q, input.scale, input.zero_point)
+    return _float_op(lw, node, "relu", input)
+
+
+@lowers(modules=(nn.ReLU,))
+def _relu_module(lw: Lowerer, node: torch.fx.Node, m: nn.Module, x: Any) -> Any:
+    return _relu(lw, node, x)
+
+
+def _unary(op: str) -> Callable:
+    def lower(lw: Lowerer, node: torch.fx.Node, input: Any, inplace: bool = False) -> Tensor:
+        return _float_op(lw, node, op, input)
+
+    def lower_module(lw: Lowerer, node: torch.fx.Node, m: nn.Module, x: Any) -> Tensor:
+        return _float_op(lw, node, op, x)
+
+    return lower, lower_module
+
+
+for _op, _module, _functions in (
+    ("sigmoid", nn.Sigmoid, (torch.sigmoid, F.sigmoid)),
+    ("tanh", nn.Tanh, (torch.tanh, F.tanh)),
+    ("silu", nn.SiLU, (F.silu,)),
+):
+    _fn, _module_fn = _unary(_op)
+    lowers(functions=_functions, methods=(_op,) if _op != "silu" else ())(_fn)
+    lowers(modules=(_module,))(_module_fn)
+
+
+@lowers(functions=(F.gelu,))
+def _gelu(lw: Lowerer, node: torch.fx.Node, input: Any, approximate: str = "none") -> Tensor:
+    if approximate not in ("none", "tanh"):
+        raise LoweringError(f"gelu approximate={approximate!r} is not supported ('none' or 'tanh')")
+    return _float_op(lw, node, "gelu", input, {"approximate": approximate})
+
+
+@lowers(modules=(nn.GELU,))
+def _gelu_module(lw: Lowerer, node: torch.fx.Node, m: nn.GELU, x: Any) -> Tensor:
+    return _gelu(lw, node, x, m.approximate)
+
+
+def _softmax_dim(dim: Any, rank: int) -> int:
+    # torch's rule for a softmax called without dim (F._get_softmax_dim): deprecated, but still what runs
+    return (0 if rank in (0, 1, 3) else 1) if dim is None else _dim(dim, rank)
+
+
+def _softmaxes(op: str) -> None:
+    def lower(lw: Lowerer, node: torch.fx.Node, input: Any, dim: Any = None, _stacklevel: int = 3,
+              dtype: Any = None) -> Tensor:
+        _no_dtype(dtype)
+        return _float_op(lw, node, op, input, {"dim": _softmax_dim(dim, len(lw.shape(input)))})
+
+    def lower_torch(lw: Lowerer, node: torch.fx.Node, input: Any, dim: Any, dtype: Any = None) -> Tensor:
+        return lower(lw, node, input, dim, dtype=dtype)
+
+    def lower_module(lw: Lowerer, node: torch.fx.Node, m: nn.Module, x: Any) -> Tensor:
+        return lower(lw, node, x, m.dim)
+
+    lowers(functions=(getattr(F, op),))(lower)
+    lowers(functions=(getattr(torch, op),), methods=(op,))(lower_torch)
+    lowers(modules=(nn.Softmax if op == "softmax" else nn.LogSoftmax,))(lower_module)
+
+
+_softmaxes("softmax")
+_softmaxes("log_softmax")
+
+
+@lowers(functions=(F.layer_norm,))
+def _layer_norm(lw: Lowerer, node: torch.fx.Node, input: Any, normalized_shape: Any, weight: Any = None,
+                bias: Any = None, eps: float = 1e-5) -> Tensor:
+    dims = [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape)
+    shape = lw.shape(input)
+    if not dims or list(shape[len(shape) - len(dims):]) != dims:
+        raise LoweringError(f"normalized_shape {dims} is not the input's trailing shape {list(shape)}")
+    ports = {
+        "x": lw.float_of(input),
+        "weight": None if weight is None else _array(weight, "layer_norm's weight"),
+        "bias": None if bias is None else _array(bias, "layer_norm's bias"),
+    }
+    return Tensor(lw.emit(node, "layer_norm", ports, {"normalized_dims": len(dims), "eps": float(eps)}))
+
+
+@lowers(functions=(torch.layer_norm,))
+def _torch_layer_norm(lw: Lowerer, node: torch.fx.Node, input: Any, normalized_shape: Any, weight: Any = None,
+                      bias: Any = None, eps: float = 1e-5, cudnn_enable: bool = True) -> Tensor:
+    return _layer_norm(lw, node, input, normalized_shape, weight, bias, eps)
+
+
+@lowers(modules=(nn.LayerNorm,))
+def _layer_norm_module(lw: Lowerer, node: torch.fx.Node, m: nn.LayerNorm, x: Any) -> Tensor:
+    return _layer_norm(lw, node, x, m.normalized_shape, m.weight, m.bias, m.eps)
+
+
+def _reductions(op: str) -> None:
+    def lower(lw: Lowerer, node: torch.fx.Node, input: Any, dim: Any = None, keepdim: bool = False, *,
+              dtype: Any = None) -> Tensor:
+        _no_dtype(dtype)
+        dims = _dims(dim, len(lw.shape(input)))
+        return _float_op(lw, node, op, input, {"dims": dims, "keepdim": bool(keepdim)})
+
+    lowers(functions=(getattr(torch, op),), methods=(op,))(lower)
+
+
+_reductions("mean")
+_reductions("sum")
+
+
+# ------------------------------------------------------------ elementwise arithmetic
+
+_PY_NUMBERS = (int, float, bool)
+
+
+def _operand(lw: Lowerer, v: Any) -> str | np.ndarray:
+    """A value name, or an array to store (a Python number as a [] float32, as torch computes with it)."""
+    if isinstance(v, _PY_NUMBERS):
+        return np.asarray(np.float32(v))
+    if isinstance(v, Const):
+        t = v.value
+        if isinstance(t, torch.Tensor) and (t.dtype == torch.float32 or (t.dim() == 0 and t.is_floating_point())):
+            return t.detach().to(torch.float32).numpy().copy()
+        raise LoweringError(f"an operand {type(t).__name__} of dtype {getattr(t, 'dtype', '?')} (float32 only)")
+    if isinstance(v, Tensor) and v.dtype != "float32":
+        raise LoweringError(f"arithmetic on {v.dtype} tensors is not supported (qrt's arithmetic is float32)")
+    return lw.float_of(v)
+
+
+def _binary(op: str, fold: Callable[[Any, Any], Any]) -> Callable:
+    def lower(lw: Lowerer, node: torch.fx.Node, input: Any, other: Any, *, alpha: Any = 1,
+              rounding_mode: Any = None) -> Any:
+        if not is_tensor(input) and not is_tensor(other) and not isinstance(input, Const) \
+                and not isinstance(other, Const):
+            return fold(input, other)  # sizes and other Python numbers
+        lw.require_static(node)
+        if alpha != 1:
+            raise LoweringError(f"{op} with alpha={alpha} is not supported")
+        if rounding_mode is not None:
+            raise LoweringError(f"div with rounding_mode={rounding_mode!r} is not supported")
+        a, b = _operand(lw, input), _operand(lw, other)
+        if not isinstance(a, str) and not isinstance(b, str):
+            raise LoweringError(f"{op} of two constants")
+        return Tensor(lw.emit(node, op, {"a": a, "b": b}))
+
+    return lower
+
+
+for _op, _fold, _functions, _methods in (
+    ("add", operator.add, (operator.add, operator.iadd, torch.add), ("add",)),
+    ("sub", operator.sub, (operator.sub, operator.isub, torch.sub, torch.subtract), ("sub", "subtract")),
+    ("mul", operator.mul, (operator.mul, operator.imul, torch.mul, torch.multiply), ("mul", "multiply")),
+    ("div", operator.truediv, (operator.truediv, operator.itruediv, torch.div, torch.divide, torch.true_divide),
+     ("div", "divide", "true_divide")),
+):
+    lowers(functions=_functions, methods=_methods, sizes=True)(_binary(_op, _fold))
+
+
+@lowers(functions=(operator.floordiv,), sizes=True)
+def _floordiv(lw: Lowerer, node: torch.fx.Node, a: Any, b: Any) -> Any:
+    if is_tensor(a) or is_tensor(b):
+        raise LoweringError("floor division of tensors is not supported")
+    return a // b
+
+
+@lowers(functions=(operator.neg, torch.neg), methods=("neg",), sizes=True)
+def _neg(lw: Lowerer, node: torch.fx.Node, input: Any) -> Any:
+    if not is_tensor(input):
+        return -input
+    return Tensor(lw.emit(node, "mul", {"a": _operand(lw, input), "b": np.asarray(np.float32(-1))}))
+
+
+# ------------------------------------------------------------ embeddings
+
+
+def emit_embedding(
+    lw: Lowerer, node: torch.fx.Node, layer: EmbeddingLayer, indices: Any, offsets: Any = None
+) -> Tensor:
+    ports: dict[str, Any] = {"indices": lw.index_of(indices, "indices"), **layer.ports()}
+    attrs: dict[str, Any] = {"bits": layer.bits}
+    if layer.bits == 4:
+        # torch's 4-bit bag returns the padded width (rows of an odd dim gain a column): as it ran
+        attrs["dim"] = lw.node_shapes(node)[0][-1]
+    if layer.pattern == "embedding_bag":
+        if layer.include_last_offset:
+            raise LoweringError("include_last_offset=True is not supported")
+        attrs["mode"] = layer.mode
+        if offsets is not None:
+            ports["offsets"] = lw.index_of(offsets, "offsets")
+    return Tensor(lw.emit(node, layer.pattern, ports, attrs))
+
+
+def _float_table(weight: Any, what: str, pattern: str, **extra: Any) -> EmbeddingLayer:
+    w = _array(weight, what)
+    if w.ndim != 2:
+        raise LoweringError(f"{what} must be 2-D [num_embeddings, embedding_dim], got shape {list(w.shape)}")
+    return EmbeddingLayer(pattern, 32, w, int(w.shape[1]), **extra)
+
+
+def _plain_lookup(max_norm: Any, padding_idx: Any = None, bag: bool = False) -> None:
+    if max_norm is not None:
+        raise LoweringError("max_norm is not supported (torch renormalises the table's rows on every lookup)")
+    if bag and padding_idx is not None:
+        raise LoweringError("an EmbeddingBag with padding_idx is not supported")
+
+
+@lowers(modules=(nn.Embedding,), index_args=((0, "input"),))
+def _embedding_module(lw: Lowerer, node: torch.fx.Node, m: nn.Embedding, input: Any) -> Tensor:
+    _plain_lookup(m.max_norm)
+    out = emit_embedding(lw, node, _float_table(m.weight, "the embedding's weight", "embedding"), input)
+    lw.layers[str(node.target)] = out.name
+    return out
+
+
+@lowers(modules=(nn.EmbeddingBag,), index_args=((0, "input"), (1, "offsets")))
+def _embedding_bag_module(lw: Lowerer, node: torch.fx.Node, m: nn.EmbeddingBag, input: Any, offsets: Any = None,
+                          per_sample_weights: Any = None) -> Tensor:
+    _plain_lookup(m.max_norm, m.padding_idx, bag=True)
+    if per_sample_weights is not None:
+        raise LoweringError("per_sample_weights is not supported")
+    table = _float_table(m.weight, "the embedding bag's weight", "embedding_bag", mode=m.mode,
+                         include_last_offset=m.include_last_offset)
+    out = emit_embedding(lw, node, table, input, offsets)
+    lw.layers[str(node.target)] = out.name
+    return out
+
+
+@lowers(functions=(F.embedding,), index_args=((0, "input"),))
+def _embedding(lw: Lowerer, node: torch.fx.Node, input: Any, weight: Any, padding_idx: Any = None,
+               max_norm: Any = None, norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+               sparse: bool = False) -> Tensor:
+    _plain_lookup(max_norm)
+    return emit_embedding(lw, node, _float_table(weight, "F.embedding's weight", "embedding"), input)
+
+
+@lowers(functions=(F.embedding_bag,), index_args=((0, "input"), (2, "offsets")))
+def _embedding_bag(lw: Lowerer, node: torch.fx.Node, input: Any, weight: Any, offsets: Any = None,
+                   max_norm: Any = None, norm_type: float = 2, scale_grad_by_freq: bool = False, mode: str = "mean",
+                   sparse: bool = False, per_sample_weights: Any = None, include_last_offset: bool = False,
+                   padding_idx: Any = None) -> Tensor:
+    _plain_lookup(max_norm, padding_idx, bag=True)
+    if per_sample_weights is not None:
+        raise LoweringError("per_sample_weights is not supported")
+    table = _float_table(weight, "F.embedding_bag's weight", "embedding_bag", mode=mode,
+                         include_last_offset=include_last_offset)
+    return emit_embedding(lw, node, table, input, offsets)
+
+
+@lowers(patterns=("embedding",), index_args=((0, "indices"),))
+def _quantized_embedding(lw: Lowerer, node: torch.fx.Node, layer: EmbeddingLayer, indices: Any) -> Tensor:
+    return emit_embedding(lw, node, layer, indices)
+
+
+@lowers(patterns=("embedding_bag",), index_args=((0, "indices"), (1, "offsets")))
+def _quantized_embedding_bag(lw: Lowerer, node: torch.fx.Node, layer: EmbeddingLayer, indices: Any,
+                             offsets: Any = None, per_sample_weights: Any = None,
+                             compressed_indices_mapping: Any = None) -> Tensor:
+    if per_sample_weights is not None or compressed_indices_mapping is not None:
+        raise LoweringError("per_sample_weights and compressed_indices_mapping are not supported")
+    return emit_embedding(lw, node, layer, indices, offsets)
+
+
+# ------------------------------------------------------------ linear layers
+
+
+def _linear_float(lw: Lowerer, node: torch.fx.Node, module: nn.Module, x: Any) -> Tensor:
+    """A Linear the rules keep in float (or a float Linear + ReLU fused by prepare_fx)."""
+    linear = module if isinstance(module, nn.Linear) else module[0]
+    ports = {
+        "x": lw.float_of(x),
+        "weight": linear.weight.detach().float().numpy().copy(),
+        "bias": None if linear.bias is None else linear.bias.detach().float().numpy().copy(),
+    }
+    y = lw.emit(node, "linear_float", ports)
+    if not isinstance(module, nn.Linear):
+        y = lw.emit(node, "relu", {"x": y}, suffix="_relu")
+    # Recorded so that `qrt compare` can match qrt values to PyTorch modules layer by layer.
+    lw.layers[str(node.target)] = y
+    return Tensor(y)
+
+
+lowers(modules=(nn.Linear,))(_linear_float)
+_FUSED_LINEAR_RELU = Lowering(_linear_float)
+
+
+@lowers(patterns=("linear", "linear_relu"))
+def _linear(lw: Lowerer, node: torch.fx.Node, layer: LinearLayer, x: Any) -> Any:
+    """Linear (+ReLU): dynamic -> linear_dynamic [+ relu]; static -> linear(relu)."""
+    if layer.mode == "static" or (layer.mode is None and isinstance(x, Deq)):
+        q = x.q if isinstance(x, Deq) else x
+        if not isinstance(q, Quant):
+            raise LoweringError("a static quantized Linear needs a quantized input")
+        pending = PendingLinear(lw.unique(node.name), layer, q)
+        if layer.mode == "static":
+            scale, zp = layer.output_qparams
+            return emit_static_linear(lw, pending, scale, zp)
+        return pending
+    if layer.mode == "dynamic" or isinstance(x, DynDeq):
+        ports = {"x": lw.float_of(x), **layer.weight.ports(), "bias": layer.bias}
+        # x86/fbgemm's dynamic Linear always reduces the activation range (NUMERICS.md).
+        y = lw.emit(node, "linear_dynamic", ports, {"reduce_range": True})
+        if layer.relu:
+            y = lw.emit(node, "relu", {"x": y}, suffix="_relu")
+        return Tensor(y)
+    raise LoweringError(
+        "a quantized Linear whose input is neither statically nor dynamically quantized "
+        "(weight-only quantization) is not supported"
+    )
+
+
+# ------------------------------------------------------------ recurrent layers
+
+
+def _states(lw: Lowerer, hx: Any, names: tuple[str, ...]) -> dict[str, str]:
+    """A recurrent module's state argument: one tensor, or a tuple (h, c) for an LSTM."""
+    if len(names) == 1:
+        return {names[0]: lw.float_of(hx)}
+    if not isinstance(hx, (tuple, list)) or len(hx) != len(names):
+        raise LoweringError(f"the state must be a tuple ({', '.join(names)})")
+    return {n: lw.float_of(v) for n, v in zip(names, hx)}
+
+
+@lowers(patterns=("rnn_cell", "lstm_cell", "gru_cell"))
+def _cell(lw: Lowerer, node: torch.fx.Node, layer: RNNCellLayer, input: Any, hx: Any = None) -> Any:
+    """RNNCell / LSTMCell / GRUCell -> *_cell_dynamic: both linears quantize their own input per call."""
+    kind = layer.pattern.removesuffix("_cell")
+    states = ("h", "c") if kind == "lstm" else ("h",)
+    if hx is None:
+        # qrt cells take the state as an input; a streaming model carries it from step to step.
+        raise LoweringError(f"call the {kind.upper()} cell with an explicit state")
+    ports = {"x": lw.float_of(input), **_states(lw, hx, states), **layer.ports()}
+    attrs: dict[str, Any] = {"reduce_range": True}
+    if kind == "rnn":
+        attrs["nonlinearity"] = layer.nonlinearity
+    out = lw.emit(node, f"{kind}_cell_dynamic", ports, attrs)
+    if kind == "lstm":
+        return tuple(Tensor(o) for o in out)
+    return Tensor(out)
+
+
+@lowers(patterns=("rnn", "lstm", "gru"))
+def _sequence(lw: Lowerer, node: torch.fx.Node, layer: SequenceLayer, input: Any, hx: Any = None) -> Any:
+    """nn.RNN / LSTM / GRU -> rnn/lstm/gru_dynamic; returns (y, h_n) or (y, (h_n, c_n)) as torch does."""
+    kind = layer.pattern
+    ports: dict[str, Any] = {"x": lw.float_of(input)}
+    if hx is not None:
+        states = ("h0", "c0") if kind == "lstm" else ("h0",)
+        ports.update(_states(lw, hx, states))
+    dirs = 2 if layer.bidirectional else 1
+    for i, weights in enumerate(layer.directions):
+        ports.update(weights.ports(layer_prefix(i // dirs, i % dirs == 1)))
+    attrs: dict[str, Any] = {
+        "num_layers": layer.num_layers,
+        "bidirectional": layer.bidirectional,
+        "batch_first": layer.batch_first,
+        "reduce_range": True,
+    }
+    if kind == "rnn":
+        attrs["nonlinearity"] = layer.nonlinearity
+    y, *final = (Tensor(o) for o in lw.emit(node, f"{kind}_dynamic", ports, attrs))
+    return (y, tuple(final) if kind == "lstm" else final[0])
