@@ -696,9 +696,17 @@ IMPLEMENTATIONS: dict[str, Callable[[Node, Mapping[str, np.ndarray]], Step]] = {
 
 def check_graph(graph: Graph) -> None:
     """Refuse a model using ops this backend lacks, naming them all, before anything is uploaded."""
-    missing = sorted({n.op for n in graph.nodes} - IMPLEMENTATIONS.keys())
+    def lacking(n: Node) -> str | None:
+        if n.op not in IMPLEMENTATIONS:
+            return n.op
+        shapes = {graph.values[v].shape for v in n.inputs.values()}
+        if n.op == "add" and len(shapes) > 1:  # the CUDA add takes equal shapes only
+            return "add (broadcasting)"
+        return None
+
+    missing = sorted({lacking(n) for n in graph.nodes} - {None})
     if missing:
-        nodes = [n.name for n in graph.nodes if n.op in missing]
+        nodes = [n.name for n in graph.nodes if lacking(n) is not None]
         more = f" and {len(nodes) - 5} more" if len(nodes) > 5 else ""
         raise NotImplementedError(
             f"device='cuda' does not implement op(s) {missing} (node(s) {nodes[:5]}{more}): "

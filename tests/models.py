@@ -49,7 +49,7 @@ class ConvNet(nn.Module):
 class SeqClassifier(nn.Module):
     """A recurrent classifier: sequence -> final hidden state -> Linear head; returns (logits, h_n).
 
-    The head reads h_n whole ([layers * directions, batch, hidden]): qrt has no tensor indexing.
+    The head reads h_n whole ([layers * directions, batch, hidden]); LastStepClassifier indexes it.
     """
 
     def __init__(self, rnn: nn.RNNBase, n_out: int = 5) -> None:
@@ -67,7 +67,7 @@ class SeqClassifier(nn.Module):
 
 
 class LastStepClassifier(SeqClassifier):
-    """Reads h_n[-1]: tensor indexing, which qrt does not run."""
+    """Reads h_n[-1]: tensor indexing (a select node)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y, h = self.rnn(x)

@@ -313,3 +313,15 @@ def test_gpu_refuses_the_ops_it_lacks_naming_them_all(tmp_path):
     with pytest.raises(NotImplementedError, match=r"does not implement op\(s\) \['permute', 'select'\]"):
         gpu.check_graph(graph)
     gpu.check_graph(_model(tmp_path, "flatten", {"start_dim": 0}, [("float32", [None, 2])]).graph)
+
+
+def test_gpu_refuses_a_broadcasting_add(tmp_path):
+    """add on the CPU broadcasts (tests/test_ops_float.py); the CUDA add takes equal shapes, so the
+    GPU refuses the broadcasting form at load instead of failing at run time."""
+    b = GraphBuilder()
+    x = b.input("x", "float32", [None, 3, 4])
+    y = b.input("y", "float32", [None, 3, 4])
+    b.output(b.node("add", {"a": x, "b": y}, name="same"), b.node("add", {"a": x, "b": np.ones(4, np.float32)}))
+    b.save(tmp_path / "add.qrt")
+    with pytest.raises(NotImplementedError, match=r"\['add \(broadcasting\)'\] \(node\(s\) \['add_1'\]\)"):
+        gpu.check_graph(qrt.load(tmp_path / "add.qrt").graph)

@@ -1,0 +1,28 @@
+"""The documents name every op of the registry: a new op is documented where users and C readers look."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from qrt.ops import OPS
+
+DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
+
+
+def _read(name: str) -> str:
+    with open(os.path.join(DOCS, name), encoding="utf-8") as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_format_md_specifies_every_op(op):
+    headings = re.findall(r"^###[^\n]*", _read("FORMAT.md"), re.M)
+    assert any(f"`{op}`" in h for h in headings), f"docs/FORMAT.md has no section for op {op!r}"
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_user_guide_lists_every_op(op):
+    assert f"\n| `{op}` |" in _read("USER_GUIDE.md"), f"docs/USER_GUIDE.md's op table lacks {op!r}"
