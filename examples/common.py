@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 
@@ -77,6 +78,14 @@ def to_numpy(value):
     if isinstance(value, torch.Tensor):
         return value.detach().numpy()
     return tuple(to_numpy(v) for v in value)
+
+
+def main(run_example: Callable[[str], object]) -> None:
+    """Run an example as a script: one thread on both sides (the figures compare kernels, not cores),
+    files in a temporary folder."""
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        run_example(tmp)
 
 
 def report(title: str, lines: Sequence[str]) -> None:

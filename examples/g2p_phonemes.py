@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import tempfile
 
+import common
 import numpy as np
 import torch
 from common import convert, latency, max_abs_diff, quantize_dynamic, report
@@ -154,11 +154,5 @@ def run_example(out_dir: str, quiet: bool = False) -> dict:
     return figures
 
 
-def main() -> None:
-    torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as tmp:
-        run_example(tmp)
-
-
 if __name__ == "__main__":
-    main()
+    common.main(run_example)

@@ -9,9 +9,7 @@ its state_dict with dynamic int8 quantization, and run by qrt at any batch size 
 
 from __future__ import annotations
 
-import tempfile
-
-import numpy as np
+import common
 import torch
 import torch.nn.functional as F
 from common import convert, latency, max_abs_diff, quantize_dynamic, report
@@ -92,12 +90,5 @@ def run_example(out_dir: str, quiet: bool = False) -> dict:
     return figures
 
 
-def main() -> None:
-    torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as tmp:
-        run_example(tmp)
-
-
 if __name__ == "__main__":
-    np.set_printoptions(precision=3)
-    main()
+    common.main(run_example)

@@ -8,9 +8,7 @@ windows of any length: the reconstruction error separates clean windows from cor
 
 from __future__ import annotations
 
-import tempfile
-
-import numpy as np
+import common
 import torch
 from common import convert, max_abs_diff, quantize_dynamic, report
 from torch import nn
@@ -88,12 +86,5 @@ def run_example(out_dir: str, quiet: bool = False) -> dict:
     return figures
 
 
-def main() -> None:
-    torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as tmp:
-        run_example(tmp)
-
-
 if __name__ == "__main__":
-    np.set_printoptions(precision=3)
-    main()
+    common.main(run_example)

@@ -15,8 +15,8 @@ import codecs
 import contextlib
 import io
 import os
-import tempfile
 
+import common
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -140,13 +140,7 @@ def run_example(out_dir: str, quiet: bool = False, generate: int = 30) -> dict:
     return figures
 
 
-def main() -> None:
-    torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as tmp:
-        run_example(tmp)
-
-
 if __name__ == "__main__":
     import word_language_model  # pickled under its module name, so the converter can import the class
 
-    word_language_model.main()
+    common.main(word_language_model.run_example)

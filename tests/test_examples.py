@@ -47,6 +47,7 @@ def test_streaming_lstm_cell(tmp_path):
     figures = streaming_lstm.run_example(str(tmp_path), quiet=True, frames=60)
     assert figures["step_max_abs_diff"] <= head_bound(figures, STEP_ATOL)
     assert figures["drift_max_abs_diff"] <= head_bound(figures)
+    assert figures["stream_same_bits"]  # Model.stream() keeps the state inside: the same bits as carrying it
 
 
 def test_sequence_autoencoder_any_length(tmp_path):
