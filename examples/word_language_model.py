@@ -83,8 +83,9 @@ def quantize(model: RNNModel) -> nn.Module:
     return quantize_dynamic(model, spec, dtype=torch.qint8)
 
 
-def run_example(out_dir: str, quiet: bool = False, generate: int = 30) -> dict:
-    import qrt
+def build(out_dir: str) -> tuple[RNNModel, nn.Module, str, torch.Tensor, dict[str, int]]:
+    """Train, quantize with PyTorch, save whole and convert: the float model, PyTorch's quantized
+    model, the .qrt file's path, the corpus as token ids and the vocabulary."""
     from tools import convert as qconvert
 
     torch.manual_seed(0)
@@ -100,6 +101,13 @@ def run_example(out_dir: str, quiet: bool = False, generate: int = 30) -> dict:
                             "--input-shape", f"{hidden_shape},{hidden_shape}"])
     if status != 0:
         raise SystemExit(f"converting the word language model failed (status {status})")
+    return model, reference, path, ids, vocab
+
+
+def run_example(out_dir: str, quiet: bool = False, generate: int = 30) -> dict:
+    import qrt
+
+    model, reference, path, ids, vocab = build(out_dir)
     qmodel = qrt.load(path)
 
     figures = {"head_row_sum": float(model.decoder.weight.detach().abs().sum(1).max())}
