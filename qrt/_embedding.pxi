@@ -1,4 +1,4 @@
-# Embedding lookups (included by _kernels.pyx): the ops embedding and embedding_bag of qrt/cpu_tensor.py.
+# Embedding lookups (included by _kernels.pyx): the ops embedding and embedding_bag of qrt/cpu/tensor_ops.py.
 # Every index and offset is checked here, before the kernels (qrt/kernels/embedding.h) run without the GIL.
 
 cdef extern from "embedding.h" nogil:

@@ -1,7 +1,7 @@
 # ------------------------------------------------------------ float32 math ops (included by _kernels.pyx)
 #
 # The kernels are in qrt/kernels/float_ops_body.h; these wrappers check the sizes they are handed, split
-# large calls across threads by whole rows (or elements), and run without the GIL. Callers (qrt/cpu_float.py)
+# large calls across threads by whole rows (or elements), and run without the GIL. Callers (qrt/cpu/float_ops.py)
 # pass contiguous float32 arrays and outputs of the right shape.
 
 cdef extern from "float_ops.h" nogil:

@@ -1,4 +1,4 @@
-"""The CPU backend's tensor and embedding ops (merged into qrt.cpu.IMPLEMENTATIONS).
+"""The CPU backend's tensor and embedding ops (in qrt.cpu.IMPLEMENTATIONS).
 
 Tensor ops move values and compute none, so they are exact: numpy indexing, reshapes and copies.
 Each step returns a C-contiguous array (a view of its input where numpy gives one), as the kernels
@@ -13,11 +13,10 @@ from typing import Callable
 
 import numpy as np
 
-from . import _kernels as K
-from .graph import Node
-from .ops import flattened, reshaped
-
-Step = Callable[..., tuple]
+from .. import _kernels as K
+from ..graph import Node
+from ..ops import flattened, reshaped
+from .types import Prepare, Step
 
 
 def _contiguous(a: np.ndarray) -> np.ndarray:
@@ -164,7 +163,7 @@ def _embedding_bag(node: Node, c: Mapping[str, np.ndarray]) -> Step:
     return step
 
 
-IMPLEMENTATIONS: dict[str, Callable[[Node, Mapping[str, np.ndarray]], Step]] = {
+IMPLEMENTATIONS: dict[str, Prepare] = {
     "select": _select,
     "slice": _slice,
     "cat": _cat,

@@ -1,4 +1,4 @@
-"""The CPU backend's float32 math ops (merged into qrt.cpu.IMPLEMENTATIONS).
+"""The CPU backend's float32 math ops (in qrt.cpu.IMPLEMENTATIONS).
 
 The functions, reductions and arithmetic run in C (qrt/_float_ops.pxi over qrt/kernels/float_ops_body.h):
 one fixed sequence of IEEE operations per op, so the same bits on every CPU and build, whatever the
@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Callable
 
 import numpy as np
 
-from . import _kernels as K
-from .graph import Node
-
-Step = Callable[..., tuple]
-Prepare = Callable[[Node, Mapping[str, np.ndarray]], Step]
+from .. import _kernels as K
+from ..graph import Node
+from .types import Prepare, Step
 
 
 def _contiguous(a: np.ndarray) -> np.ndarray:
