@@ -27,8 +27,10 @@ cdef extern from "qrt_kernels.h" nogil:
     ctypedef struct qrt_epilogue:
         int32_t* acc
         float* y
-        const float* y_scale
+        float x_scale
+        const float* w_scale
         const float* bias
+        int relu
         uint8_t* q
         const float* bias_q
         const float* bias_t
@@ -48,7 +50,7 @@ cdef extern from "qrt_kernels.h" nogil:
                               ptrdiff_t k, int32_t* out) noexcept nogil
         void (*gemm_u8s8)(const uint8_t* xpacked, const int32_t* col_offset, const int8_t* packed,
                           const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0,
-                          ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, int small_x,
+                          ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, int small_x, int x_plain,
                           const qrt_epilogue* e) noexcept nogil
         ptrdiff_t (*fp_packed_size)(ptrdiff_t n, ptrdiff_t k, int half) noexcept nogil
         void (*fp_pack)(const float* w, ptrdiff_t n, ptrdiff_t k, int half, void* out) noexcept nogil
@@ -59,6 +61,7 @@ cdef extern from "qrt_kernels.h" nogil:
                         ptrdiff_t ldy) noexcept nogil
         int (*min_max)(const float* x, ptrdiff_t n, float* lo, float* hi) noexcept nogil
         void (*quantize_u8)(const float* x, ptrdiff_t n, float inv, float zp, uint8_t* q) noexcept nogil
+        int (*u8_max)(const uint8_t* x, ptrdiff_t n) noexcept nogil
         void (*gate_update)(int kind, const float* gi, float* gh, const float* h, const float* c, float* h_out,
                             float* c_out, ptrdiff_t batch, ptrdiff_t hidden, ptrdiff_t j0,
                             ptrdiff_t j1) noexcept nogil
@@ -496,6 +499,12 @@ def gemm_f32_chain_reference(const float[:, ::1] x, const float[:, ::1] w, bias,
         gemm_f32_chain(&x[0, 0] if k else NULL, &w[0, 0] if k else NULL, bp, m, n, k, &y[0, 0])
 
 
+cdef enum:
+    SCRATCH_BYTES = 8192  # a call's buffers up to this size are on its stack: batch 1 allocates nothing
+    SCRATCH_INTS = 2048  # SCRATCH_BYTES of int32
+    SCRATCH_ROWS = 64
+
+
 cdef object aligned_empty(Py_ssize_t nbytes):
     """A uint8 array of nbytes starting on a 64-byte boundary (one cache line)."""
     buf = np.empty(nbytes + 64, np.uint8)
@@ -536,43 +545,54 @@ cdef class PackedS8:
         """(x - x_zp) @ (w - w_zp).T, exact in int32, to the epilogue e; x is [m, k]. -1: out of memory."""
         cdef const qrt_kernels* kern = self.kern
         cdef Py_ssize_t n = self.n, k = self.k, i, t, task, cn, cm, nr = kern.i8_nr, mr = kern.i8_mr
-        cdef bint small_x
         cdef Py_ssize_t panels = (n + nr - 1) // nr
+        # one row with whole groups of 4 k is read as it is; anything else is packed into row tiles
+        cdef bint plain = m == 1 and k > 0 and k % 4 == 0, small_x
+        # small buffers live on this call's stack (a batch-1 product allocates nothing), larger ones on the heap
+        cdef int32_t offset_stack[SCRATCH_INTS]
+        cdef int32_t xsum_stack[SCRATCH_ROWS]
+        cdef uint8_t xp_stack[SCRATCH_BYTES]
+        cdef int32_t* col_offset = offset_stack
         cdef int32_t* xsum = NULL
-        cdef int32_t* col_offset
-        cdef uint8_t* xp
+        cdef uint8_t* xp = <uint8_t*>x if plain else xp_stack
+        cdef int err = 0
         if m == 0 or n == 0:
             return 0
-        col_offset = <int32_t*>malloc(panels * nr * sizeof(int32_t))
-        xp = <uint8_t*>malloc(kern.i8_packed_x_size(m, k) + 1)  # + 1: k may be 0, and malloc(0) may be NULL
+        if panels * nr > SCRATCH_INTS:
+            col_offset = <int32_t*>malloc(panels * nr * sizeof(int32_t))
+        if not plain and kern.i8_packed_x_size(m, k) > SCRATCH_BYTES:
+            xp = <uint8_t*>malloc(kern.i8_packed_x_size(m, k))
         if self.any_zp:  # rowsum(x) is only needed against nonzero weight zero points
-            xsum = <int32_t*>malloc(m * sizeof(int32_t))
+            xsum = &xsum_stack[0] if m <= SCRATCH_ROWS else <int32_t*>malloc(m * sizeof(int32_t))
         if xp == NULL or col_offset == NULL or (self.any_zp and xsum == NULL):
-            free(xp)
-            free(col_offset)
-            free(xsum)
-            return -1
-        small_x = kern.i8_pack_x(x, m, k, xp) <= 128  # picks the faster flavour; both are exact
-        kern.i8_col_offset(x_zp, self.rowsum, self.zp, n, k, col_offset)
-        memset(col_offset + n, 0, (panels * nr - n) * sizeof(int32_t))  # padding columns, never stored
-        if self.any_zp:
-            for i in range(m):
-                xsum[i] = 0
-                for t in range(k):
-                    xsum[i] += x[i * k + t]
-        split_work(m, panels, mr, <int64_t>m * n * k, MIN_WORK_I8, &cn, &cm)
-        if cn * cm == 1:
-            kern.gemm_u8s8(xp, col_offset, self.packed, self.zp, xsum, n, k, 0, m, 0, panels, small_x, e)
+            err = -1
         else:
-            for task in prange(cn * cm, num_threads=cn * cm, schedule="static"):
-                kern.gemm_u8s8(xp, col_offset, self.packed, self.zp, xsum, n, k,
-                               chunk((m + mr - 1) // mr, cm, task % cm) * mr,
-                               min(chunk((m + mr - 1) // mr, cm, task % cm + 1) * mr, m),
-                               chunk(panels, cn, task // cm), chunk(panels, cn, task // cm + 1), small_x, e)
-        free(xsum)
-        free(col_offset)
-        free(xp)
-        return 0
+            # the faster flavour takes activations of at most 128; both are exact
+            small_x = (kern.u8_max(x, k) if plain else kern.i8_pack_x(x, m, k, xp)) <= 128
+            kern.i8_col_offset(x_zp, self.rowsum, self.zp if self.any_zp else NULL, n, k, col_offset)
+            memset(col_offset + n, 0, (panels * nr - n) * sizeof(int32_t))  # padding columns, never stored
+            if self.any_zp:
+                for i in range(m):
+                    xsum[i] = 0
+                    for t in range(k):
+                        xsum[i] += x[i * k + t]
+            split_work(m, panels, mr, <int64_t>m * n * k, MIN_WORK_I8, &cn, &cm)
+            if cn * cm == 1:
+                kern.gemm_u8s8(xp, col_offset, self.packed, self.zp, xsum, n, k, 0, m, 0, panels, small_x, plain, e)
+            else:
+                for task in prange(cn * cm, num_threads=cn * cm, schedule="static"):
+                    kern.gemm_u8s8(xp, col_offset, self.packed, self.zp, xsum, n, k,
+                                   chunk((m + mr - 1) // mr, cm, task % cm) * mr,
+                                   min(chunk((m + mr - 1) // mr, cm, task % cm + 1) * mr, m),
+                                   chunk(panels, cn, task // cm), chunk(panels, cn, task // cm + 1), small_x, plain,
+                                   e)
+        if xsum != xsum_stack:
+            free(xsum)
+        if col_offset != offset_stack:
+            free(col_offset)
+        if xp != xp_stack and not plain:
+            free(xp)
+        return err
 
     def __call__(self, const uint8_t[:, ::1] x, int32_t x_zp, int32_t[:, ::1] acc):
         """acc = (x - x_zp) @ (w - w_zp).T (for tests and benchmarks)."""
@@ -660,13 +680,20 @@ cdef struct prepared_input:
     uint8_t* q         # int8 weights: x quantized with (scale, zero_point), [m, k]
     float scale
     int32_t zero_point
-    float* y_scale     # int8 weights: fl(scale * s_w[j]), [n]
+    bint owned         # q was allocated by prepare(), release() frees it
 
 
 cdef void release(prepared_input* p) noexcept nogil:
-    free(p.q)
-    free(p.y_scale)
-    p.q, p.y_scale = NULL, NULL
+    if p.owned:
+        free(p.q)
+    p.q, p.owned = NULL, False
+
+
+cdef inline void relu_to(const float* x, float* y, Py_ssize_t n) noexcept nogil:
+    """y = max(x, 0) as numpy's maximum gives it: NaN stays as it is, -0.0 becomes +0.0."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        y[i] = 0 if x[i] <= 0 else x[i]
 
 
 cdef class DynamicLinear:
@@ -708,42 +735,51 @@ cdef class DynamicLinear:
             self.bias = &fv[0] if n else NULL
         self.arrays = keep
 
-    cdef int prepare(self, const float* x, Py_ssize_t m, prepared_input* p) noexcept nogil:
-        """Make x[m, k] ready for project(): for int8 weights, quantize it (one scale for all m rows)
-        and scale the outputs by s_x * s_w. Returns 1 if x holds NaN or infinity, -1 if out of memory;
-        p is to be released either way."""
-        cdef Py_ssize_t n = self.out_features, k = self.in_features, j
+    cdef int prepare(self, const float* x, Py_ssize_t m, prepared_input* p, uint8_t* buf,
+                     Py_ssize_t buf_size) noexcept nogil:
+        """Make x[m, k] ready for project(): for int8 weights, quantize it (one scale for all m rows),
+        into buf if it holds m * k bytes, else into memory of its own. Returns 1 if x holds NaN or
+        infinity, -1 if out of memory; p is to be released either way."""
+        cdef Py_ssize_t n = self.out_features, k = self.in_features
         memset(p, 0, sizeof(prepared_input))
         p.x = x
         if not self.is_int8 or m == 0 or n == 0:
             return 0
-        p.q = <uint8_t*>malloc(m * k + 1)
-        p.y_scale = <float*>malloc(n * sizeof(float))
-        if p.q == NULL or p.y_scale == NULL:
-            return -1
+        if buf != NULL and m * k <= buf_size:
+            p.q = buf
+        else:
+            p.q, p.owned = <uint8_t*>malloc(m * k + 1), True  # + 1: k may be 0, and malloc(0) may be NULL
+            if p.q == NULL:
+                return -1
         if k and quantize_activations(self.w8.kern, x, m * k, self.reduce_range, p.q, &p.scale, &p.zero_point):
             return 1
-        for j in range(n):
-            p.y_scale[j] = p.scale * self.scale[j]
         return 0
 
-    cdef int project(self, const prepared_input* p, Py_ssize_t row, Py_ssize_t m, float* y) noexcept nogil:
-        """y[m, n] = layer(x[row:row + m]) for x prepared by prepare(). -1: out of memory."""
+    cdef int project(self, const prepared_input* p, Py_ssize_t row, Py_ssize_t m, float* y,
+                     bint relu) noexcept nogil:
+        """y[m, n] = layer(x[row:row + m]) (then max(y, 0) if relu) for x prepared by prepare().
+        -1: out of memory."""
         cdef qrt_epilogue e
+        cdef int err
         if m == 0 or self.out_features == 0:
             return 0
         if not self.is_int8:
-            return self.w16.gemm(p.x + row * self.in_features, m, self.bias, y)
+            err = self.w16.gemm(p.x + row * self.in_features, m, self.bias, y)
+            if err == 0 and relu:
+                relu_to(y, y, m * self.out_features)
+            return err
         memset(&e, 0, sizeof(e))
-        e.y, e.y_scale, e.bias = y, p.y_scale, self.bias
+        e.y, e.x_scale, e.w_scale, e.bias, e.relu = y, p.scale, self.scale, self.bias, relu
         return self.w8.matmul(p.q + row * self.in_features, m, p.zero_point, &e)
 
-    cdef int forward(self, const float* x, Py_ssize_t m, float* y) noexcept nogil:
-        """y[m, n] from x[m, k]. Returns 1 if x holds NaN or infinity, -1 if out of memory."""
+    cdef int forward(self, const float* x, Py_ssize_t m, float* y, bint relu) noexcept nogil:
+        """y[m, n] from x[m, k], then max(y, 0) if relu. Returns 1 if x holds NaN or infinity, -1 if out
+        of memory."""
         cdef prepared_input p
-        cdef int err = self.prepare(x, m, &p)
+        cdef uint8_t buf[SCRATCH_BYTES]  # a batch-1 input quantizes into this call's stack
+        cdef int err = self.prepare(x, m, &p, buf, SCRATCH_BYTES)
         if err == 0:
-            err = self.project(&p, 0, m, y)
+            err = self.project(&p, 0, m, y, relu)
         release(&p)
         return err
 
@@ -755,7 +791,7 @@ cdef class DynamicLinear:
         cdef int err
         with nogil:
             err = self.forward(&x[0, 0] if m and self.in_features else NULL, m,
-                               &y[0, 0] if m and self.out_features else NULL)
+                               &y[0, 0] if m and self.out_features else NULL, False)
         check_error(err)
 
 
@@ -910,9 +946,9 @@ cdef class Recurrent:
                        Py_ssize_t b, float* gi, float* gh) noexcept nogil:
         """One step on raw pointers; gi and gh are scratch of b * gates * hidden floats each.
         Returns 1 if x or h holds NaN or infinity, -1 if out of memory."""
-        cdef int err = self.ih.forward(x, b, gi)
+        cdef int err = self.ih.forward(x, b, gi, False)
         if err == 0:
-            err = self.hh.forward(h, b, gh)
+            err = self.hh.forward(h, b, gh, False)
         if err == 0:
             self.update(gi, gh, h, c, h_out, c_out, b)
         return err
@@ -945,21 +981,21 @@ cdef class Recurrent:
         with nogil:
             memset(&xin, 0, sizeof(xin))
             if whole:
-                err = self.ih.prepare(&x[0, 0, 0] if n_in else NULL, steps * b, &xin)
+                err = self.ih.prepare(&x[0, 0, 0] if n_in else NULL, steps * b, &xin, NULL, 0)
             for s in range(steps):
                 if err:
                     break
                 t = steps - 1 - s if reverse else s
                 if not whole:
-                    err = self.ih.forward(&x[t, 0, 0] if n_in else NULL, b, &gi[0])
+                    err = self.ih.forward(&x[t, 0, 0] if n_in else NULL, b, &gi[0], False)
                     gi_t = &gi[0]
                 else:
                     if s % block == 0:  # project the block of steps s .. s + block - 1, in time order
                         first = steps - min(s + block, steps) if reverse else s
-                        err = self.ih.project(&xin, first * b, min(block, steps - s) * b, &gi[0])
+                        err = self.ih.project(&xin, first * b, min(block, steps - s) * b, &gi[0], False)
                     gi_t = &gi[(t - first) * b * rows]
                 if err == 0:
-                    err = self.hh.forward(&h[0, 0], b, &gh[0])
+                    err = self.hh.forward(&h[0, 0], b, &gh[0], False)
                 if err:
                     break
                 self.update(gi_t, &gh[0], &h[0, 0], &c[0, 0], &h_new[0], &c_new[0], b)

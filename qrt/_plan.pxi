@@ -49,13 +49,6 @@ cdef struct plan_step:
     const int32_t* ivec
 
 
-cdef inline void relu_to(const float* x, float* y, Py_ssize_t n) noexcept nogil:
-    """y = max(x, 0) as numpy's maximum gives it: NaN stays as it is, -0.0 becomes +0.0."""
-    cdef Py_ssize_t i
-    for i in range(n):
-        y[i] = 0 if x[i] <= 0 else x[i]
-
-
 cdef int run_native(const plan_step* s, void** P) noexcept nogil:
     """One native step; 0, or E_NATIVE."""
     cdef Py_ssize_t i, n
@@ -91,10 +84,8 @@ cdef int run_native(const plan_step* s, void** P) noexcept nogil:
     elif s.op == PS_LINEAR:
         err = (<StaticLinear>s.kernel).forward(<const uint8_t*>P[s.a], s.m, <uint8_t*>P[s.y])
     elif s.op == PS_LINEAR_DYNAMIC:
-        err = (<DynamicLinear>s.kernel).forward(<const float*>P[s.a], s.m, <float*>P[s.y])
-        n = s.m * (<DynamicLinear>s.kernel).out_features
-        if err == 0 and s.relu:  # ReLU on the output while it is in cache
-            relu_to(<float*>P[s.y], <float*>P[s.y], n)
+        # ReLU in the product's epilogue, on the output while it is in registers
+        err = (<DynamicLinear>s.kernel).forward(<const float*>P[s.a], s.m, <float*>P[s.y], s.relu)
     elif s.op == PS_LINEAR_FLOAT:
         err = (<PackedFloat>s.kernel).gemm(<const float*>P[s.a], s.m, s.fvec, <float*>P[s.y])
         n = s.m * (<PackedFloat>s.kernel).n
@@ -204,16 +195,16 @@ cdef class PlanProgram:
                 bs.objs[i] = info
         return bs
 
-    cdef object call(self, list inputs):
+    cdef object call(self, list inputs, bint checked):
         """The outputs of one call, or None when the per-node path must answer it (an error to report
-        as it reports it, or a fallback whose result changed shape)."""
+        as it reports it, or a fallback whose result changed shape). checked: the inputs conform."""
         cdef _PlanBuffers bs = self.buffers()
         cdef int failed = -1, err, i, slot, nd
         cdef cnp.npy_intp dims[32]
         try:
             for i in range(len(self.inputs)):
                 a = inputs[i]
-                if not self.conforms(i, a):
+                if not checked and not self.conforms(i, a):
                     raise ValueError(f"input {i}: expected a C-contiguous array of {np.dtype(self.input_types[i])}"
                                      " in native byte order")
                 slot = self.inputs[i]
@@ -358,8 +349,29 @@ cdef class PlanExecutor:
         for i in range(self.n_inputs):
             if not (<PlanProgram>prog).conforms(i, inputs[i]):
                 return None
-        out = (<PlanProgram>prog).call(inputs)
+        out = (<PlanProgram>prog).call(inputs, True)
         return self.slow(inputs) if out is None else out
+
+    def stream_step(self, list given, list free, list state, list state_in, list state_out):
+        """Stream.step's common call: the flat outputs for the inputs `given` (at the positions `free`) and
+        `state` (at `state_in`), if a compiled program takes these arrays as they are; the new state
+        (outputs `state_out`, made read-only) replaces state's items. None: Stream.step checks them."""
+        cdef Py_ssize_t i
+        if len(given) != len(free) or len(free) + len(state) != self.n_inputs:
+            return None
+        cdef list flat = [None] * self.n_inputs
+        for i in range(len(free)):
+            flat[<Py_ssize_t>free[i]] = given[i]
+        for i in range(len(state)):
+            flat[<Py_ssize_t>state_in[i]] = state[i]
+        out = self.try_run(flat)
+        if out is None:
+            return None
+        for i in range(len(state_out)):
+            a = out[<Py_ssize_t>state_out[i]]
+            cnp.PyArray_CLEARFLAGS(<cnp.ndarray>a, cnp.NPY_ARRAY_WRITEABLE)
+            state[i] = a
+        return out
 
     def run(self, list inputs) -> list:
         """The flat outputs of the model for its flat inputs (arrays of the inputs' dtypes, C-contiguous)."""
@@ -374,5 +386,5 @@ cdef class PlanExecutor:
             return self.miss(inputs)
         if prog is False:
             return self.slow(inputs)
-        out = (<PlanProgram>prog).call(inputs)
+        out = (<PlanProgram>prog).call(inputs, False)
         return self.slow(inputs) if out is None else out

@@ -233,8 +233,10 @@ class Model:
         Returns one array, or tuples nested as the source model returned them (output_structure).
         """
         if self._plan is not None:
-            # the common call, one array of shapes already compiled, skips binding (try_run checks it)
-            out = self._plan.try_run([inputs]) if type(inputs) is np.ndarray else None
+            # the common calls (one array, a flat list, a dict of every input) at shapes already compiled
+            # skip binding: try_run takes the arrays only if they fit a compiled program exactly
+            flat = self._as_flat(inputs)
+            out = None if flat is None else self._plan.try_run(flat)
             if out is None:
                 out = self._plan.run(self._bind(inputs))
         else:
@@ -242,6 +244,19 @@ class Model:
         if self._out_nested is not None:
             return nest(self._out_nested, out)
         return tuple(out) if self._output_tuple else out[0]
+
+    def _as_flat(self, inputs: Inputs) -> list[Any] | None:
+        """inputs as a flat list in input order, without any check, if they are given flat; else None."""
+        if type(inputs) is np.ndarray:
+            return [inputs]
+        if type(inputs) is dict and len(inputs) == len(self._names):
+            try:
+                return [inputs[n] for n in self._names]
+            except KeyError:
+                return None
+        if type(inputs) in (list, tuple) and len(inputs) == len(self._names):
+            return list(inputs)  # a nested call has a tuple among them, which try_run refuses
+        return None
 
     def _run_nodes(self, given: list[Any]) -> list[Any]:
         """Every node's step in order, from Python (the GPU backend's path)."""

@@ -459,6 +459,10 @@ class Stream:
 
     def step(self, inputs: np.ndarray | Sequence[np.ndarray]) -> Any:
         given = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
+        if self._state is not None:  # the common step, in one native call: arrays a compiled program takes
+            out = self._plan._executor.stream_step(given, self._free, self._state, self._state_in, self._state_out)
+            if out is not None:
+                return self._result(out)
         if len(given) != len(self._free):
             raise ValueError(f"step takes {len(self._free)} input(s): {[self._names[k] for k in self._free]}")
         if self._state is None:
@@ -478,6 +482,9 @@ class Stream:
         for a in state:
             a.flags.writeable = False
         self._state = state
+        return self._result(out)
+
+    def _result(self, out: list[np.ndarray]) -> Any:
         if self._flat:
             return tuple(out) if self._tuple else out[0]
         return nest(self._tree, out)

@@ -451,6 +451,27 @@ def test_stream_steps_like_feeding_the_state_back(tmp_path):
         stream.step([frames[0], frames[0]])
 
 
+def test_stream_state_in_any_order_and_inputs_it_must_convert(tmp_path):
+    """The stream's one-call step (arrays a program takes as they are) and its checked step (others) agree,
+    with the state mapped in either order."""
+    model = _lstm_cell(tmp_path)
+    h_out, c_out = (s.name for s in model.graph.outputs)
+    frames = [_x(2, 12) for _ in range(6)]
+    h = c = np.zeros((2, 16), np.float32)
+    want = []
+    for x in frames:
+        h, c = model.run([x, h, c])
+        want.append((h, c))
+    stream = _plan(model).stream({"c": c_out, "h": h_out})
+    for i, (x, (wh, wc)) in enumerate(zip(frames, want)):
+        given = [x, x.astype(np.float64), np.asfortranarray(np.repeat(x, 2, axis=1)[:, ::2])][i % 3]
+        h, c = stream.step(given)
+        _same(h, wh)
+        _same(c, wc)
+        assert stream.state["h"] is h and stream.state["c"] is c
+        assert not h.flags.writeable and not c.flags.writeable
+
+
 def test_stream_of_a_gru_cell(tmp_path):
     g = GraphBuilder()
     ports = {"x": g.input("x", "float32", [None, 10]), "h": g.input("h", "float32", [None, 9])}

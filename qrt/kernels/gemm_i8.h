@@ -125,22 +125,32 @@ static void qrt_epilogue_row(const qrt_epilogue* e, ptrdiff_t i, ptrdiff_t n, pt
             out[j] = (uint8_t)(q < lo ? lo : (q > 255 ? 255 : q));
         }
     } else {
-        float* out = e->y + i * n + j0;
-        const float *scale = e->y_scale + j0, *bias = e->bias;
+        /* the scale product rounds here as it would in a table made per call: fl(x_scale * w_scale[j]) */
+        float* restrict out = e->y + i * n + j0;
+        const float *restrict w_scale = e->w_scale + j0, *restrict bias = e->bias;
+        const float x_scale = e->x_scale;
         if (bias)
             for (j = 0; j < cols; j++)
-                out[j] = fmaf((float)a[j], scale[j], bias[j0 + j]);
+                out[j] = fmaf((float)a[j], x_scale * w_scale[j], bias[j0 + j]);
         else
             for (j = 0; j < cols; j++)
-                out[j] = (float)a[j] * scale[j];
+                out[j] = (float)a[j] * (x_scale * w_scale[j]);
+        if (e->relu) /* as numpy's maximum(y, 0): NaN stays, -0.0 becomes +0.0 */
+            for (j = 0; j < cols; j++)
+                out[j] = out[j] <= 0.0f ? 0.0f : out[j];
     }
 }
 
 /* The part of the expansion below that depends on the column only, for columns [0, n) of weights
- * with row sums w_rowsum and zero points w_zp, against x_zp: what each sum starts from. */
+ * with row sums w_rowsum and zero points w_zp (NULL: all 0), against x_zp: what each sum starts from. */
 static void qrt_i8_col_offset(int32_t x_zp, const int32_t* w_rowsum, const int32_t* w_zp, ptrdiff_t n, ptrdiff_t k,
                               int32_t* out) {
     uint32_t zx = (uint32_t)x_zp, kz = (uint32_t)k * zx;
+    if (!w_zp) { /* symmetric weights (torch's dynamic linears): one product per column, not two */
+        for (ptrdiff_t j = 0; j < n; j++)
+            out[j] = (int32_t)(((uint32_t)I8_XBIAS - zx) * (uint32_t)w_rowsum[j]);
+        return;
+    }
     for (ptrdiff_t j = 0; j < n; j++)
         out[j] = (int32_t)(((uint32_t)I8_XBIAS - zx) * (uint32_t)w_rowsum[j] + kz * (uint32_t)w_zp[j]);
 }
@@ -154,11 +164,12 @@ static void qrt_i8_col_offset(int32_t x_zp, const int32_t* w_rowsum, const int32
  * the dot products start from it, so a sum needs no fixing afterwards unless x_rowsum is given
  * (it may be NULL when every w_zp is 0). All exact modulo 2^32. Each result goes to the epilogue
  * e (row stride n). Activations of at most 128 (small_x) take the faster flavour where the ISA has
- * one; both are exact, so the choice never changes a result. */
+ * one; both are exact, so the choice never changes a result. x_plain: xpacked is one row of x as it is
+ * (i0 = 0, i1 = 1, k a multiple of 4), which needs no packing. */
 static void qrt_gemm_u8s8(const uint8_t* xpacked, const int32_t* col_offset, const int8_t* packed,
                           const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0,
-                          ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, int small_x, const qrt_epilogue* e) {
-    void (*tile)(const uint8_t*, int, const int8_t*, ptrdiff_t, ptrdiff_t, const int32_t*, int32_t*) =
+                          ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, int small_x, int x_plain, const qrt_epilogue* e) {
+    void (*tile)(const uint8_t*, ptrdiff_t, int, const int8_t*, ptrdiff_t, ptrdiff_t, const int32_t*, int32_t*) =
         i8_tile_any_exact;
 #if defined(I8_U7_COLS)
     if (small_x)
@@ -167,25 +178,27 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, const int32_t* col_offset, con
     (void)small_x;
 #endif
     int32_t c[I8_MC * I8_NR];
-    ptrdiff_t kp = qrt_round_up(k, 4), groups = kp / 4, p, ib, ie, i, gb, j, j0, j1;
+    ptrdiff_t kp = qrt_round_up(k, 4), groups = kp / 4, xs = x_plain ? 4 : 4 * I8_MR, p, ib, ie, i, gb, j, j0, j1;
+    /* K slices let a block of rows share a panel's slice in L1; one row reads each weight once: no slices */
+    ptrdiff_t kc = i1 - i0 == 1 && groups ? groups : I8_KC / 4;
     for (p = p0; p < p1; p++) {
         const int8_t* panel = packed + p * I8_NR * kp;
         j0 = p * I8_NR;
         j1 = j0 + I8_NR < n ? j0 + I8_NR : n;
         for (ib = i0; ib < i1; ib += I8_MC) {
             ie = ib + I8_MC < i1 ? ib + I8_MC : i1;
-            for (gb = 0; gb < groups || gb == 0; gb += I8_KC / 4) {
-                ptrdiff_t ge = gb + I8_KC / 4 < groups ? gb + I8_KC / 4 : groups;
+            for (gb = 0; gb < groups || gb == 0; gb += kc) {
+                ptrdiff_t ge = gb + kc < groups ? gb + kc : groups;
                 for (i = ib; i < ie; i += I8_MR)
-                    tile(xpacked + i * kp, (int)(ie - i < I8_MR ? ie - i : I8_MR), panel, gb, ge,
+                    tile(xpacked + i * kp, xs, (int)(ie - i < I8_MR ? ie - i : I8_MR), panel, gb, ge,
                          gb == 0 ? col_offset + j0 : NULL, c + (i - ib) * I8_NR);
             }
             for (i = ib; i < ie; i++) {
                 int32_t* ci = c + (i - ib) * I8_NR;
                 if (x_rowsum) {
-                    uint32_t xs = (uint32_t)x_rowsum[i];
+                    uint32_t xsum = (uint32_t)x_rowsum[i];
                     for (j = j0; j < j1; j++)
-                        ci[j - j0] = (int32_t)((uint32_t)ci[j - j0] - (uint32_t)w_zp[j] * xs);
+                        ci[j - j0] = (int32_t)((uint32_t)ci[j - j0] - (uint32_t)w_zp[j] * xsum);
                 }
                 qrt_epilogue_row(e, i, n, j0, j1, ci);
             }

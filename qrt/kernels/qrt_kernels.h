@@ -26,9 +26,11 @@
 /* What the int8 product does with each exact int32 result a = acc[i][j], while its tile is in cache. */
 typedef struct {
     int32_t* acc;         /* if not NULL: acc[i][j] = a */
-    float* y;             /* dynamic linear: y[i][j] = fma(fl(a), y_scale[j], bias[j]) or fl(a) * y_scale[j] */
-    const float* y_scale; /* fl(s_x * s_w[j]) */
+    float* y;             /* dynamic linear: y[i][j] = fma(fl(a), fl(x_scale * w_scale[j]), bias[j]) */
+    float x_scale;        /* ... or fl(a) * fl(x_scale * w_scale[j]) without bias; then max(y, 0) if relu */
+    const float* w_scale;
     const float* bias;
+    int relu;
     uint8_t* q;           /* static linear: q[i][j] = requantized a */
     const float* bias_q;  /* per-channel folded bias, or NULL */
     const float* bias_t;  /* per-tensor bias, or NULL */
@@ -53,7 +55,7 @@ typedef struct {
                           int32_t* out);
     void (*gemm_u8s8)(const uint8_t* xpacked, const int32_t* col_offset, const int8_t* packed, const int32_t* w_zp,
                       const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t p0,
-                      ptrdiff_t p1, int small_x, const qrt_epilogue* e); /* small_x: max(x) <= 128 */
+                      ptrdiff_t p1, int small_x, int x_plain, const qrt_epilogue* e); /* small_x: max(x) <= 128 */
 
     /* float16 (half) or float32 weights: the same four steps, fma chains in fbgemm's fp16 order,
      * bias added after the chain */
@@ -67,6 +69,7 @@ typedef struct {
     /* dynamic quantization of activations */
     int (*min_max)(const float* x, ptrdiff_t n, float* lo, float* hi);
     void (*quantize_u8)(const float* x, ptrdiff_t n, float inv, float zp, uint8_t* q);
+    int (*u8_max)(const uint8_t* x, ptrdiff_t n);
 
     /* recurrent gates: units [j0, j1) of every batch row of one step (gates.h) */
     void (*gate_update)(int kind, const float* gi, float* gh, const float* h, const float* c, float* h_out,

@@ -47,3 +47,11 @@ static void qrt_quantize_u8(const float* x, ptrdiff_t n, float inv, float zp, ui
         q[i] = (uint8_t)(int32_t)r;
     }
 }
+
+/* The largest of x[0..n) (0 if n is 0): whether a row of x may take the int8 product's faster flavour. */
+static int qrt_u8_max(const uint8_t* x, ptrdiff_t n) {
+    uint8_t largest = 0;
+    for (ptrdiff_t i = 0; i < n; i++)
+        largest = x[i] > largest ? x[i] : largest;
+    return largest;
+}

@@ -5,6 +5,10 @@
 #define I8_MR 6
 #define I8_COLS 16
 #define I8_XBIAS 0
+/* One row (batch 1) reads its panels straight through, which the hardware prefetcher follows: software
+ * prefetches only slowed it, 1.1-1.5x at every size from L2 to DRAM (Ice Lake, bench/gemv_floor.c).
+ * The other variants keep them (docs/PERFORMANCE.md: they took AVX2's one-row product from DRAM 8.6 -> 22 GB/s). */
+#define I8_ROW_PREFETCH 0
 typedef __m512i i8_acc;
 typedef __m512i i8_w;
 typedef __m512i i8_x;
