@@ -9,10 +9,11 @@ Cases (one thread for every runtime):
 - per-call overhead: a model of one small node (ReLU of 16 values) against ONNX Runtime's
   InferenceSession.run on an Identity model of the same input.
 
-"qrt per node" is Model.run as it runs each node's Python step; "qrt plan" is the same model through
-qrt.plan (Model's input binding, then one native call), "qrt stream" a cell stepped by Plan.stream (the
-state stays inside). Figures are medians of interleaved samples (bench/harness.py time_calls), so every
-runtime sees the same machine load; ratios are ORT time / qrt plan time (above 1: qrt is faster).
+"qrt per node" runs each node's Python step in turn (Model._run_nodes: the path without a plan, the GPU
+backend's); "qrt run" is Model.run, which runs a compiled plan (qrt/plan.py: one native call), and
+"qrt stream" a cell stepped by Model.stream (the state stays inside). Figures are medians of interleaved
+samples (bench/harness.py time_calls), so every runtime sees the same machine load; ratios are ORT time /
+qrt time (above 1: qrt is faster).
 """
 
 from __future__ import annotations
@@ -35,28 +36,14 @@ from harness import fmt_time, machine, time_calls, write_json  # noqa: E402
 from qrt_testing import cell_model_file, dynamic_weight, quantized_copy  # noqa: E402
 
 import qrt  # noqa: E402
-from qrt import format as qformat  # noqa: E402
 from qrt.builder import GraphBuilder  # noqa: E402
-from qrt.plan import Plan, build_plan  # noqa: E402
 
 warnings.simplefilter("ignore")
 
 
-def plan_of(model: qrt.Model) -> Plan:
-    return build_plan(model.graph, qformat.load_file(model.path).tensors, [s[1] for s in model._steps])
-
-
-def hooked(model: qrt.Model, plan: Plan):
-    """Model.run as it runs with the plan wired in: one array taken as it is by a compiled program, else
-    Model's input binding; then one native call; one output."""
-
-    def run(inputs):
-        out = plan.try_run([inputs]) if type(inputs) is np.ndarray else None
-        if out is None:
-            out = plan.run(model._bind(inputs))
-        return out[0]
-
-    return run
+def per_node(model: qrt.Model, inputs):
+    """The model without its plan: input binding, then each node's Python step in turn."""
+    return lambda: model._run_nodes(model._bind(inputs))
 
 
 def mlp(tmp: str):
@@ -79,12 +66,10 @@ def mlp(tmp: str):
     path = os.path.join(tmp, "mlp.qrt")
     g.save(path)
     model = qrt.load(path)
-    plan = plan_of(model)
     x = np.random.default_rng(0).standard_normal((1, sizes[0])).astype(np.float32)
     tx = torch.from_numpy(x)
-    run_plan = hooked(model, plan)
-    assert run_plan(x).tobytes() == run_plan(x).tobytes() == model.run(x).tobytes()
-    runs = {"qrt per node": lambda: model.run(x), "qrt plan": lambda: run_plan(x), "torch": lambda: ref(tx)}
+    assert model.run(x).tobytes() == model.run(x).tobytes() == per_node(model, x)()[0].tobytes()
+    runs = {"qrt per node": per_node(model, x), "qrt run": lambda: model.run(x), "torch": lambda: ref(tx)}
     if ort is not None:
         sess = _ort_mlp(tmp, "mlp", linears, False, 1)
         runs["onnxruntime"] = lambda: sess.run(None, {"x": x})
@@ -98,25 +83,18 @@ def cell(tmp: str, kind: str):
     path = os.path.join(tmp, f"{kind}_cell.qrt")
     cell_model_file(path, kind, qcell)
     model = qrt.load(path)
-    plan = plan_of(model)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 128)).astype(np.float32)
     h, c = (rng.standard_normal((1, 256)).astype(np.float32) * 0.5 for _ in range(2))
     tx, th, tc = torch.from_numpy(x), torch.from_numpy(h), torch.from_numpy(c)
-    flat = [x, h, c] if kind == "lstm" else [x, h]
     feed = {"x": x, "h": h, "c": c} if kind == "lstm" else {"x": x, "h": h}
-
-    def run_plan():
-        return plan.run(model._bind(feed))
-
-    stream = plan.stream()
-    got = plan.run(flat)
-    want = model.run(feed)
-    for a, b in zip(got, want if isinstance(want, tuple) else (want,)):
+    stream = model.stream()
+    got = model.run(feed)
+    for a, b in zip(got if isinstance(got, tuple) else (got,), per_node(model, feed)()):
         assert a.tobytes() == b.tobytes()
     runs = {
-        "qrt per node": lambda: model.run(feed),
-        "qrt plan": run_plan,
+        "qrt per node": per_node(model, feed),
+        "qrt run": lambda: model.run(feed),
         "qrt stream": lambda: stream.step(x),
         "torch": (lambda: qcell(tx, (th, tc))) if kind == "lstm" else (lambda: qcell(tx, th)),
     }
@@ -132,9 +110,8 @@ def overhead(tmp: str):
     path = os.path.join(tmp, "relu.qrt")
     g.save(path)
     model = qrt.load(path)
-    run_plan = hooked(model, plan_of(model))
     x = np.random.default_rng(0).standard_normal((1, 16)).astype(np.float32)
-    runs = {"qrt per node": lambda: model.run(x), "qrt plan": lambda: run_plan(x)}
+    runs = {"qrt per node": per_node(model, x), "qrt run": lambda: model.run(x)}
     if ort is not None:
         from onnx import TensorProto, helper
 
@@ -170,8 +147,8 @@ def main() -> None:
     print(f"machine: {cpu_model()} | {info['cores']} cores | torch {torch.__version__} capability "
           f"{torch.backends.cpu.get_cpu_capability()} | qrt kernels {qrt.kernel_variant()} | onnxruntime "
           f"{ort.__version__ if ort else 'not installed'} | 1 thread each")
-    names = ["qrt per node", "qrt plan", "qrt stream", "torch", "onnxruntime"]
-    print(f"{'case':34s}" + "".join(f"{n:>14s}" for n in names) + f"{'ort/plan':>10s}{'ort/stream':>11s}")
+    names = ["qrt per node", "qrt run", "qrt stream", "torch", "onnxruntime"]
+    print(f"{'case':34s}" + "".join(f"{n:>14s}" for n in names) + f"{'ort/run':>10s}{'ort/stream':>11s}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
         cases = [("MLP 256-512-512-10, batch 1", lambda: mlp(tmp)),
@@ -182,7 +159,7 @@ def main() -> None:
             runs = make()
             times = dict(zip(runs, time_calls(list(runs.values()), repeats=repeats)))
             t_o = times.get("onnxruntime")
-            ratio = f"{t_o / times['qrt plan']:10.2f}" if t_o else f"{'-':>10s}"
+            ratio = f"{t_o / times['qrt run']:10.2f}" if t_o else f"{'-':>10s}"
             ratio_s = f"{t_o / times['qrt stream']:11.2f}" if t_o and "qrt stream" in times else f"{'-':>11s}"
             print(f"{name:34s}" + "".join(f"{fmt_time(times[n]) if n in times else '-':>14s}" for n in names)
                   + ratio + ratio_s, flush=True)
