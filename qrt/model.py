@@ -56,6 +56,9 @@ class Model:
         # per argument of forward(): its name, where it has one; nested ones by name, for dict calls
         self._arg_names = _argument_names(g)
         self._arguments = {n: t for n, t in zip(self._arg_names, g.input_structure) if n and isinstance(t, tuple)}
+        # a nested call's fast path: the index path of each input, and of each tuple with its length
+        nested = g.input_structure != tuple(range(len(self._names)))
+        self._input_paths = _paths(g.input_structure) if nested else None
         self._output_tuple = g.output_tuple
         # None when run returns one array or a flat tuple (the per-call fast path), else the tree
         flat = not g.output_tuple or g.output_structure == tuple(range(len(g.outputs)))
@@ -254,9 +257,28 @@ class Model:
                 return [inputs[n] for n in self._names]
             except KeyError:
                 return None
-        if type(inputs) in (list, tuple) and len(inputs) == len(self._names):
-            return list(inputs)  # a nested call has a tuple among them, which try_run refuses
+        if type(inputs) in (list, tuple):
+            if self._input_paths is not None and any(type(a) in (list, tuple) for a in inputs):
+                return self._flatten(inputs)
+            return list(inputs) if len(inputs) == len(self._names) else None
         return None
+
+    def _flatten(self, args: Sequence[Any]) -> list[Any] | None:
+        """Arguments nested as input_structure, as a flat list in input order; None if they are not."""
+        leaves, tuples = self._input_paths
+        for path, n in tuples:
+            v = args
+            for i in path:
+                v = v[i]
+            if type(v) not in (list, tuple) or len(v) != n:
+                return None
+        flat = [None] * len(leaves)
+        for k, path in leaves:
+            v = args
+            for i in path:
+                v = v[i]
+            flat[k] = v
+        return flat
 
     def _run_nodes(self, given: list[Any]) -> list[Any]:
         """Every node's step in order, from Python (the GPU backend's path)."""
@@ -280,6 +302,22 @@ class Model:
         if self._plan is None:
             raise ValueError("streams run on the CPU backend; this model was loaded for " + self.device)
         return self._plan.stream(state)
+
+
+def _paths(tree: tuple) -> tuple[list[tuple[int, tuple]], list[tuple[tuple, int]]]:
+    """The index path of every leaf (with its input index) and of every tuple (with its length), the
+    top-level tuple first, each tuple before what it holds."""
+    leaves: list[tuple[int, tuple]] = []
+    tuples: list[tuple[tuple, int]] = []
+    stack: list[tuple[Tree, tuple]] = [(tree, ())]
+    while stack:
+        t, path = stack.pop(0)
+        if isinstance(t, int):
+            leaves.append((t, path))
+        else:
+            tuples.append((path, len(t)))
+            stack.extend((c, path + (i,)) for i, c in enumerate(t))
+    return leaves, tuples
 
 
 def _argument_names(graph: Graph) -> list[str | None]:
