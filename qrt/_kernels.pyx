@@ -150,6 +150,15 @@ cdef int quantize_channel_raw(const float* x, Py_ssize_t outer, Py_ssize_t chann
     return nan
 
 
+cdef void _check_channels(Py_ssize_t* shape, Py_ssize_t scales, Py_ssize_t zero_points,
+                          Py_ssize_t* out_shape) except *:
+    """The per-channel loops read one scale and zero point per channel and write out like x: check before nogil."""
+    if scales != shape[1] or zero_points != shape[1]:
+        raise ValueError(f"{shape[1]} channels, but {scales} scales and {zero_points} zero points")
+    if out_shape[0] != shape[0] or out_shape[1] != shape[1] or out_shape[2] != shape[2]:
+        raise ValueError("the output's shape differs from the input's")
+
+
 def quantize_per_channel(const float[:, :, ::1] x, const float[::1] scale,
                          const int32_t[::1] zero_point, qint_t[:, :, ::1] out) -> int:
     """x viewed as [outer, channels, inner]; rne(fl(x * (1/scale_c)) + zp_c), no fma.
@@ -157,6 +166,7 @@ def quantize_per_channel(const float[:, :, ::1] x, const float[::1] scale,
     scale is float32 even when the file holds float64: torch computes 1.0f / (float)scale.
     """
     cdef int nan = 0
+    _check_channels(x.shape, scale.shape[0], zero_point.shape[0], out.shape)
     if x.shape[0] and x.shape[1] and x.shape[2]:
         with nogil:
             nan = quantize_channel_raw(&x[0, 0, 0], x.shape[0], x.shape[1], x.shape[2], &scale[0],
@@ -200,6 +210,7 @@ def dequantize_per_channel(const qint_t[:, :, ::1] q, const double[::1] scale,
     float64 scale in double and rounds once. The subtraction is exact for
     8-bit q; for qint32 it may round once |q|, |zp| or |q - zp| exceeds 2**24.
     """
+    _check_channels(q.shape, scale.shape[0], zero_point.shape[0], out.shape)
     if q.shape[0] and q.shape[1] and q.shape[2]:
         with nogil:
             dequantize_channel_raw(&q[0, 0, 0], q.shape[0], q.shape[1], q.shape[2], &scale[0], &zero_point[0],

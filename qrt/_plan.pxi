@@ -205,8 +205,8 @@ cdef class PlanProgram:
             for i in range(len(self.inputs)):
                 a = inputs[i]
                 if not checked and not self.conforms(i, a):
-                    raise ValueError(f"input {i}: expected a C-contiguous array of {np.dtype(self.input_types[i])}"
-                                     " in native byte order")
+                    want = cnp.PyArray_DescrFromType(self.input_types[i])
+                    raise ValueError(f"input {i}: expected an aligned C-contiguous array of {want} in native byte order")
                 slot = self.inputs[i]
                 if slot >= 0:
                     bs.ptrs[slot] = cnp.PyArray_DATA(a)
@@ -282,7 +282,6 @@ cdef class PlanProgram:
         """The outputs: arrays made for this call as they are; anything else the call does not own, copied."""
         cdef list out = []
         cdef int slot, kind, i, nd
-        cdef char* p
         cdef cnp.npy_intp dims[32]
         for spec in self.outputs:
             slot = spec[0]
@@ -295,8 +294,9 @@ cdef class PlanProgram:
                 v = bs.objs[slot]
                 if v.shape != shape:
                     v = v.reshape(shape)
-                p = <char*>cnp.PyArray_DATA(v)
-                if kind == SLOT_OBJECT and bs.lo <= p < bs.hi:  # a view of the arena
+                # a fallback's view (of the arena, an input, a stored tensor) or an array already
+                # handed out is copied: outputs are the caller's, and never alias each other
+                if (kind == SLOT_OBJECT and v.base is not None) or any(v is o for o in out):
                     v = v.copy()
                 out.append(v)
                 continue

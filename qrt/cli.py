@@ -229,7 +229,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for k, v in r["metadata"].items():
         print(f"  {k}: {v if len(v) <= 100 else v[:97] + '...'}")
     print(f"inputs:  {_io(r['inputs'])}")
-    if r["input_structure"] != [v["name"] for v in r["inputs"]]:  # some arguments are tuples
+    if list(r["input_structure"]) != [v["name"] for v in r["inputs"]]:  # some arguments are tuples
         print(f"called as: {tree_text(r['input_structure'])}")
     structure = r["output_structure"]
     shown = f"({structure})" if isinstance(structure, str) else f"returned as {tree_text(structure)}"

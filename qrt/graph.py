@@ -90,6 +90,27 @@ def tree_text(names: Any) -> str:
     return f"({inner},)" if len(names) == 1 else f"({inner})"
 
 
+def check_input(spec: ValueSpec, a: Any, array_module: Any = None) -> np.ndarray:
+    """a as the kernels take it for input spec (C-contiguous, aligned, native byte order), or a
+    ValueError naming the input and what was expected."""
+    want = np.dtype(spec.dtype)
+    xp = np if isinstance(a, np.ndarray) else (array_module(a) if array_module else None)
+    if xp is None:
+        raise ValueError(
+            f"input {spec.name!r}: expected a numpy.ndarray of {spec.dtype}, got {type(a).__name__}"
+        )
+    if a.dtype != want:
+        if a.dtype.kind == want.kind and a.dtype.itemsize == want.itemsize:
+            a = a.astype(want)  # other byte order: lossless
+        else:
+            raise ValueError(f"input {spec.name!r}: dtype is {a.dtype}, expected {spec.dtype}")
+    if a.ndim != len(spec.shape) or any(d is not None and d != g for d, g in zip(spec.shape, a.shape)):
+        want_shape = "[" + ", ".join("?" if d is None else str(d) for d in spec.shape) + "]"
+        raise ValueError(f"input {spec.name!r}: shape is {list(a.shape)}, expected {want_shape}")
+    a = xp.ascontiguousarray(a)
+    return a if xp is not np or a.flags.aligned else a.copy()
+
+
 def _fail(where: str, msg: str) -> None:
     raise FormatError(f"graph: {where}: {msg}")
 

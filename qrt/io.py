@@ -15,12 +15,15 @@ names, raises ValueError naming the file or the inputs; dtypes and shapes are ch
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 
 import numpy as np
 
 from .graph import Graph, Node, ValueSpec
+
+MAX_RANDOM_BYTES = 1 << 30  # random_inputs refuses more per input: a file's fixed dimensions could ask for any size
 
 # Ops that take a whole sequence; their x's time axis is 0, or 1 when batch_first.
 SEQUENCE_OPS = ("rnn_dynamic", "lstm_dynamic", "gru_dynamic")
@@ -143,6 +146,9 @@ def random_inputs(graph: Graph, batch: int = 1, seq: int = 16, seed: int = 0) ->
             (seq if axes.get(spec.name) == i else batch) if d is None else d for i, d in enumerate(spec.shape)
         )
         dtype = np.dtype(spec.dtype)
+        if math.prod(shape) * dtype.itemsize > MAX_RANDOM_BYTES:  # the file's fixed dimensions say how much
+            raise ValueError(f"input {spec.name!r}: random values of shape {list(shape)} would take more than "
+                             f"{MAX_RANDOM_BYTES >> 30} GiB; give the inputs from files")
         if dtype.kind == "f":
             a = rng.standard_normal(shape).astype(dtype)
         elif spec.name in rows:

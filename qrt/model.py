@@ -10,7 +10,7 @@ from typing import Any, Union
 import numpy as np
 
 from . import format as qformat
-from .graph import Graph, Tree, ValueSpec, nest, tree_names, tree_text
+from .graph import Graph, Tree, ValueSpec, check_input, nest, tree_names, tree_text
 from .ops import OPS
 from .plan import Stream, build_plan
 
@@ -91,7 +91,7 @@ class Model:
             else:
                 self._out_slots.append(slot(spec.name))
         self._in_slots = [slots[s.name] for s in self.graph.inputs]
-        # per input: what an array needs to pass _check_input untouched (the per-call fast path)
+        # per input: what an array needs to pass check_input untouched (the per-call fast path)
         self._accepts = [
             (np.dtype(s.dtype), len(s.shape), tuple((i, d) for i, d in enumerate(s.shape) if d is not None))
             for s in self.graph.inputs
@@ -131,18 +131,19 @@ class Model:
         return _unpickle, (self.path, self.device, self.metadata[qformat.META_CHECKSUM])
 
     def _accept(self, i: int, a: Any) -> np.ndarray:
-        """Input i checked: returned as it is when it already conforms, else by _check_input."""
+        """Input i checked: returned as it is when it already conforms, else by check_input."""
         dtype, ndim, fixed = self._accepts[i]
         if (
             type(a) is np.ndarray
             and a.dtype == dtype
             and a.ndim == ndim
             and a.flags.c_contiguous
+            and a.flags.aligned
             and all(a.shape[j] == d for j, d in fixed)
         ):
             return a
         # a backend taking device arrays says which array library an input belongs to
-        return _check_input(self.graph.inputs[i], a, getattr(self._backend, "array_module", None))
+        return check_input(self.graph.inputs[i], a, getattr(self._backend, "array_module", None))
 
     def _bind(self, inputs: Inputs) -> list[np.ndarray]:
         specs = self.graph.inputs
@@ -348,24 +349,6 @@ def _argument_names(graph: Graph) -> list[str | None]:
     taken = {s.name for s in graph.inputs}
     clash = {n for n, count in Counter(nested).items() if count > 1 or n in taken}
     return [None if isinstance(a, tuple) and n in clash else n for n, a in zip(names, graph.input_structure)]
-
-
-def _check_input(spec: ValueSpec, a: Any, array_module: Any = None) -> np.ndarray:
-    want = np.dtype(spec.dtype)
-    xp = np if isinstance(a, np.ndarray) else (array_module(a) if array_module else None)
-    if xp is None:
-        raise ValueError(
-            f"input {spec.name!r}: expected a numpy.ndarray of {spec.dtype}, got {type(a).__name__}"
-        )
-    if a.dtype != want:
-        if a.dtype.kind == want.kind and a.dtype.itemsize == want.itemsize:
-            a = a.astype(want)  # other byte order: lossless
-        else:
-            raise ValueError(f"input {spec.name!r}: dtype is {a.dtype}, expected {spec.dtype}")
-    if a.ndim != len(spec.shape) or any(d is not None and d != g for d, g in zip(spec.shape, a.shape)):
-        want_shape = "[" + ", ".join("?" if d is None else str(d) for d in spec.shape) + "]"
-        raise ValueError(f"input {spec.name!r}: shape is {list(a.shape)}, expected {want_shape}")
-    return xp.ascontiguousarray(a)
 
 
 def _unpickle(path: str, device: str, checksum: str) -> Model:

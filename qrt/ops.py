@@ -883,6 +883,9 @@ def _check_layer_norm(ins, consts, attrs):
         ):
             _fail(f"{port} must have the shape of x's last {k} dimension(s), {ValueInfo('', tail).describe()}, "
                   f"got {t.describe()}")
+    w, b = ins.get("weight"), ins.get("bias")
+    if w is not None and b is not None and w.shape != b.shape:  # x's free dims would let them disagree
+        _fail(f"weight and bias must have the same shape, got {w.describe()} and {b.describe()}")
     return [ValueInfo("float32", x.shape)]
 
 

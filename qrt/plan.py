@@ -31,7 +31,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _kernels as K
-from .graph import Graph, nest
+from .graph import Graph, check_input, nest
 from .ops import OPS, QUANT_DTYPES
 
 MAX_PROGRAMS = 32  # input shape sets whose programs are kept (a free sequence length makes many)
@@ -177,7 +177,14 @@ class Plan:
             values.update(zip(node.outputs, results))
         if env is not None:
             env.update(values)
-        return [self._value(values, name, copy=True) for name in self._output_names]
+        out: list[np.ndarray] = []
+        for name in self._output_names:
+            a = self._value(values, name, copy=True)
+            # a view (of an input, a stored tensor) or an array already handed out is copied, as the
+            # compiled program does: outputs are the caller's and never alias each other
+            owned = a.base is None and not any(a is o for o in out) and not any(a is x for x in inputs)
+            out.append(a if owned else a.copy())
+        return out
 
     def _value(self, values: dict[str, Any], name: str, copy: bool = False) -> Any:
         if name in values:
@@ -329,6 +336,8 @@ class Plan:
         op, c = node.op, {p: self._consts[v] for p, v in node.inputs.items() if v in self._consts}
         if op == "flatten" or i in self._fused:
             return {"op": 0}  # nothing to run: an alias
+        if any(v in self._consts for v in self._args[i]):  # a stored tensor at a run-time port: rare
+            return None
         x = env.get(node.inputs.get("x", ""))
         if op == "quantize_per_tensor":
             dtype = QUANT_DTYPES[node.attrs["dtype"]]
@@ -452,7 +461,7 @@ class Stream:
             spec = self._specs[k]
             if spec.name not in state:
                 raise ValueError(f"reset: missing state {spec.name!r}")
-            a = np.array(state[spec.name], dtype=spec.dtype, order="C")
+            a = check_input(spec, state[spec.name]).copy()  # checked as Model.run checks it, then ours
             a.flags.writeable = False
             arrays.append(a)
         self._state = arrays
@@ -470,11 +479,7 @@ class Stream:
             self._state = [self._zeros(k, batch) for k in self._state_in]
         flat: list[Any] = [None] * len(self._names)
         for k, a in zip(self._free, given):
-            spec = self._specs[k]
-            a = np.ascontiguousarray(a, dtype=spec.dtype)
-            if a.ndim != len(spec.shape) or any(d is not None and d != n for d, n in zip(spec.shape, a.shape)):
-                raise ValueError(f"input {spec.name!r}: shape is {list(a.shape)}, expected {list(spec.shape)}")
-            flat[k] = a
+            flat[k] = check_input(self._specs[k], a)
         for k, a in zip(self._state_in, self._state):
             flat[k] = a
         out = self._plan.run(flat)

@@ -564,3 +564,57 @@ def test_every_unsupported_call_is_named_at_once():
     assert "function operator.mul" not in message  # its input failed: reported once, at the cause
     assert "function F.dropout (node 'dropout'): dropout with training=True is random at inference" in message
     assert "function torch.add (node 'add'): add with alpha=2 is not supported" in message
+
+
+# ------------------------------------------------------------ sizes used as numbers
+
+
+class _PositionalTable(nn.Module):
+    """A learned positional table cut to the sequence length: the cut is computed at conversion."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pe = nn.Parameter(torch.randn(1, 10, 3))
+
+    def forward(self, x):
+        return x + self.pe[:, : x.size(1)]
+
+
+class _FirstHalf(nn.Module):
+    def forward(self, x):
+        return x[:, : x.size(1) // 2] * 2.0
+
+
+class _SqueezeAll(nn.Module):
+    def forward(self, x):
+        return x.squeeze() * 2.0
+
+
+class _Reciprocal(nn.Module):
+    def forward(self, x):
+        return 2.0 / x
+
+
+@pytest.mark.parametrize(
+    ("cls", "shape", "fixed"),
+    [(_PositionalTable, "2,4,3", 1), (_FirstHalf, "2,4,3", 1), (_SqueezeAll, "2,3,5", 0)],
+)
+def test_a_size_used_as_a_number_fixes_its_dimension(tmp_path, cls, shape, fixed):
+    """pe[:, :T], x[:, :T // 2] and squeeze() depend on a size: that dimension is fixed in the file
+    (qrt refuses other sizes by name) instead of frozen at the example's value."""
+    module = cls().eval()
+    torch.save(module, tmp_path / "m.pt")
+    convert(tmp_path / "m.pt", tmp_path / "m.qrt", trust_checkpoint=True, input_shapes=[shape])
+    model = qrt.load(tmp_path / "m.qrt")
+    example = tuple(int(d) for d in shape.split(","))
+    assert model.inputs[0].shape[fixed] == example[fixed]
+    x = torch.randn(*example)
+    np.testing.assert_array_equal(model.run(x.numpy()), module(x).detach().numpy())  # exact ops only
+
+
+def test_number_divided_by_a_tensor_is_torchs_reciprocal_times_it(tmp_path):
+    """2 / x is torch's Tensor.__rtruediv__, reciprocal(x) * 2 (two roundings): bit for bit."""
+    torch.save(_Reciprocal().eval(), tmp_path / "m.pt")
+    convert(tmp_path / "m.pt", tmp_path / "m.qrt", trust_checkpoint=True, input_shapes=["3,7"])
+    x = torch.randn(5, 11) * 100
+    np.testing.assert_array_equal(qrt.load(tmp_path / "m.qrt").run(x.numpy()), (2.0 / x).numpy())

@@ -99,3 +99,12 @@ def test_random_inputs_find_time_axes_and_index_ranges():
     assert r["flags"].min() >= -128 and r["flags"].max() <= 127
     again = qio.random_inputs(g, batch=3, seq=11, seed=1)
     assert all(np.array_equal(again[k], r[k]) for k in r)
+
+
+def test_random_inputs_refuse_what_a_header_could_ask(tmp_path):
+    """A file's fixed dimensions could ask for any size: random inputs stop at qio.MAX_RANDOM_BYTES."""
+    g = GraphBuilder()
+    g.output(g.node("relu", {"x": g.input("x", "float32", [2**31, 4])}))
+    g.save(tmp_path / "big.qrt")
+    with pytest.raises(ValueError, match=r"input 'x': random values of shape \[2147483648, 4\]"):
+        qio.random_inputs(qrt.load(tmp_path / "big.qrt").graph)

@@ -563,3 +563,13 @@ def test_every_build_gives_the_same_bits(tmp_path, every_build):
 def test_bad_nodes_are_format_errors(tmp_path, op, inputs, attrs, message):
     with pytest.raises(FormatError, match=message):
         _model(tmp_path, op, inputs, attrs)
+
+
+def test_layer_norm_weight_and_bias_must_agree(tmp_path):
+    """x's free dims let each fit alone; the kernel reads them in one layout, so they must match."""
+    g = GraphBuilder()
+    x = g.input("x", "float32", [None, None, None])
+    ports = {"x": x, "weight": np.ones((2, 3), np.float32), "bias": np.zeros((3, 2), np.float32)}
+    g.output(g.node("layer_norm", ports, {"normalized_dims": 2}))
+    with pytest.raises(FormatError, match=r"weight and bias must have the same shape"):
+        g.save(tmp_path / "ln.qrt")

@@ -470,7 +470,7 @@ input shapes:
     --input-shape "(2,2,200),(2,2,200)"  a tuple argument, e.g. an LSTM's hidden = (h, c): its tensors
                                          become the inputs hidden.0 and hidden.1 of the .qrt file
   Free dimensions (any size at run time): the converter runs the model at the example sizes and
-  again with each dimension one larger (dimensions of the same example size together when they only
+  again with each dimension at 2n+3 (dimensions of the same example size together when they only
   work together, like a batch shared by x and h); every dimension the model accepts, keeping the
   rank of everything it computes, is free. Batch and sequence length usually are; give them example
   sizes unlike the other dimensions (a batch of 3 beside 2 layers) so that they are told apart.

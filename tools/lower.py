@@ -119,6 +119,18 @@ def _where(node: torch.fx.Node, modules: dict) -> str:
     return f"node {node.name!r}"
 
 
+_IN_PLACE_FUNCTIONS = (operator.iadd, operator.isub, operator.imul, operator.itruediv)
+
+
+def _in_place(node: torch.fx.Node, lead: Any) -> bool:
+    """Whether node writes its first argument: x += y, x.relu_(), F.relu(x, inplace=True), ReLU(inplace=True)."""
+    if node.op == "call_function" and node.target in _IN_PLACE_FUNCTIONS:
+        return True
+    if node.op == "call_method" and str(node.target).endswith("_"):
+        return True
+    return bool(node.kwargs.get("inplace")) or bool(getattr(lead, "inplace", False))
+
+
 def _first_name(v: Any) -> str:
     """The qrt value recorded for a module's output: the first tensor of a tuple."""
     while isinstance(v, (tuple, list)):
@@ -286,10 +298,14 @@ class Lowerer:
             if not isinstance(lead, nn.Module):
                 # Recorded so that `qrt compare` can match qrt values to PyTorch modules layer by layer.
                 self.layers[str(node.target)] = _first_name(out)
-            return out
-        if self._foldable(args, kwargs):
-            return self._fold(node, args, kwargs)
-        return entry.call(self, node, *args, **kwargs)
+        elif self._foldable(args, kwargs):
+            self.require_static(node)  # computed once here: a size it used must not be free
+            out = self._fold(node, args, kwargs)
+        else:
+            out = entry.call(self, node, *args, **kwargs)
+        if _in_place(node, lead) and node.args and isinstance(node.args[0], torch.fx.Node):
+            self.env[node.args[0]] = out  # x += y, relu_(x): later readers of x see the new value, as in torch
+        return out
 
     def _foldable(self, args: Any, kwargs: Any) -> bool:
         """No run-time tensor among the arguments, and a stored one: torch computes it once, here."""
@@ -509,6 +525,8 @@ def lower(
             builder = lowerer.run()
             break
         except _Varies as v:
+            if not v.runs:  # nothing to fix by fixing dimensions: the graph itself cannot be written
+                raise LoweringError(v.why) from None
             # Those runs' dimensions are not free after all; one declared free is the user's to fix.
             for leaf, d in sorted(c for r in v.runs for c in runs[r].changed):
                 name, spec = flat[leaf]

@@ -628,8 +628,13 @@ def _t(lw: Lowerer, node: torch.fx.Node, input: Any) -> Any:
 @lowers(functions=(torch.squeeze,), methods=("squeeze",), keeps_dtype=True)
 def _squeeze(lw: Lowerer, node: torch.fx.Node, input: Any, dim: Any = None) -> Any:
     shape = lw.shape(input)
-    # torch leaves a dim whose size is not 1 alone; the runs made sure the sizes here do not change that
-    dims = [d for d in _dims(dim, len(shape)) if shape[d] == 1] if shape else []
+    # torch leaves a dim whose size is not 1 alone, so which dims go depends on the sizes: a free one
+    # would be squeezed at size 1 only, so a dim squeeze may remove cannot be free
+    candidates = _dims(dim, len(shape)) if shape else []
+    changing = {r for r, s in enumerate(lw.shapes(input)) for d in candidates if s[d] != shape[d]}
+    if changing:
+        lw.varies(changing, "squeeze removes a dimension only where its size is 1")
+    dims = [d for d in candidates if shape[d] == 1]
     return _move(lw, node, input, "squeeze", {"dims": dims}) if dims else input
 
 
@@ -790,6 +795,10 @@ def _binary(op: str, fold: Callable[[Any, Any], Any]) -> Callable:
         a, b = _operand(lw, input), _operand(lw, other)
         if not isinstance(a, str) and not isinstance(b, str):
             raise LoweringError(f"{op} of two constants")
+        if op == "div" and node.target is operator.truediv and isinstance(input, _PY_NUMBERS):
+            # c / x is torch's Tensor.__rtruediv__: reciprocal(x) * c, two roundings
+            r = lw.emit(node, "div", {"a": np.asarray(np.float32(1)), "b": b})
+            return Tensor(lw.emit(node, "mul", {"a": r, "b": a}))
         return Tensor(lw.emit(node, op, {"a": a, "b": b}))
 
     return lower

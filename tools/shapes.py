@@ -324,7 +324,7 @@ def search(
         shapes = dict(base_shapes)
         for leaf, d in dims:
             s = list(shapes[leaf])
-            s[d] += 1
+            s[d] = 2 * s[d] + 3  # not n + 1: a size's n // 2 (or // 3) must change too, or it would be frozen
             shapes[leaf] = tuple(s)
         try:
             run = record(gm, examples(specs, shapes), dims, stand_ins)
