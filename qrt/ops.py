@@ -355,6 +355,11 @@ def _check_sequence(gates: int, states: tuple[str, ...]) -> Check:
     return check
 
 
+def channel_view(shape: tuple, axis: int) -> tuple[int, int, int]:
+    """[outer, channels, inner]: a contiguous array of shape as the per-channel kernels read it."""
+    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
+
+
 def flattened(shape: Shape, start: int, end: int | None) -> Shape:
     """The shape torch.flatten(x, start, end) gives x of this shape (None: free; end None: the last dim)."""
     stop = len(shape) if end is None else end + 1

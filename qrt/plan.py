@@ -24,7 +24,6 @@ state inside between calls.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
@@ -32,7 +31,7 @@ import numpy as np
 
 from . import _kernels as K
 from .graph import Graph, check_input, nest
-from .ops import OPS, QUANT_DTYPES
+from .ops import OPS, QUANT_DTYPES, channel_view
 
 MAX_PROGRAMS = 32  # input shape sets whose programs are kept (a free sequence length makes many)
 
@@ -345,7 +344,7 @@ class Plan:
                     "dtype": _QCODE[dtype], "scale": float(np.float32(c["scale"])), "zp": int(c["zero_point"])}
         if op == "quantize_per_channel":
             dtype = QUANT_DTYPES[node.attrs["dtype"]]
-            view = _channel_view(x.shape, node.attrs["axis"])
+            view = channel_view(x.shape, node.attrs["axis"])
             return {"op": PS_QUANT_C, "a": node.inputs["x"], "y": node.outputs[0], "view": view,
                     "dtype": _QCODE[dtype], "fvec": np.ascontiguousarray(c["scale"], np.float32),
                     "ivec": np.ascontiguousarray(c["zero_point"], np.int32)}
@@ -355,7 +354,7 @@ class Plan:
                 return {"op": PS_DEQUANT_T, "a": node.inputs["x"], "y": node.outputs[0], "n": x.size,
                         "dtype": dtype, "scale": float(np.float32(c["scale"])), "zp": int(c["zero_point"])}
             return {"op": PS_DEQUANT_C, "a": node.inputs["x"], "y": node.outputs[0], "dtype": dtype,
-                    "view": _channel_view(x.shape, node.attrs["axis"]),
+                    "view": channel_view(x.shape, node.attrs["axis"]),
                     "dvec": np.ascontiguousarray(c["scale"], np.float64),
                     "ivec": np.ascontiguousarray(c["zero_point"], np.int32)}
         kernel = self._kernel(i)
@@ -390,10 +389,6 @@ class Plan:
             if a.shape == b.shape and a.dtype == b.dtype == np.float32:
                 return {"op": PS_ADD, "a": node.inputs["a"], "b": node.inputs["b"], "y": out, "n": a.size}
         return None
-
-
-def _channel_view(shape: tuple, axis: int) -> tuple[int, int, int]:
-    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
 
 
 def _assign(values: list[tuple[str, int, int, int]]) -> tuple[dict[str, int], int]:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import numpy as np
 
 from .. import _kernels as K
 from ..graph import Node
-from ..ops import QUANT_DTYPES
+from ..ops import QUANT_DTYPES, channel_view
 from .types import Prepare, Step
 
 _NAN = "contains NaN, which quantization cannot represent"
@@ -28,11 +27,6 @@ def _quantize_per_tensor(node: Node, c: Mapping[str, np.ndarray]) -> Step:
     return step
 
 
-def _channel_view(shape: tuple, axis: int) -> tuple[int, int, int]:
-    """[outer, channels, inner] view of a contiguous array for a per-channel op."""
-    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
-
-
 def _quantize_per_channel(node: Node, c: Mapping[str, np.ndarray]) -> Step:
     # torch quantizes with 1.0f / (float)scale: only fl(scale) matters (numpy rounds float64 to nearest even)
     scale = np.ascontiguousarray(c["scale"], np.float32)
@@ -41,7 +35,7 @@ def _quantize_per_channel(node: Node, c: Mapping[str, np.ndarray]) -> Step:
 
     def step(x):
         y = np.empty(x.shape, dtype)
-        view = _channel_view(x.shape, axis)
+        view = channel_view(x.shape, axis)
         if K.quantize_per_channel(x.reshape(view), scale, zp, y.reshape(view)):
             raise ValueError(f"x {_NAN}")
         return (y,)
@@ -66,7 +60,7 @@ def _dequantize(node: Node, c: Mapping[str, np.ndarray]) -> Step:
 
     def step_per_channel(x):
         y = np.empty(x.shape, np.float32)
-        view = _channel_view(x.shape, axis)
+        view = channel_view(x.shape, axis)
         K.dequantize_per_channel(x.reshape(view), scale, zp, y.reshape(view))
         return (y,)
 
