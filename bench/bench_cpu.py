@@ -191,8 +191,9 @@ def rnn_cell_case(tmp: str, threads: int, batch: int, input_size: int, hidden: i
     return run_qrt, run_torch, None
 
 
-def mlp_case(tmp: str, threads: int, m: int, sizes: tuple[int, ...]):
-    """Whole model: Linear-ReLU-Linear-ReLU-Linear, dynamic qint8, through Model.run."""
+def quantized_mlp(sizes: tuple[int, ...]) -> tuple[list[torch.nn.Linear], torch.nn.Module, GraphBuilder]:
+    """Linear-ReLU-...-Linear of these sizes: its float Linears, torch's quantize_dynamic of it, and the same
+    model as a qrt graph (linear_dynamic and relu nodes)."""
     torch.manual_seed(0)
     linears = [torch.nn.Linear(a, b) for a, b in zip(sizes, sizes[1:])]
     layers: list[torch.nn.Module] = []
@@ -208,6 +209,12 @@ def mlp_case(tmp: str, threads: int, m: int, sizes: tuple[int, ...]):
         else:
             v = g.node("linear_dynamic", {"x": v, **dynamic_weight(q.weight(), q.bias())})
     g.output(v)
+    return linears, ref, g
+
+
+def mlp_case(tmp: str, threads: int, m: int, sizes: tuple[int, ...]):
+    """Whole model: Linear-ReLU-Linear-ReLU-Linear, dynamic qint8, through Model.run."""
+    linears, ref, g = quantized_mlp(sizes)
     model = _load(g, tmp, "mlp_" + "_".join(map(str, sizes)))
     xs = _rows(m, sizes[0])
     tx = torch.from_numpy(xs)

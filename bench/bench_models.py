@@ -46,8 +46,7 @@ import common  # noqa: E402  (puts the checkout root on sys.path, for tools/)
 import keyword_spotting as kws  # noqa: E402
 import word_language_model as wlm  # noqa: E402  (the module name the whole-model pickle records)
 from bench_cpu import ort  # noqa: E402
-from bench_plan import cpu_model  # noqa: E402
-from harness import fmt_time, machine, time_calls, write_json  # noqa: E402
+from harness import fmt_time, machine, machine_line, time_calls, write_json  # noqa: E402
 
 import qrt  # noqa: E402
 
@@ -204,9 +203,7 @@ def main() -> None:
     qrt.set_num_threads(1)
     repeats = 7 if args.quick else 15
     info = machine()
-    print(f"machine: {cpu_model()} | {info['cores']} cores | torch {torch.__version__} capability "
-          f"{torch.backends.cpu.get_cpu_capability()} | qrt kernels {qrt.kernel_variant()} | onnxruntime "
-          f"{ort.__version__ if ort else 'not installed'} | 1 thread each, batch 1")
+    print(machine_line(info, ort and ort.__version__, "1 thread each, batch 1"))
     names = ["qrt", "torch", "onnxruntime"]
     rows = []
     with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
@@ -229,7 +226,7 @@ def main() -> None:
                          "torch_ratio": t_t / t_q, "ort_ratio": t_o / t_q if t_o else None,
                          "check": c["check"], "ort_ops": c["note"]})
     if args.json:
-        write_json(args.json, {"machine": {**info, "cpu_model": cpu_model(),
+        write_json(args.json, {"machine": {**info,
                                            "torch_capability": torch.backends.cpu.get_cpu_capability(),
                                            "onnxruntime": ort.__version__ if ort else None}, "rows": rows})
 

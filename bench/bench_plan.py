@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import warnings
@@ -30,10 +29,10 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_cpu import _ort_mlp, ort  # noqa: E402
+from bench_cpu import _ort_mlp, ort, quantized_mlp  # noqa: E402
 from bench_recurrent import lstm_of_cell, ort_lstm  # noqa: E402
-from harness import fmt_time, machine, time_calls, write_json  # noqa: E402
-from qrt_testing import cell_model_file, dynamic_weight, quantized_copy  # noqa: E402
+from harness import fmt_time, machine, machine_line, time_calls, write_json  # noqa: E402
+from qrt_testing import cell_model_file, quantized_copy  # noqa: E402
 
 import qrt  # noqa: E402
 from qrt.builder import GraphBuilder  # noqa: E402
@@ -48,21 +47,7 @@ def per_node(model: qrt.Model, inputs):
 
 def mlp(tmp: str):
     sizes = (256, 512, 512, 10)
-    torch.manual_seed(0)
-    linears = [torch.nn.Linear(a, b) for a, b in zip(sizes, sizes[1:])]
-    layers: list[torch.nn.Module] = []
-    for lin in linears:
-        layers += [lin, torch.nn.ReLU()]
-    ref = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(*layers[:-1]), {torch.nn.Linear},
-                                                 dtype=torch.qint8)
-    g = GraphBuilder()
-    v = g.input("x", "float32", [None, sizes[0]])
-    for q in ref:
-        if isinstance(q, torch.nn.ReLU):
-            v = g.node("relu", {"x": v})
-        else:
-            v = g.node("linear_dynamic", {"x": v, **dynamic_weight(q.weight(), q.bias())})
-    g.output(v)
+    linears, ref, g = quantized_mlp(sizes)
     path = os.path.join(tmp, "mlp.qrt")
     g.save(path)
     model = qrt.load(path)
@@ -127,14 +112,6 @@ def overhead(tmp: str):
     return runs
 
 
-def cpu_model() -> str:
-    try:
-        text = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return machine().get("cpu", "?")
-    return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Model name")), "?")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer samples")
@@ -144,9 +121,7 @@ def main() -> None:
     qrt.set_num_threads(1)
     repeats = 7 if args.quick else 21
     info = machine()
-    print(f"machine: {cpu_model()} | {info['cores']} cores | torch {torch.__version__} capability "
-          f"{torch.backends.cpu.get_cpu_capability()} | qrt kernels {qrt.kernel_variant()} | onnxruntime "
-          f"{ort.__version__ if ort else 'not installed'} | 1 thread each")
+    print(machine_line(info, ort and ort.__version__, "1 thread each"))
     names = ["qrt per node", "qrt run", "qrt stream", "torch", "onnxruntime"]
     print(f"{'case':34s}" + "".join(f"{n:>14s}" for n in names) + f"{'ort/run':>10s}{'ort/stream':>11s}")
     rows = []
@@ -165,7 +140,7 @@ def main() -> None:
                   + ratio + ratio_s, flush=True)
             rows.append({"case": name, **{f"{n}_s": times.get(n) for n in names}})
     if args.json:
-        write_json(args.json, {"machine": {**info, "cpu_model": cpu_model()}, "rows": rows})
+        write_json(args.json, {"machine": info, "rows": rows})
 
 
 if __name__ == "__main__":

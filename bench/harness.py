@@ -51,6 +51,15 @@ def time_calls(fns: list[Callable[[], object]], min_time: float = 0.02, repeats:
     return [statistics.median(s) for s in samples]
 
 
+def machine_line(info: dict, onnxruntime: str | None, note: str) -> str:
+    """The line a benchmark prints first: the CPU, the kernels torch and qrt chose, ONNX Runtime's version."""
+    import torch
+
+    return (f"machine: {info.get('cpu', '?')} | {info['cores']} cores | torch {torch.__version__} capability "
+            f"{torch.backends.cpu.get_cpu_capability()} | qrt kernels {info['qrt_kernels']} | onnxruntime "
+            f"{onnxruntime or 'not installed'} | {note}")
+
+
 def machine() -> dict:
     """CPU model, flags relevant to integer kernels, cores, and the qrt kernel variant in use."""
     from qrt._kernels import kernel_variant
