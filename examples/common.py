@@ -66,6 +66,11 @@ def latency(what: str, run_qrt: Callable[[], object], run_torch: Callable[[], ob
     return f"{what} (median): qrt {t_qrt:.1f} us, PyTorch {t_torch:.1f} us, {t_torch / t_qrt:.1f}x"
 
 
+def largest_row_sum(linear: nn.Linear) -> float:
+    """max_i sum_j |W_ij|: how far a change of the Linear's input (a drifted recurrent state) can move an output."""
+    return float(linear.weight.detach().abs().sum(1).max())
+
+
 def max_abs_diff(got: Sequence[np.ndarray] | np.ndarray, want: Sequence[np.ndarray] | np.ndarray) -> float:
     """The largest |got - want| over matching arrays (nested tuples compared leaf by leaf)."""
     if isinstance(got, np.ndarray):
