@@ -10,6 +10,7 @@
  * Best of 7 timings of many repetitions each (the weights stay wherever they settled).
  */
 #define _POSIX_C_SOURCE 200112L
+#include "layout.h"
 #include "qrt_kernels.h"
 
 #include <stdio.h>
@@ -59,7 +60,7 @@ int main(int argc, char** argv) {
     }
     const qrt_kernels* kern = qrt_kernels_best();
     const ptrdiff_t k = atol(argv[1]), n = atol(argv[2]), panels = (n + kern->i8_nr - 1) / kern->i8_nr;
-    const size_t bytes = (size_t)kern->i8_packed_size(n, k);
+    const size_t bytes = (size_t)qrt_i8_packed_size(n, k);
     int8_t* w = malloc((size_t)(n * k));
     int8_t* packed = aligned_alloc(64, bytes);
     uint8_t* x = malloc((size_t)k);
@@ -73,7 +74,7 @@ int main(int argc, char** argv) {
         x[i] = (uint8_t)(i * 11);
     for (ptrdiff_t j = 0; j < n; j++)
         scale[j] = 1e-3f;
-    kern->i8_pack(w, n, k, packed);
+    qrt_i8_pack(w, n, k, packed);
     const int small_x = kern->i8_pack_x(x, 1, k, xp) <= 128, plain = k % 4 == 0; /* one row: read as it is */
     kern->i8_col_offset(3, rowsum, zp, n, k, offset);
     qrt_epilogue e = {0};

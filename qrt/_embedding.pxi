@@ -9,6 +9,7 @@ cdef extern from "embedding.h" nogil:
         int bits
         const float* scale
         const float* bias
+        int fma
     void qrt_embedding_rows(const qrt_table* t, const int64_t* idx, ptrdiff_t n, float* out)
     void qrt_embedding_bags(const qrt_table* t, const int64_t* idx, const int64_t* ends, ptrdiff_t bags, int mode,
                             float* out)
@@ -50,6 +51,8 @@ cdef class EmbeddingTable:
             raise ValueError(f"EmbeddingTable: bits must be 32, 8 or 4, got {bits}")
         self.t.bits = bits
         self.t.dim = self.dim = dim
+        # the loops compiled for AVX2 and FMA where the kernels run such code (FloatOps chooses the same way)
+        self.t.fma = active.name.decode() != "portable"
 
     cdef check_indices(self, const int64_t[::1] indices):
         cdef Py_ssize_t i, bad = -1
@@ -72,7 +75,18 @@ cdef class EmbeddingTable:
         if n == 0 or self.dim == 0:
             return
         with nogil:
-            qrt_embedding_rows(&self.t, &indices[0], n, &out[0, 0])
+            self.gather(&indices[0], n, &out[0, 0])
+
+    cdef int gather(self, const int64_t* indices, Py_ssize_t n, float* out) noexcept nogil:
+        """rows() on raw pointers (the execution plan's step): 1, and nothing written, if an index is out
+        of range (the caller's slow path then says which, through rows())."""
+        cdef Py_ssize_t i
+        for i in range(n):
+            if indices[i] < 0 or indices[i] >= self.num:
+                return 1
+        if n and self.dim:
+            qrt_embedding_rows(&self.t, indices, n, out)
+        return 0
 
     def bags(self, const int64_t[::1] indices, const int64_t[::1] ends, str mode, float[:, ::1] out):
         """out[g] = the sum, mean or max of rows indices[ends[g]:ends[g + 1]] (ends: the offsets, then len(indices)).

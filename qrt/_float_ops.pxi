@@ -89,21 +89,25 @@ cdef class FloatOps:
 
     def softmax(self, bint log, const float[:, :, ::1] x, float[:, :, ::1] y) -> None:
         """softmax (log_softmax when log) of x viewed as [outer, n, inner], along n."""
-        cdef Py_ssize_t outer = x.shape[0], n = x.shape[1], inner = x.shape[2], p
-        cdef Py_ssize_t parts = float_parts(outer, outer * n * inner), row = n * inner
-        cdef const qrt_float_ops* ops = self.ops
+        cdef Py_ssize_t outer = x.shape[0], n = x.shape[1], inner = x.shape[2]
         if y.shape[0] != outer or y.shape[1] != n or y.shape[2] != inner:
             raise ValueError("FloatOps.softmax: shape mismatch")
         if outer * n * inner == 0:
             return
         with nogil:
-            if parts == 1:
-                ops.softmax(log, &x[0, 0, 0], &y[0, 0, 0], outer, n, inner)
-            else:
-                for p in prange(parts, num_threads=parts, schedule="static"):
-                    ops.softmax(log, &x[0, 0, 0] + chunk(outer, parts, p) * row,
-                                &y[0, 0, 0] + chunk(outer, parts, p) * row,
-                                chunk(outer, parts, p + 1) - chunk(outer, parts, p), n, inner)
+            self.softmax_into(log, &x[0, 0, 0], &y[0, 0, 0], outer, n, inner)
+
+    cdef void softmax_into(self, bint log, const float* x, float* y, Py_ssize_t outer, Py_ssize_t n,
+                           Py_ssize_t inner) noexcept nogil:
+        """softmax() on raw pointers (also the execution plan's step), outer * n * inner > 0."""
+        cdef Py_ssize_t parts = float_parts(outer, outer * n * inner), row = n * inner, p
+        cdef const qrt_float_ops* ops = self.ops
+        if parts == 1:
+            ops.softmax(log, x, y, outer, n, inner)
+        else:
+            for p in prange(parts, num_threads=parts, schedule="static"):
+                ops.softmax(log, x + chunk(outer, parts, p) * row, y + chunk(outer, parts, p) * row,
+                            chunk(outer, parts, p + 1) - chunk(outer, parts, p), n, inner)
 
     def sum(self, bint mean, const float[:, :, ::1] x, float[:, ::1] y) -> None:
         """y[o, c] = sum (mean when mean) over j of x[o, j, c]; an empty sum is 0, an empty mean NaN."""

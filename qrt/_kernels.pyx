@@ -23,6 +23,8 @@ import warnings
 
 import numpy as np
 
+from .layout import PackedMatrix, pack
+
 cdef extern from "qrt_kernels.h" nogil:
     ctypedef struct qrt_epilogue:
         int32_t* acc
@@ -42,8 +44,6 @@ cdef extern from "qrt_kernels.h" nogil:
         const char* i8_isa
         const char* fp_isa
         int i8_nr, i8_mr, fp_nr, fp_mr
-        ptrdiff_t (*i8_packed_size)(ptrdiff_t n, ptrdiff_t k) noexcept nogil
-        void (*i8_pack)(const int8_t* w, ptrdiff_t n, ptrdiff_t k, int8_t* out) noexcept nogil
         ptrdiff_t (*i8_packed_x_size)(ptrdiff_t m, ptrdiff_t k) noexcept nogil
         int (*i8_pack_x)(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* out) noexcept nogil
         void (*i8_col_offset)(int32_t x_zp, const int32_t* w_rowsum, const int32_t* w_zp, ptrdiff_t n,
@@ -52,8 +52,6 @@ cdef extern from "qrt_kernels.h" nogil:
                           const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0,
                           ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, int small_x, int x_plain,
                           const qrt_epilogue* e) noexcept nogil
-        ptrdiff_t (*fp_packed_size)(ptrdiff_t n, ptrdiff_t k, int half) noexcept nogil
-        void (*fp_pack)(const float* w, ptrdiff_t n, ptrdiff_t k, int half, void* out) noexcept nogil
         ptrdiff_t (*fp_packed_x_size)(ptrdiff_t m, ptrdiff_t k) noexcept nogil
         void (*fp_pack_x)(const float* x, ptrdiff_t m, ptrdiff_t k, float* out) noexcept nogil
         void (*gemm_fp)(const float* xpacked, const void* packed, int half, const float* bias, ptrdiff_t n,
@@ -523,9 +521,46 @@ cdef object aligned_empty(Py_ssize_t nbytes):
     return buf[off:off + nbytes]
 
 
+cdef extern from "layout.h" nogil:
+    ptrdiff_t qrt_i8_packed_size(ptrdiff_t n, ptrdiff_t k)
+    void qrt_i8_pack(const int8_t* w, ptrdiff_t n, ptrdiff_t k, int8_t* out)
+    ptrdiff_t qrt_fp_packed_size(ptrdiff_t n, ptrdiff_t k)
+    void qrt_fp_pack(const void* w, ptrdiff_t n, ptrdiff_t k, size_t size, void* out)
+
+
+def pack_matrix(w, out) -> None:
+    """Pack w [n, k] (int8, float16 or float32, C-contiguous) into out, of qrt.layout.packed_shape."""
+    cdef Py_ssize_t n = w.shape[0], k = w.shape[1]
+    if w.dtype != out.dtype or not w.flags.c_contiguous or not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("pack_matrix: w and out must be contiguous arrays of one dtype, out writeable")
+    cdef Py_ssize_t size = w.dtype.itemsize
+    if out.nbytes != (qrt_i8_packed_size(n, k) if size == 1 else qrt_fp_packed_size(n, k) * size):
+        raise ValueError("pack_matrix: out has the wrong size")
+    cdef const uint8_t[::1] wv = w.reshape(-1).view(np.uint8)
+    cdef uint8_t[::1] ov = out.reshape(-1).view(np.uint8)
+    if out.nbytes == 0:
+        return
+    with nogil:
+        if size == 1:
+            qrt_i8_pack(<const int8_t*>&wv[0] if n * k else NULL, n, k, <int8_t*>&ov[0])
+        else:
+            qrt_fp_pack(&wv[0] if n * k else NULL, n, k, size, &ov[0])
+
+
+cdef object packed_data(weight, dtype, Py_ssize_t nbytes):
+    """weight's packed bytes as a 1-D array of dtype: a PackedMatrix's own (read where it lies, a view of
+    the mapped file), or a plain matrix packed now."""
+    p = weight if isinstance(weight, PackedMatrix) else pack(np.asarray(weight, dtype))
+    data = p.data.reshape(-1).view(dtype)
+    if p.data.dtype != dtype or not p.data.flags.c_contiguous or data.nbytes != nbytes:
+        raise ValueError(f"packed weights of {p.data.dtype} and {p.data.nbytes} bytes, expected {np.dtype(dtype)} and "
+                         f"{nbytes} bytes for shape {list(p.shape)}")
+    return p, data
+
+
 cdef class PackedS8:
-    """qint8 weights [n, k] packed once for the active variant's int8 product, with their row sums and zero
-    points."""
+    """qint8 weights [n, k] in the packed layout every variant reads (qrt.layout: a PackedMatrix is used
+    where it lies, a plain matrix packed once), with their row sums and zero points."""
     cdef readonly Py_ssize_t n, k
     cdef const qrt_kernels* kern
     cdef bint any_zp
@@ -535,18 +570,16 @@ cdef class PackedS8:
     cdef const int32_t* zp
 
     def __init__(self, weight, zero_point):
-        w = np.ascontiguousarray(weight, np.int8)
-        self.n, self.k = w.shape
+        self.n, self.k = weight.shape
         self.kern = active
+        p, packed = packed_data(weight, np.int8, qrt_i8_packed_size(self.n, self.k))
+        rs = np.ascontiguousarray(p.row_sums, np.int32)
+        if rs.shape != (self.n,):
+            raise ValueError(f"row sums of shape {list(rs.shape)}, expected [{self.n}]")
         z = np.ascontiguousarray(np.broadcast_to(np.asarray(zero_point, np.int32), (self.n,)))
-        rs = w.sum(axis=1, dtype=np.int32)
-        packed = aligned_empty(max(self.kern.i8_packed_size(self.n, self.k), 1))
-        cdef const int8_t[:, ::1] wv = w
-        cdef int8_t[::1] pv = packed.view(np.int8)
+        cdef const int8_t[::1] pv = packed
         cdef const int32_t[::1] zv = z, rv = rs
-        if self.n and self.k:
-            self.kern.i8_pack(&wv[0, 0], self.n, self.k, &pv[0])
-        self.packed = &pv[0]
+        self.packed = &pv[0] if packed.size else NULL
         self.zp = &zv[0] if self.n else NULL
         self.rowsum = &rv[0] if self.n else NULL
         self.any_zp = bool(np.any(z))
@@ -622,7 +655,8 @@ cdef class PackedS8:
 
 cdef class PackedFloat:
     """float16 weights (half; given as float16, or float32 holding float16 values) or float32 weights
-    [n, k], packed for the active variant's float product: fma chains in fbgemm's float16 order."""
+    [n, k] in the packed layout every variant reads (a PackedMatrix used where it lies, a plain matrix
+    packed once), for the float product: fma chains in fbgemm's float16 order."""
     cdef readonly Py_ssize_t n, k
     cdef readonly bint half
     cdef const qrt_kernels* kern
@@ -630,16 +664,13 @@ cdef class PackedFloat:
     cdef const void* packed
 
     def __init__(self, weight, bint half=True):
-        w = np.ascontiguousarray(np.asarray(weight).astype(np.float32))  # float16 -> float32 is exact
-        self.n, self.k = w.shape
+        self.n, self.k = weight.shape
         self.half = half
         self.kern = active
-        packed = aligned_empty(max(self.kern.fp_packed_size(self.n, self.k, half), 1))
-        cdef const float[:, ::1] wv = w
-        cdef uint8_t[::1] pv = packed
-        if self.n and self.k:
-            self.kern.fp_pack(&wv[0, 0], self.n, self.k, half, &pv[0])
-        self.packed = &pv[0]
+        dtype = np.float16 if half else np.float32  # float16 holds a float16 value exactly
+        _, packed = packed_data(weight, dtype, qrt_fp_packed_size(self.n, self.k) * (2 if half else 4))
+        cdef const uint8_t[::1] pv = packed.view(np.uint8)
+        self.packed = &pv[0] if packed.size else NULL
         self.arrays = [packed]
 
     cdef int gemm(self, const float* x, Py_ssize_t m, const float* bias, float* y) noexcept nogil:
@@ -897,6 +928,14 @@ def check_states(Py_ssize_t batch, Py_ssize_t hidden, list shapes):
             raise ValueError(f"state has shape {list(shape)}, expected {[batch, hidden]}")
 
 
+cdef inline Py_ssize_t align64(Py_ssize_t n) noexcept nogil:
+    return (n + 63) // 64 * 64
+
+
+cdef inline void* align_up(void* p) noexcept nogil:
+    """p moved up to the next 64-byte boundary (scratch sizes allow 64 bytes for it)."""
+    return <void*>((<size_t>p + 63) // 64 * 64)
+
 cdef class Recurrent:
     """One direction of a dynamic quantized recurrent layer: RNN (tanh/relu), LSTM or GRU.
 
@@ -971,52 +1010,83 @@ cdef class Recurrent:
         h and c hold the initial state on entry and the final state on return.
         """
         cdef Py_ssize_t steps = x.shape[0], b = x.shape[1], hidden = self.hidden
-        cdef Py_ssize_t n_in = self.input_size, rows = self.gates * hidden, s, t, i, first
-        if x.shape[2] != n_in or y.shape[0] != steps or y.shape[1] != b or y_offset + hidden > y.shape[2]:
+        if x.shape[2] != self.input_size or y.shape[0] != steps or y.shape[1] != b or y_offset + hidden > y.shape[2]:
             raise ValueError("Recurrent: sequence shape mismatch")
         check_states(b, hidden, [(h.shape[0], h.shape[1]), (c.shape[0], c.shape[1])])
         if steps == 0 or b == 0 or hidden == 0:
             return
+        cdef Py_ssize_t block = self.sequence_block(steps, b)
+        scratch = aligned_empty(self.sequence_scratch(steps, b, block))
+        cdef uint8_t[::1] sv = scratch
+        cdef int err
+        with nogil:
+            err = self.sequence_into(&x[0, 0, 0] if self.input_size else NULL, steps, b, &y[0, 0, y_offset],
+                                     y.strides[0] // sizeof(float), y.strides[1] // sizeof(float), reverse,
+                                     &h[0, 0], &c[0, 0], block, &sv[0])
+        check_error(err)
+
+    cdef Py_ssize_t sequence_block(self, Py_ssize_t steps, Py_ssize_t b) noexcept nogil:
+        """Steps whose input projections sequence_into computes at once (1 for RNN)."""
+        if self.kind != QRT_LSTM and self.kind != QRT_GRU:
+            return 1
+        return max(1, min(steps, PROJECTION_BYTES // (b * self.gates * self.hidden * sizeof(float))))
+
+    cdef Py_ssize_t sequence_scratch(self, Py_ssize_t steps, Py_ssize_t b, Py_ssize_t block) noexcept nogil:
+        """Bytes of scratch sequence_into needs: the quantized inputs (LSTM, GRU), then the projections
+        and the new states, each part on a 64-byte boundary."""
+        cdef Py_ssize_t rows = self.gates * self.hidden
+        cdef Py_ssize_t q = 0
+        if self.kind == QRT_LSTM or self.kind == QRT_GRU:
+            q = steps * b * self.input_size
+        return align64(q) + align64((block * b * rows + b * rows + 2 * b * self.hidden) * sizeof(float)) + 64
+
+    cdef int sequence_into(self, const float* x, Py_ssize_t steps, Py_ssize_t b, float* y, Py_ssize_t ldt,
+                           Py_ssize_t ldb, bint reverse, float* h, float* c, Py_ssize_t block,
+                           uint8_t* scratch) noexcept nogil:
+        """The time loop over x [steps, b, I] (steps, b, hidden > 0): h_t row i goes to y + t * ldt + i * ldb;
+        h and c ([b, H]; c is read and written by LSTM only) hold the initial state on entry and the final
+        one on return. block: sequence_block(steps, b); scratch: sequence_scratch(steps, b, block) bytes.
+        Returns 1 if x or a state holds NaN or infinity, -1 if out of memory."""
+        cdef Py_ssize_t hidden = self.hidden, n_in = self.input_size, rows = self.gates * hidden, s, t, i, first = 0
         # LSTM and GRU quantize the inputs of all steps at once (torch's sequence layers do), then
         # project them a block of steps at a time, so the projections are still in cache when the
         # steps read them; RNN quantizes each step's input on its own, as a loop of RNNCells does.
         cdef bint whole = self.kind == QRT_LSTM or self.kind == QRT_GRU
-        cdef Py_ssize_t block = max(1, min(steps, PROJECTION_BYTES // (b * rows * sizeof(float)))) if whole else 1
-        cdef float[::1] gi = np.empty(block * b * rows, np.float32)
-        cdef float[::1] gh = np.empty(b * rows, np.float32)
-        cdef float[::1] h_new = np.empty(b * hidden, np.float32)
-        cdef float[::1] c_new = np.empty(b * hidden, np.float32)
+        cdef uint8_t* q = <uint8_t*>align_up(scratch)
+        cdef float* gi = <float*>(q + align64(steps * b * n_in if whole else 0))
+        cdef float* gh = gi + block * b * rows
+        cdef float* h_new = gh + b * rows
+        cdef float* c_new = h_new + b * hidden
         cdef prepared_input xin
         cdef int err = 0
         cdef const float* gi_t
-        with nogil:
-            memset(&xin, 0, sizeof(xin))
-            if whole:
-                err = self.ih.prepare(&x[0, 0, 0] if n_in else NULL, steps * b, &xin, NULL, 0)
-            for s in range(steps):
-                if err:
-                    break
-                t = steps - 1 - s if reverse else s
-                if not whole:
-                    err = self.ih.forward(&x[t, 0, 0] if n_in else NULL, b, &gi[0], False)
-                    gi_t = &gi[0]
-                else:
-                    if s % block == 0:  # project the block of steps s .. s + block - 1, in time order
-                        first = steps - min(s + block, steps) if reverse else s
-                        err = self.ih.project(&xin, first * b, min(block, steps - s) * b, &gi[0], False)
-                    gi_t = &gi[(t - first) * b * rows]
-                if err == 0:
-                    err = self.hh.forward(&h[0, 0], b, &gh[0], False)
-                if err:
-                    break
-                self.update(gi_t, &gh[0], &h[0, 0], &c[0, 0], &h_new[0], &c_new[0], b)
-                memcpy(&h[0, 0], &h_new[0], b * hidden * sizeof(float))
-                if self.kind == QRT_LSTM:
-                    memcpy(&c[0, 0], &c_new[0], b * hidden * sizeof(float))
-                for i in range(b):
-                    memcpy(&y[t, i, y_offset], &h_new[i * hidden], hidden * sizeof(float))
-            release(&xin)
-        check_error(err)
+        memset(&xin, 0, sizeof(xin))
+        if whole:
+            err = self.ih.prepare(x if n_in else NULL, steps * b, &xin, q, steps * b * n_in)
+        for s in range(steps):
+            if err:
+                break
+            t = steps - 1 - s if reverse else s
+            if not whole:
+                err = self.ih.forward(x + t * b * n_in if n_in else NULL, b, gi, False)
+                gi_t = gi
+            else:
+                if s % block == 0:  # project the block of steps s .. s + block - 1, in time order
+                    first = steps - min(s + block, steps) if reverse else s
+                    err = self.ih.project(&xin, first * b, min(block, steps - s) * b, gi, False)
+                gi_t = gi + (t - first) * b * rows
+            if err == 0:
+                err = self.hh.forward(h, b, gh, False)
+            if err:
+                break
+            self.update(gi_t, gh, h, c, h_new, c_new, b)
+            memcpy(h, h_new, b * hidden * sizeof(float))
+            if self.kind == QRT_LSTM:
+                memcpy(c, c_new, b * hidden * sizeof(float))
+            for i in range(b):
+                memcpy(y + t * ldt + i * ldb, h_new + i * hidden, hidden * sizeof(float))
+        release(&xin)
+        return err
 
 
 def gate_activations(const float[::1] x, float[::1] tanh_out, float[::1] sigmoid_out) -> None:
@@ -1033,3 +1103,4 @@ def gate_activations(const float[::1] x, float[::1] tanh_out, float[::1] sigmoid
 include "_embedding.pxi"
 include "_plan.pxi"
 include "_float_ops.pxi"
+include "_checksum.pxi"

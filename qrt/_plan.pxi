@@ -23,6 +23,10 @@ cdef enum:
     PS_CELL
     PS_RELU
     PS_ADD
+    PS_SEQUENCE
+    PS_EMBEDDING
+    PS_SOFTMAX
+    PS_COPY
     PS_FALLBACK
 
 cdef enum:
@@ -33,20 +37,36 @@ cdef enum:
     SLOT_OBJECT
 
 cdef enum:
-    E_NATIVE = 1   # a kernel refused its input (NaN) or memory ran out: the per-node path says which
+    E_NATIVE = 1   # a kernel refused its input (NaN, an index out of range) or memory ran out: the
+                   # per-node path says which
     E_RAISED = 2   # a fallback step raised
     E_RESHAPED = 3  # a fallback step returned another shape than when the program was compiled
 
 cdef struct plan_step:
     int op, node, dtype, relu
-    int a, b, c, y, y2, s0, s1  # slots (-1: none)
+    int a, b, c, y, y2, y3, s0, s1  # slots (-1: none)
     Py_ssize_t m, n, outer, ch, inner
+    Py_ssize_t offset, stride, outer_stride  # PS_COPY: where its blocks lie in the source, in bytes
     float scale
     int32_t zp
     PyObject* kernel  # borrowed: the program keeps it
     const float* fvec
     const double* dvec
     const int32_t* ivec
+
+
+cdef inline void* slot_or_null(void** P, int slot) noexcept nogil:
+    return P[slot] if slot >= 0 else NULL
+
+
+cdef void copy_blocks(const plan_step* s, const char* src, char* dst) noexcept nogil:
+    """PS_COPY (select, slice): in each of s.outer rows of the source (s.outer_stride bytes apart), s.ch
+    blocks of s.inner bytes, the first at s.offset, s.stride apart; one after the other in dst."""
+    cdef Py_ssize_t o, k
+    for o in range(s.outer):
+        for k in range(s.ch):
+            memcpy(dst, src + o * s.outer_stride + s.offset + k * s.stride, s.inner)
+            dst += s.inner
 
 
 cdef int run_native(const plan_step* s, void** P) noexcept nogil:
@@ -100,7 +120,114 @@ cdef int run_native(const plan_step* s, void** P) noexcept nogil:
     elif s.op == PS_ADD:
         for i in range(s.n):
             (<float*>P[s.y])[i] = (<const float*>P[s.a])[i] + (<const float*>P[s.b])[i]
+    elif s.op == PS_SEQUENCE:
+        err = (<SequenceStep>s.kernel).run(<const float*>P[s.a], <const float*>slot_or_null(P, s.b),
+                                           <const float*>slot_or_null(P, s.c), <float*>P[s.y], <float*>P[s.y2],
+                                           <float*>slot_or_null(P, s.y3), <uint8_t*>P[s.s0])
+    elif s.op == PS_EMBEDDING:
+        err = (<EmbeddingTable>s.kernel).gather(<const int64_t*>P[s.a], s.n, <float*>P[s.y])
+    elif s.op == PS_SOFTMAX:  # dtype: 1 for log_softmax
+        (<FloatOps>s.kernel).softmax_into(s.dtype, <const float*>P[s.a], <float*>P[s.y], s.outer, s.ch, s.inner)
+    elif s.op == PS_COPY:
+        copy_blocks(s, <const char*>P[s.a], <char*>P[s.y])
     return E_NATIVE if err else 0
+
+
+cdef class SequenceStep:
+    """A sequence op (rnn/lstm/gru_dynamic) at one input shape, as a program runs it: what
+    qrt.recurrent.run_sequence computes (layers in turn, each direction's time loop writing its half of
+    the layer's output, batch_first inputs and outputs, the final states), on the plan's arena.
+
+    runs: one list of Recurrent per layer, one per direction (as qrt.recurrent.layer_runs makes them).
+    The layout of the scratch (scratch_bytes, one arena block): the time-major copy of a batch-first
+    input (batch > 1; at batch 1 both layouts are the same bytes), the outputs of the layers before the
+    last (two, used in turn), and the time loops' own scratch. The last layer writes the op's output
+    in place, batch first or not."""
+    cdef list keep
+    cdef PyObject** cells  # layers * dirs Recurrent, borrowed from keep
+    cdef Py_ssize_t layers, dirs, hidden, n_in, steps, batch, block
+    cdef bint has_cell, batch_first
+    cdef Py_ssize_t x_at, buf_at[2], loop_at
+    cdef readonly Py_ssize_t scratch_bytes
+
+    def __cinit__(self):
+        self.cells = NULL
+
+    def __dealloc__(self):
+        free(self.cells)
+
+    def __init__(self, list runs, bint has_cell, bint batch_first, Py_ssize_t steps, Py_ssize_t batch):
+        self.keep = [r for layer in runs for r in layer]
+        self.layers, self.dirs = len(runs), len(runs[0])
+        self.cells = <PyObject**>calloc(len(self.keep), sizeof(PyObject*))
+        if self.cells == NULL:
+            raise MemoryError()
+        cdef Recurrent r, first = self.keep[0]
+        cdef Py_ssize_t k, loop = 0
+        for k, r in enumerate(self.keep):
+            self.cells[k] = <PyObject*>r
+        self.hidden, self.n_in = first.hidden, first.input_size
+        self.has_cell, self.batch_first = has_cell, batch_first
+        self.steps, self.batch = steps, batch
+        # fixed here, with the scratch it needs: every cell has the same gate rows, so the same block
+        self.block = first.sequence_block(steps, batch)
+        for r in self.keep:
+            loop = max(loop, r.sequence_scratch(steps, batch, self.block))
+        layer_out = align64(steps * batch * self.dirs * self.hidden * sizeof(float))
+        self.x_at = 0
+        self.buf_at[0] = align64(steps * batch * self.n_in * sizeof(float)) if batch_first and batch > 1 else 0
+        self.buf_at[1] = self.buf_at[0] + (layer_out if self.layers > 1 else 0)
+        self.loop_at = self.buf_at[1] + (layer_out if self.layers > 2 else 0)
+        self.scratch_bytes = self.loop_at + loop
+
+    cdef int run(self, const float* x, const float* h0, const float* c0, float* y, float* h_n, float* c_n,
+                 uint8_t* scratch) noexcept nogil:
+        """y, h_n (, c_n) from x and the initial states (NULL: zeros); scratch: scratch_bytes, 64-aligned.
+        Returns 1 if the input or a state holds NaN or infinity, -1 if out of memory."""
+        cdef Py_ssize_t T = self.steps, B = self.batch, H = self.hidden, D = self.dirs, n, d, i
+        cdef Py_ssize_t state = B * H, width = D * H, ldt, ldb
+        cdef const float* src = x
+        cdef float* out
+        cdef float* c
+        cdef int err = 0
+        init_state(h_n, h0, self.layers * D * state)
+        if self.has_cell:
+            init_state(c_n, c0, self.layers * D * state)
+        if self.batch_first and B > 1:  # time major, as the loops read it
+            swap_leading(x, B, T, self.n_in, <float*>(scratch + self.x_at))
+            src = <const float*>(scratch + self.x_at)
+        for n in range(self.layers):
+            # rows of time step t lie ldt floats apart, those of batch row i ldb apart
+            out, ldt, ldb = <float*>(scratch + self.buf_at[n % 2]), B * width, width
+            if n == self.layers - 1:  # the last layer writes the op's output, batch first or not
+                out = y
+                if self.batch_first:
+                    ldt, ldb = width, T * width
+            for d in range(D):
+                i = n * D + d
+                c = c_n + i * state if self.has_cell else h_n + i * state
+                err = (<Recurrent>self.cells[i]).sequence_into(src, T, B, out + d * H, ldt, ldb, d == 1,
+                                                                h_n + i * state, c, self.block,
+                                                                scratch + self.loop_at)
+                if err:
+                    return err
+            src = out
+        return 0
+
+
+cdef inline void init_state(float* state, const float* given, Py_ssize_t n) noexcept nogil:
+    if given != NULL:
+        memcpy(state, given, n * sizeof(float))
+    else:
+        memset(state, 0, n * sizeof(float))
+
+
+cdef void swap_leading(const float* x, Py_ssize_t a, Py_ssize_t b, Py_ssize_t inner, float* y) noexcept nogil:
+    """y [b, a, inner] = x [a, b, inner] with its first two dimensions swapped."""
+    cdef Py_ssize_t i, j
+    for i in range(a):
+        for j in range(b):
+            memcpy(y + (j * a + i) * inner, x + (i * b + j) * inner, inner * sizeof(float))
 
 
 cdef class _PlanBuffers:
@@ -150,8 +277,10 @@ cdef class PlanProgram:
             st.op, st.node = d["op"], d["node"]
             st.dtype, st.relu = d.get("dtype", 0), d.get("relu", 0)
             st.a, st.b, st.c = d.get("a", -1), d.get("b", -1), d.get("c", -1)
-            st.y, st.y2, st.s0, st.s1 = d.get("y", -1), d.get("y2", -1), d.get("s0", -1), d.get("s1", -1)
+            st.y, st.y2, st.y3 = d.get("y", -1), d.get("y2", -1), d.get("y3", -1)
+            st.s0, st.s1 = d.get("s0", -1), d.get("s1", -1)
             st.m, st.n = d.get("m", 0), d.get("n", 0)
+            st.offset, st.stride, st.outer_stride = d.get("offset", 0), d.get("stride", 0), d.get("outer_stride", 0)
             st.outer, st.ch, st.inner = d.get("view", (0, 0, 0))
             st.scale, st.zp = d.get("scale", 0.0), d.get("zp", 0)
             if "kernel" in d:
@@ -280,7 +409,7 @@ cdef class PlanProgram:
 
     cdef list collect(self, _PlanBuffers bs):
         """The outputs: arrays made for this call as they are; anything else the call does not own, copied."""
-        cdef list out = []
+        cdef list out = [], handed = []
         cdef int slot, kind, i, nd
         cdef cnp.npy_intp dims[32]
         for spec in self.outputs:
@@ -292,13 +421,14 @@ cdef class PlanProgram:
             kind = self.slots[slot][0]
             if kind == SLOT_FRESH or kind == SLOT_OBJECT:
                 v = bs.objs[slot]
+                # a fallback's view (of the arena, an input, a stored tensor) or an array already handed
+                # out (two outputs, one a reshape of the other, say) is copied: outputs are the caller's,
+                # and never alias each other
+                shared = (kind == SLOT_OBJECT and v.base is not None) or any(v is o for o in handed)
+                handed.append(v)
                 if v.shape != shape:
                     v = v.reshape(shape)
-                # a fallback's view (of the arena, an input, a stored tensor) or an array already
-                # handed out is copied: outputs are the caller's, and never alias each other
-                if (kind == SLOT_OBJECT and v.base is not None) or any(v is o for o in out):
-                    v = v.copy()
-                out.append(v)
+                out.append(v.copy() if shared else v)
                 continue
             nd = len(shape)
             for i in range(nd):
@@ -309,16 +439,85 @@ cdef class PlanProgram:
         return out
 
 
+cdef bint any_nested(inputs):
+    for a in inputs:
+        if type(a) is list or type(a) is tuple:
+            return True
+    return False
+
+
+cdef bint gather(tree, value, list flat):
+    """The arrays of value, nested as tree (a tuple of input indices and tuples), into flat at those
+    indices; False if value is not nested that way (as deep as tree, no deeper)."""
+    if type(tree) is int:
+        flat[<Py_ssize_t>tree] = value
+        return True
+    if (type(value) is not list and type(value) is not tuple) or len(value) != len(<tuple>tree):
+        return False
+    for t, v in zip(<tuple>tree, value):
+        if not gather(t, v, flat):
+            return False
+    return True
+
+
+cdef object nest_outputs(tree, list out):
+    """graph.nest: the tree with each output index replaced by that output."""
+    if type(tree) is int:
+        return out[<Py_ssize_t>tree]
+    return tuple([nest_outputs(t, out) for t in <tuple>tree])
+
+
 cdef class PlanExecutor:
     """Runs a model's programs by input shapes; ``miss(inputs)`` answers (and compiles) a new set of
     shapes, ``slow(inputs)`` answers a call the program hands back (the per-node path)."""
     cdef dict programs
     cdef object miss, slow
     cdef Py_ssize_t n_inputs
+    # calls a compiled program handed back to the per-node path (a kernel refused its input, a fallback
+    # changed shape): each costs a second run, so tests and profiles look here
+    cdef readonly Py_ssize_t handed_back
+    # what call() takes and returns, as Model.run does (set_structure)
+    cdef list names  # the inputs' names, for a dict of every input by name
+    cdef object in_tree  # forward()'s arguments as nested tuples of input indices; None: flat
+    cdef object out_tree  # the outputs' nesting; None: one array or a flat tuple (out_tuple)
+    cdef bint out_tuple
 
     def __init__(self, Py_ssize_t n_inputs, miss, slow):
         self.programs = {}
         self.n_inputs, self.miss, self.slow = n_inputs, miss, slow
+        self.names = [None] * n_inputs
+
+    def set_structure(self, list names, in_tree, out_tree, bint out_tuple) -> None:
+        """How call() takes its inputs and nests its outputs (see call)."""
+        self.names, self.in_tree, self.out_tree, self.out_tuple = names, in_tree, out_tree, out_tuple
+
+    def call(self, inputs):
+        """Model.run's common call in one native call: inputs as Model.run takes them (one array, a flat
+        list or tuple, a list or tuple nested as forward()'s arguments, a dict of every input by name)
+        that a compiled program takes as they are; the outputs nested as Model.run returns them. None
+        for anything else: the caller binds and checks the inputs, then calls run()."""
+        cdef list flat
+        if cnp.PyArray_CheckExact(inputs):
+            flat = [inputs]
+        elif type(inputs) is list or type(inputs) is tuple:
+            if self.in_tree is not None and any_nested(inputs):
+                flat = [None] * self.n_inputs
+                if not gather(self.in_tree, inputs, flat):
+                    return None
+            else:
+                flat = list(inputs)
+        elif type(inputs) is dict:
+            if len(inputs) != self.n_inputs:
+                return None
+            flat = [(<dict>inputs).get(name) for name in self.names]  # a missing name: None, not an array
+        else:
+            return None
+        out = self.try_run(flat)
+        if out is None:
+            return None
+        if self.out_tree is not None:
+            return nest_outputs(self.out_tree, out)
+        return tuple(out) if self.out_tuple else out[0]
 
     def add(self, tuple key, program) -> None:
         """The program for inputs of these shapes; None: answer them with the per-node path."""
@@ -333,6 +532,14 @@ cdef class PlanExecutor:
     def has_program(self, tuple key) -> bool:
         """Whether inputs of these shapes run a compiled program (not the per-node path)."""
         return bool(self.programs.get(key))
+
+    def fallback_steps(self, tuple key) -> list | None:
+        """The nodes ("node 'name' (op)") the program for these shapes runs through their Python step;
+        None if there is no program."""
+        prog = self.programs.get(key)
+        if not prog:
+            return None
+        return [f[3] for f in (<PlanProgram>prog).fallbacks]
 
     def try_run(self, list inputs):
         """The outputs if a compiled program takes these arrays exactly as they are (shapes seen
@@ -350,7 +557,7 @@ cdef class PlanExecutor:
             if not (<PlanProgram>prog).conforms(i, inputs[i]):
                 return None
         out = (<PlanProgram>prog).call(inputs, True)
-        return self.slow(inputs) if out is None else out
+        return self.hand_back(inputs) if out is None else out
 
     def stream_step(self, list given, list free, list state, list state_in, list state_out):
         """Stream.step's common call: the flat outputs for the inputs `given` (at the positions `free`) and
@@ -373,6 +580,10 @@ cdef class PlanExecutor:
             state[i] = a
         return out
 
+    cdef hand_back(self, list inputs):
+        self.handed_back += 1
+        return self.slow(inputs)
+
     def run(self, list inputs) -> list:
         """The flat outputs of the model for its flat inputs (arrays of the inputs' dtypes, C-contiguous)."""
         if len(inputs) != self.n_inputs:
@@ -387,4 +598,4 @@ cdef class PlanExecutor:
         if prog is False:
             return self.slow(inputs)
         out = (<PlanProgram>prog).call(inputs, False)
-        return self.slow(inputs) if out is None else out
+        return self.hand_back(inputs) if out is None else out

@@ -28,6 +28,7 @@ from . import io as qio
 from ._kernels import kernel_variant_info
 from .errors import FormatError
 from .graph import Node, Tree, ValueSpec, tree_names, tree_text
+from .layout import PackedMatrix
 from .model import Model
 from .ops import OPS, ValueInfo
 
@@ -179,7 +180,10 @@ def inspect_report(path: str) -> dict:
         )
     by_dtype: dict[str, int] = {}
     for t in tensors.values():
-        by_dtype[t.dtype.name] = by_dtype.get(t.dtype.name, 0) + t.nbytes
+        parts = [t.data, t.row_sums] if isinstance(t, PackedMatrix) else [t]  # a packed matrix's row sums are int32
+        for a in parts:
+            if a is not None:
+                by_dtype[a.dtype.name] = by_dtype.get(a.dtype.name, 0) + a.nbytes
     return {
         "file": path,
         "file_bytes": os.path.getsize(path),
@@ -187,7 +191,7 @@ def inspect_report(path: str) -> dict:
         "producer": meta.get(qformat.META_PRODUCER),
         "kernels": kernel_variant_info(),  # what this machine would run it with
         # load_file refuses a file whose data does not hash to the header's checksum.
-        "checksum": {"algorithm": "sha256", "status": "ok", "value": meta[qformat.META_CHECKSUM]},
+        "checksum": _checksum_json(meta, qfile.version),
         "metadata": {k: v for k, v in meta.items() if k not in qformat.RESERVED_META},
         "inputs": [_value_json(s.name, ValueInfo(s.dtype, s.shape)) for s in g.inputs],
         "outputs": [_value_json(s.name, ValueInfo(s.dtype, s.shape)) for s in g.outputs],
@@ -197,12 +201,25 @@ def inspect_report(path: str) -> dict:
         "output_structure": _structure_json(g.output_structure, g.outputs),
         "nodes": nodes,
         "tensors": [
-            {"name": k, "dtype": t.dtype.name, "shape": list(t.shape), "bytes": int(t.nbytes)}
+            {
+                "name": k,
+                "dtype": t.dtype.name,
+                "shape": list(t.shape),
+                "bytes": int(t.nbytes),
+                "packed": isinstance(t, PackedMatrix),  # in the kernels' layout; bytes include its row sums
+            }
             for k, t in tensors.items()
         ],
         "bytes_by_dtype": dict(sorted(by_dtype.items())),
         "tensor_bytes": sum(by_dtype.values()),
     }
+
+
+def _checksum_json(meta: dict, version: int) -> dict:
+    if version >= qformat.PACKED_SINCE:
+        algorithm, value = meta[qformat.META_CHECKSUM].split(":")
+        return {"algorithm": algorithm, "status": "ok", "value": value}
+    return {"algorithm": "sha256", "status": "ok", "value": meta[qformat.META_SHA256]}
 
 
 def _structure_json(tree: Tree, specs: Sequence[ValueSpec]) -> Any:
@@ -223,7 +240,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(json.dumps(r, indent=2))
         return 0
     print(f"{r['file']}: {_human_bytes(r['file_bytes'])}, qrt format v{r['format_version']}, producer {r['producer']}")
-    print(f"checksum: {r['checksum']['status']} (sha256 {r['checksum']['value'][:16]}...)")
+    print(f"checksum: {r['checksum']['status']} ({r['checksum']['algorithm']} {r['checksum']['value'][:16]}...)")
     k = r["kernels"]
     print(f"kernels here: {k['variant']} (int8 {k['int8']}, float {k['float']})")
     for k, v in r["metadata"].items():

@@ -6,18 +6,20 @@ Layout (docs/FORMAT.md is the specification):
 
 The header maps tensor names to {dtype, shape, data_offsets} and holds
 ``__metadata__``, a string-to-string map with ``qrt.version``,
-``qrt.producer``, ``qrt.data_sha256`` and ``qrt.graph`` (the graph as JSON).
+``qrt.producer``, ``qrt.data_checksum`` (``qrt.data_sha256`` before version 4),
+``qrt.graph`` (the graph as JSON) and, from version 4, ``qrt.packed``: the weight
+matrices stored in the kernels' packed layout (qrt/layout.py) and their row sums.
 
 ``load_file`` maps the file read-only and validates everything in one pass
 before returning: the returned tensors are views of the mapping (copied only
-when misaligned), and the graph is fully checked (``qrt.graph``).
+when misaligned; a packed matrix is a PackedMatrix over its view), and the graph
+is fully checked (``qrt.graph``). The kernels read packed weights where they lie.
 ``save`` writes through a temporary file and a rename, so a reader never
 sees a partial file.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import mmap
@@ -25,7 +27,6 @@ import os
 import re
 import stat
 import struct
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,18 +35,21 @@ import numpy as np
 
 from .errors import FormatError
 from .graph import Graph, parse_graph
-from .ops import ValueInfo
+from .layout import PACKED_DTYPES, PackedMatrix, pack, packed_shape
+from .ops import OPS, ValueInfo
 
-FORMAT_VERSION = 3
-SUPPORTED_VERSIONS = (1, 2, 3)
+FORMAT_VERSION = 4
+SUPPORTED_VERSIONS = (1, 2, 3, 4)
+PACKED_SINCE = 4  # weights stored packed, the xxh64 checksum
 MAX_HEADER_BYTES = 100_000_000  # as safetensors: a header claiming more is refused unread
-HEADER_ALIGN = 8
+HEADER_ALIGN = 64  # the data section starts on a cache line; packed weights come first in it
 MAX_JSON_DEPTH = 64  # deeper JSON is refused: no legitimate header needs it, and repr/recursion stay bounded
 MAX_RANK = 8
 MAX_NAME = 256
 MAX_BYTES = 2**63  # numpy (and a C reader's int64) cannot describe a larger array, even an empty one
 _VERSION_RE = re.compile(r"[0-9]{1,9}")  # ASCII digits only: str.isdigit() accepts '¹', which int() refuses
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
+_CHECKSUM_RE = re.compile(r"xxh64-1m:[0-9a-f]{16}")
 
 # safetensors dtype code <-> numpy dtype (always little-endian on disk)
 DTYPES = {
@@ -62,9 +66,30 @@ CODES = {dt.name: code for code, dt in DTYPES.items()}
 
 META_VERSION = "qrt.version"
 META_PRODUCER = "qrt.producer"
-META_CHECKSUM = "qrt.data_sha256"
+META_CHECKSUM = "qrt.data_checksum"  # version 4: "xxh64-1m:" and 16 hex digits (data_checksum)
+META_SHA256 = "qrt.data_sha256"  # versions 1 to 3: sha256 of the data section
 META_GRAPH = "qrt.graph"
-RESERVED_META = (META_VERSION, META_PRODUCER, META_CHECKSUM, META_GRAPH)
+META_PACKED = "qrt.packed"
+RESERVED_META = (META_VERSION, META_PRODUCER, META_CHECKSUM, META_SHA256, META_GRAPH, META_PACKED)
+
+
+def data_checksum(data: bytes | memoryview | mmap.mmap) -> str:
+    """The version 4 checksum of a data section: XXH64 of each 1 MiB block, then XXH64 of those
+    digests (docs/FORMAT.md), computed in C on the module's threads with the GIL released."""
+    from . import _kernels
+
+    return f"xxh64-1m:{_kernels.data_checksum(data):016x}"
+
+
+def stored_checksum(metadata: Mapping[str, str]) -> str:
+    """The data checksum a file's header states, of whichever version."""
+    return metadata[META_CHECKSUM] if META_CHECKSUM in metadata else metadata[META_SHA256]
+
+
+def _sha256(data: bytes | memoryview) -> str:
+    import hashlib  # versions 1 to 3 only: not imported unless such a file is read
+
+    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -170,9 +195,12 @@ def _view(buf: mmap.mmap, data_start: int, dtype: np.dtype, shape: tuple, begin:
     return arr if arr.flags.aligned else arr.copy()
 
 
-def load_file(path: str | os.PathLike) -> QrtFile:
+def load_file(path: str | os.PathLike, verify: bool = True) -> QrtFile:
     """Map and validate a .qrt file. Raises FormatError naming any problem.
 
+    verify: check the data section against the header's checksum (one pass over the file, in C on
+    every thread). verify=False skips only that, for a file checked before (on install, say): every
+    other check still runs, and no kernel reads a byte outside its tensor whatever the data holds.
     I/O failures (a missing file, no permission) raise OSError as usual.
     """
     # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
@@ -188,7 +216,7 @@ def load_file(path: str | os.PathLike) -> QrtFile:
     finally:
         os.close(fd)  # the mapping keeps the file alive
     try:
-        return _validate(buf, size)
+        return _validate(buf, size, verify)
     except BaseException:
         try:
             buf.close()  # release the mapping now rather than at garbage collection
@@ -197,7 +225,7 @@ def load_file(path: str | os.PathLike) -> QrtFile:
         raise
 
 
-def _validate(buf: mmap.mmap, size: int) -> QrtFile:
+def _validate(buf: mmap.mmap, size: int, verify: bool) -> QrtFile:
     (header_len,) = struct.unpack("<Q", buf[:8])
     if header_len > MAX_HEADER_BYTES:
         raise FormatError(f"header length {header_len} exceeds the limit of {MAX_HEADER_BYTES} bytes")
@@ -229,13 +257,17 @@ def _validate(buf: mmap.mmap, size: int) -> QrtFile:
         )
     if version not in SUPPORTED_VERSIONS:
         raise FormatError(f"format version {version} is not supported (this qrt reads {list(SUPPORTED_VERSIONS)})")
-    for key in (META_PRODUCER, META_CHECKSUM, META_GRAPH):
+    checksum_key, checksum_re, checksum = (
+        (META_CHECKSUM, _CHECKSUM_RE, data_checksum) if version >= PACKED_SINCE else (META_SHA256, _SHA256_RE, _sha256)
+    )
+    for key in (META_PRODUCER, checksum_key, META_GRAPH):
         if key not in meta:
             raise FormatError(f"header: __metadata__ lacks {key!r}")
-    if not _SHA256_RE.fullmatch(meta[META_CHECKSUM]):
-        raise FormatError(
-            f"header: {META_CHECKSUM} must be 64 lowercase hex digits, got {meta[META_CHECKSUM]!r:.80}"
-        )
+    if not checksum_re.fullmatch(meta[checksum_key]):
+        what = "'xxh64-1m:' and 16 lowercase hex digits" if version >= PACKED_SINCE else "64 lowercase hex digits"
+        raise FormatError(f"header: {checksum_key} must be {what}, got {meta[checksum_key]!r:.80}")
+    if META_PACKED in meta and version < PACKED_SINCE:
+        raise FormatError(f"header: {META_PACKED} needs format version {PACKED_SINCE}, the file says {version}")
 
     data_start = 8 + header_len
     data_len = size - data_start
@@ -246,18 +278,71 @@ def _validate(buf: mmap.mmap, size: int) -> QrtFile:
         if b1 < e0:
             raise FormatError(f"tensors {n0!r} [{b0}, {e0}] and {n1!r} [{b1}, {e1}] overlap")
 
-    digest = hashlib.sha256(memoryview(buf)[data_start:]).hexdigest()
-    if digest != meta[META_CHECKSUM]:
-        raise FormatError(
-            f"data section checksum mismatch: header says {meta[META_CHECKSUM]}, data hashes to {digest}"
-        )
+    packed = _packed_entries(meta[META_PACKED], entries) if META_PACKED in meta else {}
+
+    if verify:
+        digest = checksum(memoryview(buf)[data_start:])
+        if digest != meta[checksum_key]:
+            raise FormatError(
+                f"data section checksum mismatch: header says {meta[checksum_key]}, data hashes to {digest}"
+            )
 
     tensors = {
         name: _view(buf, data_start, dtype, shape, begin) for name, (dtype, shape, begin, _) in entries.items()
     }
+    row_sums_of = {}  # the row sums are the kernels' alone: the graph may neither read nor redefine them
+    for name, (shape, row_sums) in packed.items():
+        tensors[name] = PackedMatrix(tensors[name], shape, None if row_sums is None else tensors.pop(row_sums))
+        if row_sums is not None:
+            row_sums_of[row_sums] = name
     infos = {name: ValueInfo(t.dtype.name, t.shape) for name, t in tensors.items()}
-    graph = parse_graph(_parse_json(meta[META_GRAPH], "graph"), infos, tensors, version)
+    graph = parse_graph(_parse_json(meta[META_GRAPH], "graph"), infos, tensors, version, row_sums_of)
     return QrtFile(graph, tensors, dict(meta), version)
+
+
+def _packed_entries(text: str, entries: Mapping[str, tuple]) -> dict[str, tuple[tuple[int, int], str | None]]:
+    """Check the qrt.packed map: name -> {"shape": [n, k]} and, for int8, "row_sums": an int32 [n]
+    tensor of its own. Returns name -> ((n, k), row sums' name or None)."""
+    obj = _parse_json(text, META_PACKED)
+    if not isinstance(obj, dict):
+        raise FormatError(f"{META_PACKED}: must be a JSON object, got {type(obj).__name__}")
+    out: dict[str, tuple[tuple[int, int], str | None]] = {}
+    sums_of: dict[str, str] = {}
+    for name, spec in obj.items():
+        where = f"{META_PACKED}: tensor {name!r:.80}"
+        if name not in entries:
+            raise FormatError(f"{where} is not in the header")
+        dtype, stored = entries[name][0], entries[name][1]
+        if dtype not in PACKED_DTYPES:
+            raise FormatError(f"{where}: only int8, float16 and float32 matrices are packed, this one is {dtype}")
+        keys = {"shape", "row_sums"} if dtype == np.int8 else {"shape"}
+        if not isinstance(spec, dict) or set(spec) != keys:
+            raise FormatError(f"{where}: entry must have exactly {sorted(keys)}")
+        shape = spec["shape"]
+        if not (
+            isinstance(shape, list)
+            and len(shape) == 2
+            and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+        ):
+            raise FormatError(f"{where}: shape must be two non-negative integers [n, k], got {shape!r:.80}")
+        n, k = shape
+        if stored != packed_shape(dtype, n, k):
+            raise FormatError(
+                f"{where}: a packed [{n}, {k}] {dtype} matrix is stored as {list(packed_shape(dtype, n, k))},"
+                f" the header says {list(stored)}"
+            )
+        row_sums = spec.get("row_sums")
+        if dtype == np.int8:
+            if not isinstance(row_sums, str) or row_sums not in entries or row_sums in obj:
+                raise FormatError(f"{where}: row_sums must name an unpacked tensor of the header, got {row_sums!r:.80}")
+            if row_sums in sums_of:
+                raise FormatError(f"{where}: row_sums {row_sums!r} already holds the sums of {sums_of[row_sums]!r}")
+            if entries[row_sums][0] != np.int32 or entries[row_sums][1] != (n,):
+                got = f"{entries[row_sums][0]} {list(entries[row_sums][1])}"
+                raise FormatError(f"{where}: row_sums {row_sums!r} must be int32 [{n}], got {got}")
+            sums_of[row_sums] = name
+        out[name] = ((n, k), row_sums)
+    return out
 
 
 def _producer() -> str:
@@ -266,30 +351,70 @@ def _producer() -> str:
     return f"qrt {__version__}"
 
 
+def _packed_uses(graph: Mapping[str, Any], tensors: Mapping[str, Any]) -> set[str]:
+    """The tensors to store packed: 2-D int8/float16/float32 ones that only packed ports read."""
+    packed, plain = set(), set(graph.get("outputs", ()))
+    for node in graph.get("nodes", ()):
+        spec = OPS.get(node.get("op"))
+        for port, value in node.get("inputs", {}).items():
+            ports = {p.name: p for p in spec.inputs} if spec else {}
+            (packed if port in ports and ports[port].packed else plain).add(value)
+    return {
+        name
+        for name in packed - plain
+        if name in tensors and np.ndim(tensors[name]) == 2 and getattr(tensors[name], "dtype", None) in PACKED_DTYPES
+    }
+
+
+def _row_sums_name(name: str, taken: Mapping[str, Any]) -> str:
+    candidate, i = f"{name}.row_sums", 0
+    while candidate in taken or len(candidate) > MAX_NAME:
+        candidate, i = f"row_sums.{i}", i + 1
+    return candidate
+
+
+def _storable(name: Any, t: Any) -> np.ndarray:
+    """t as the little-endian C-contiguous array it is stored as; refuses what load_file would refuse."""
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME or name == "__metadata__":
+        raise ValueError(f"tensor name {name!r:.80} must be a string of 1 to {MAX_NAME} characters")
+    a = np.asarray(t)
+    if a.ndim > MAX_RANK:
+        raise ValueError(f"tensor {name!r}: rank {a.ndim} exceeds the maximum of {MAX_RANK}")
+    if a.dtype.name not in CODES:
+        raise ValueError(f"tensor {name!r}: dtype {a.dtype} is not storable; use one of {sorted(CODES)}")
+    a = a.astype(a.dtype.newbyteorder("<"), copy=False)
+    return a if a.flags.c_contiguous else a.copy()  # ascontiguousarray would make 0-d 1-d
+
+
 def encode(
     graph: Mapping[str, Any],
-    tensors: Mapping[str, np.ndarray],
+    tensors: Mapping[str, np.ndarray | PackedMatrix],
     metadata: Mapping[str, str] | None = None,
 ) -> bytes:
-    """Serialize a graph (its JSON form) and tensors into .qrt bytes, validating both."""
-    arrays = {}
-    for name, t in tensors.items():
-        a = np.asarray(t)
-        # refuse to write what load_file would refuse
-        if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME or name == "__metadata__":
-            raise ValueError(f"tensor name {name!r:.80} must be a string of 1 to {MAX_NAME} characters")
-        if a.ndim > MAX_RANK:
-            raise ValueError(f"tensor {name!r}: rank {a.ndim} exceeds the maximum of {MAX_RANK}")
-        if a.dtype.name not in CODES:
-            raise ValueError(f"tensor {name!r}: dtype {a.dtype} is not storable; use one of {sorted(CODES)}")
-        a = a.astype(a.dtype.newbyteorder("<"), copy=False)
-        arrays[name] = a if a.flags.c_contiguous else a.copy()  # ascontiguousarray would make 0-d 1-d
-    infos = {name: ValueInfo(a.dtype.name, a.shape) for name, a in arrays.items()}
-    # refuse to write what cannot be read
-    parse_graph(json.loads(json.dumps(graph)), infos, arrays, FORMAT_VERSION)
+    """Serialize a graph (its JSON form) and tensors into .qrt bytes, validating both.
 
-    # Widest items first, so every tensor is naturally aligned with no gaps (safetensors allows none).
-    order = sorted(arrays, key=lambda n: (-arrays[n].dtype.itemsize, n))
+    The weight matrices that only the linear and recurrent ops' weight ports read are stored in
+    the kernels' packed layout (qrt/layout.py), with their row sums; everything else as it is.
+    """
+    to_pack = _packed_uses(graph, tensors)
+    packs = {name: t if isinstance(t, PackedMatrix) else pack(t) for name, t in tensors.items() if name in to_pack}
+    arrays = {name: _storable(name, p.data) for name, p in packs.items()}
+    arrays.update({name: _storable(name, t) for name, t in tensors.items() if name not in packs})
+    # refuse to write what cannot be read
+    checked = {**arrays, **packs}
+    infos = {name: ValueInfo(t.dtype.name, t.shape) for name, t in checked.items()}
+    parse_graph(json.loads(json.dumps(graph)), infos, checked, FORMAT_VERSION)
+
+    packed_meta = {}
+    for name, p in sorted(packs.items()):
+        packed_meta[name] = {"shape": list(p.shape)}
+        if p.row_sums is not None:
+            sums = _row_sums_name(name, arrays)
+            arrays[sums] = _storable(sums, np.asarray(p.row_sums, np.int32))
+            packed_meta[name]["row_sums"] = sums
+    # Packed matrices first: each is a whole number of 64-byte lines, so each starts on one. Then the
+    # widest items first, so every tensor is naturally aligned with no gaps (safetensors allows none).
+    order = sorted(arrays, key=lambda n: (n not in packs, -arrays[n].dtype.itemsize, n))
     entries, offset = {}, 0
     for name in order:
         a = arrays[name]
@@ -309,10 +434,12 @@ def encode(
         {
             META_VERSION: str(FORMAT_VERSION),
             META_PRODUCER: meta.pop("producer", None) or _producer(),
-            META_CHECKSUM: hashlib.sha256(data).hexdigest(),
+            META_CHECKSUM: data_checksum(data),
             META_GRAPH: json.dumps(graph, separators=(",", ":")),
         }
     )
+    if packed_meta:
+        meta[META_PACKED] = json.dumps(packed_meta, separators=(",", ":"))
     header = json.dumps({"__metadata__": meta, **entries}, separators=(",", ":")).encode()
     header += b" " * (-(8 + len(header)) % HEADER_ALIGN)
     return struct.pack("<Q", len(header)) + header + data
@@ -339,6 +466,8 @@ def _mode_for(path: str) -> int:
 def write_atomic(path: str | os.PathLike, data: bytes) -> None:
     """Write bytes to path so that readers see the old file or the whole new one."""
     path = os.fspath(path)
+    import tempfile  # writing only: not imported by a program that only loads models
+
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".qrt-", suffix=".tmp", dir=folder)
     try:

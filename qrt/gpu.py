@@ -640,10 +640,13 @@ def _sequence(op_kind: str) -> Callable[[Node, Mapping[str, np.ndarray]], Step]:
 
     def prepare(node: Node, c: Mapping[str, np.ndarray]) -> Step:
         runs = layer_runs(op_kind, node.attrs, c, Recurrent, dynamic_linear)
+        ports = [p for p in ("h0", "c0") if p in node.inputs]  # by port: c0 alone starts h at zeros
 
         def step(x, *states):
-            return run_sequence(runs, node.attrs, op_kind == "lstm", _dev(x, np.float32),
-                                [_dev(s, np.float32) for s in states], _cupy(), _check_size)
+            given = dict(zip(ports, states))
+            initial = [None if given.get(p) is None else _dev(given[p], np.float32) for p in ("h0", "c0")]
+            return run_sequence(runs, node.attrs, op_kind == "lstm", _dev(x, np.float32), initial, _cupy(),
+                                _check_size)
 
         return step
 

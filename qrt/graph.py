@@ -17,6 +17,7 @@ from typing import Any, Union
 import numpy as np
 
 from .errors import FormatError
+from .layout import PackedMatrix
 from .ops import MAX_DIM, MAX_RANK, OPS, ValueInfo
 
 # float64 exists only as stored per-channel scales (format version 2): no op takes a float64 run-time value,
@@ -267,9 +268,16 @@ def _execution_order(nodes: list[Node], producer: dict[str, int]) -> list[Node]:
 
 
 def parse_graph(
-    obj: Any, tensor_infos: Mapping[str, ValueInfo], tensors: Mapping[str, np.ndarray], version: int
+    obj: Any,
+    tensor_infos: Mapping[str, ValueInfo],
+    tensors: Mapping[str, np.ndarray],
+    version: int,
+    row_sums_of: Mapping[str, str] | None = None,
 ) -> Graph:
-    """Validate the JSON graph of a file of format `version` against its tensors and build a Graph."""
+    """Validate the JSON graph of a file of format `version` against its tensors and build a Graph.
+
+    row_sums_of: the stored row-sums tensors -> the packed matrix each belongs to; names the graph may
+    not use."""
     _expect_keys("graph", obj, {"inputs", "nodes", "outputs", "output_structure"}, {"input_structure"})
     inputs = _parse_inputs(obj["inputs"])
     in_names = [s.name for s in inputs]
@@ -291,6 +299,8 @@ def parse_graph(
 
     for t in tensor_infos:
         define(t, f"tensor {t!r}")
+    for t, owner in (row_sums_of or {}).items():
+        define(t, f"the row sums of packed tensor {owner!r}")
     for spec in inputs:
         define(spec.name, f"input {spec.name!r}")
     node_names = set()
@@ -303,16 +313,21 @@ def parse_graph(
             define(o, f"output of node {n.name!r}")
             producer[o] = i
     for n in nodes:
+        where = f"node {n.name!r} ({n.op})"
         for port, v in n.inputs.items():
             if v not in defined:
-                _fail(f"node {n.name!r} ({n.op})", f"input {port!r} refers to undefined value {v!r}")
+                _fail(where, f"input {port!r} refers to undefined value {v!r}")
+            if v in (row_sums_of or {}):
+                _fail(where, f"input {port!r} refers to {defined[v]}, which only the kernels read")
 
     out_names = [_name("outputs", o) for o in _list("outputs", obj["outputs"])]
     if not out_names:
         _fail("outputs", "a model needs at least one output")
     for o in out_names:
-        if o not in defined:
-            _fail("outputs", f"refers to undefined value {o!r}")
+        if o not in defined or o in (row_sums_of or {}):
+            _fail("outputs", f"refers to undefined value {o!r}" if o not in defined else f"{o!r} is {defined[o]}")
+        if isinstance(tensors.get(o), PackedMatrix):
+            _fail("outputs", f"{o!r} is a tensor stored packed: only weight ports read those")
     output_structure = _parse_output_structure(obj["output_structure"], version, out_names)
 
     order = _execution_order(nodes, producer)
@@ -329,6 +344,8 @@ def parse_graph(
                 _fail(where, f"input {port!r} ({v!r}) has dtype {info.dtype}, expected {' or '.join(p.dtypes)}")
             if p.const and v not in tensor_infos:
                 _fail(where, f"input {port!r} ({v!r}) must be a stored tensor")
+            if not p.packed and isinstance(tensors.get(v), PackedMatrix):
+                _fail(where, f"input {port!r} ({v!r}) is stored packed, but this port reads a plain tensor")
             infos[port] = info
         consts = {port: tensors[v] for port, v in n.inputs.items() if v in tensors}
         try:

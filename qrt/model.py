@@ -41,11 +41,12 @@ class Model:
     several threads at once.
     """
 
-    def __init__(self, path: str | os.PathLike, device: str = "cpu") -> None:
+    def __init__(self, path: str | os.PathLike, device: str = "cpu", verify: bool = True) -> None:
         backend = self._backend = _backend(device)
-        qfile = qformat.load_file(path)
+        qfile = qformat.load_file(path, verify)
         self.path = os.fspath(path)
         self.device = device
+        self.verified = verify
         self.metadata: Mapping[str, str] = qfile.metadata
         self.graph = qfile.graph
         g = self.graph
@@ -56,9 +57,6 @@ class Model:
         # per argument of forward(): its name, where it has one; nested ones by name, for dict calls
         self._arg_names = _argument_names(g)
         self._arguments = {n: t for n, t in zip(self._arg_names, g.input_structure) if n and isinstance(t, tuple)}
-        # a nested call's fast path: the index path of each input, and of each tuple with its length
-        nested = g.input_structure != tuple(range(len(self._names)))
-        self._input_paths = _paths(g.input_structure) if nested else None
         self._output_tuple = g.output_tuple
         # None when run returns one array or a flat tuple (the per-call fast path), else the tree
         flat = not g.output_tuple or g.output_structure == tuple(range(len(g.outputs)))
@@ -126,9 +124,9 @@ class Model:
 
     def __reduce__(self) -> tuple:
         """Pickled as its path: the receiving process maps and validates the file again (for
-        multiprocessing, concurrent.futures, Ray or Dask workers), and refuses it if its data is
-        no longer the data this Model was loaded from."""
-        return _unpickle, (self.path, self.device, self.metadata[qformat.META_CHECKSUM])
+        multiprocessing, concurrent.futures, Ray or Dask workers), verifying it as this one was, and
+        refuses it if its header's checksum is no longer the one this Model was loaded with."""
+        return _unpickle, (self.path, self.device, qformat.stored_checksum(self.metadata), self.verified)
 
     def _accept(self, i: int, a: Any) -> np.ndarray:
         """Input i checked: returned as it is when it already conforms, else by check_input."""
@@ -237,49 +235,18 @@ class Model:
         Returns one array, or tuples nested as the source model returned them (output_structure).
         """
         if self._plan is not None:
-            # the common calls (one array, a flat list, a dict of every input) at shapes already compiled
-            # skip binding: try_run takes the arrays only if they fit a compiled program exactly
-            flat = self._as_flat(inputs)
-            out = None if flat is None else self._plan.try_run(flat)
-            if out is None:
-                out = self._plan.run(self._bind(inputs))
+            # the common calls (one array, a flat list, arguments nested as forward()'s, a dict of every
+            # input) at shapes already compiled: one native call, no binding, outputs nested as below;
+            # None unless the arrays fit a compiled program exactly
+            result = self._plan.call(inputs)
+            if result is not None:
+                return result
+            out = self._plan.run(self._bind(inputs))
         else:
             out = self._run_nodes(self._bind(inputs))
         if self._out_nested is not None:
             return nest(self._out_nested, out)
         return tuple(out) if self._output_tuple else out[0]
-
-    def _as_flat(self, inputs: Inputs) -> list[Any] | None:
-        """inputs as a flat list in input order, without any check, if they are given flat; else None."""
-        if type(inputs) is np.ndarray:
-            return [inputs]
-        if type(inputs) is dict and len(inputs) == len(self._names):
-            try:
-                return [inputs[n] for n in self._names]
-            except KeyError:
-                return None
-        if type(inputs) in (list, tuple):
-            if self._input_paths is not None and any(type(a) in (list, tuple) for a in inputs):
-                return self._flatten(inputs)
-            return list(inputs) if len(inputs) == len(self._names) else None
-        return None
-
-    def _flatten(self, args: Sequence[Any]) -> list[Any] | None:
-        """Arguments nested as input_structure, as a flat list in input order; None if they are not."""
-        leaves, tuples = self._input_paths
-        for path, n in tuples:
-            v = args
-            for i in path:
-                v = v[i]
-            if type(v) not in (list, tuple) or len(v) != n:
-                return None
-        flat = [None] * len(leaves)
-        for k, path in leaves:
-            v = args
-            for i in path:
-                v = v[i]
-            flat[k] = v
-        return flat
 
     def _run_nodes(self, given: list[Any]) -> list[Any]:
         """Every node's step in order, from Python (the GPU backend's path)."""
@@ -303,22 +270,6 @@ class Model:
         if self._plan is None:
             raise ValueError("streams run on the CPU backend; this model was loaded for " + self.device)
         return self._plan.stream(state)
-
-
-def _paths(tree: tuple) -> tuple[list[tuple[int, tuple]], list[tuple[tuple, int]]]:
-    """The index path of every leaf (with its input index) and of every tuple (with its length), the
-    top-level tuple first, each tuple before what it holds."""
-    leaves: list[tuple[int, tuple]] = []
-    tuples: list[tuple[tuple, int]] = []
-    stack: list[tuple[Tree, tuple]] = [(tree, ())]
-    while stack:
-        t, path = stack.pop(0)
-        if isinstance(t, int):
-            leaves.append((t, path))
-        else:
-            tuples.append((path, len(t)))
-            stack.extend((c, path + (i,)) for i, c in enumerate(t))
-    return leaves, tuples
 
 
 def _argument_names(graph: Graph) -> list[str | None]:
@@ -351,16 +302,22 @@ def _argument_names(graph: Graph) -> list[str | None]:
     return [None if isinstance(a, tuple) and n in clash else n for n, a in zip(names, graph.input_structure)]
 
 
-def _unpickle(path: str, device: str, checksum: str) -> Model:
-    model = Model(path, device)
-    if model.metadata[qformat.META_CHECKSUM] != checksum:
+def _unpickle(path: str, device: str, checksum: str, verify: bool = True) -> Model:
+    model = Model(path, device, verify)
+    if qformat.stored_checksum(model.metadata) != checksum:
         raise qformat.FormatError(f"{path}: the file changed since this Model was pickled (its data checksum differs)")
     return model
 
 
-def load(path: str | os.PathLike, device: str = "cpu") -> Model:
-    """Load and validate a .qrt file. Raises qrt.FormatError if it is malformed."""
-    return Model(path, device)
+def load(path: str | os.PathLike, device: str = "cpu", verify: bool = True) -> Model:
+    """Load and validate a .qrt file. Raises qrt.FormatError if it is malformed.
+
+    The kernels read the weights of a version 4 file where the file is mapped: loading copies
+    nothing. verify=True (the default) also checks the data against the header's checksum, one
+    pass over the file on every thread; verify=False skips that pass for a file checked before
+    (every other check still runs, and a kernel never reads outside its tensor).
+    """
+    return Model(path, device, verify)
 
 
 def run(model_file: str | os.PathLike, inputs: Inputs, device: str = "cpu") -> Outputs:

@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -46,18 +46,17 @@ class ValueInfo:
         return f"{self.dtype}[{dims}]"
 
 
-@dataclass(frozen=True)
-class Port:
+class Port(NamedTuple):  # the registry's records are NamedTuples: quicker to define at import than dataclasses
     """One named input of an op."""
 
     name: str
     dtypes: tuple[str, ...]
     optional: bool = False
     const: bool = False  # must be a stored tensor (weights, quantization parameters)
+    packed: bool = False  # a weight matrix the kernels read packed: format 4 stores it so (qrt/layout.py)
 
 
-@dataclass(frozen=True)
-class Attr:
+class Attr(NamedTuple):
     """One attribute of an op, with its JSON type and allowed values."""
 
     name: str
@@ -83,14 +82,13 @@ class Attr:
 Check = Callable[[Mapping[str, ValueInfo], Mapping[str, np.ndarray], Mapping[str, Any]], list]
 
 
-@dataclass(frozen=True)
-class OpSpec:
+class OpSpec(NamedTuple):
     name: str
     doc: str
     inputs: tuple[Port, ...]
     outputs: tuple[str, ...]
     check: Check
-    attrs: tuple[Attr, ...] = field(default=())
+    attrs: tuple[Attr, ...] = ()
 
     def port(self, name: str) -> Port:
         for p in self.inputs:
@@ -394,7 +392,7 @@ def _qparam_ports(prefix: str = "", scale_dtypes: tuple[str, ...] = _F32) -> tup
 
 def _dynamic_weight_ports(prefix: str = "", optional: bool = False) -> tuple[Port, ...]:
     return (
-        Port(f"{prefix}weight", ("int8", "float16"), optional=optional, const=True),
+        Port(f"{prefix}weight", ("int8", "float16"), optional=optional, const=True, packed=True),
         Port(f"{prefix}weight_scale", _F32, optional=True, const=True),
         Port(f"{prefix}weight_zero_point", ("int32",), optional=True, const=True),
         Port(f"{prefix}bias", _F32, optional=True, const=True),
@@ -450,7 +448,7 @@ OPS: dict[str, OpSpec] = {
             (
                 Port("x", ("uint8",)),
                 *_qparam_ports("x_"),
-                Port("weight", ("int8",), const=True),
+                Port("weight", ("int8",), const=True, packed=True),
                 *_qparam_ports("weight_"),
                 Port("bias", _F32, optional=True, const=True),
                 *_qparam_ports("y_"),
@@ -470,7 +468,11 @@ OPS: dict[str, OpSpec] = {
         OpSpec(
             "linear_float",
             "float32 linear y = x @ weight.T + bias: a layer the converter's rules keep in float",
-            (Port("x", _F32), Port("weight", _F32, const=True), Port("bias", _F32, optional=True, const=True)),
+            (
+                Port("x", _F32),
+                Port("weight", _F32, const=True, packed=True),
+                Port("bias", _F32, optional=True, const=True),
+            ),
             ("y",),
             _check_linear_float,
         ),

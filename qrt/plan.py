@@ -14,9 +14,14 @@ for the whole model:
 - **Fusion that keeps the bits.** A ReLU whose input is a linear's (dynamic or float) only use runs
   in that linear's call, on its output while it is in cache; a quantize that undoes a dequantize
   with the same parameters is dropped when every representable value survives the round trip
-  unchanged (checked exhaustively at build); flatten is a new shape over the same bytes.
-- **Fallback.** An op the program does not run natively (the numpy/C glue ops) runs its Python step
-  inside the program, which takes the GIL back for that step only; so every model keeps working.
+  unchanged (checked exhaustively at build); flatten, reshape, squeeze and unsqueeze are a new shape
+  over the same bytes.
+- **Native steps** for quantize and dequantize, the linears, the cells, whole sequences (every layer
+  and direction of an rnn/lstm/gru_dynamic in one step, K.SequenceStep, on the arena), and the glue
+  of the recurrent models: embedding, select and slice (a copy of strided blocks), softmax and
+  log_softmax, relu, add.
+- **Fallback.** Any other op runs its Python step inside the program, which takes the GIL back for
+  that step only; so every model keeps working.
 
 ``Stream`` steps a cell model (keyword spotting, streaming ASR) one frame at a time, keeping the
 state inside between calls.
@@ -24,6 +29,7 @@ state inside between calls.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
@@ -49,10 +55,17 @@ SLOT_INPUT, SLOT_CONST, SLOT_ARENA, SLOT_FRESH, SLOT_OBJECT = 1, 2, 3, 4, 5
     PS_CELL,
     PS_RELU,
     PS_ADD,
+    PS_SEQUENCE,
+    PS_EMBEDDING,
+    PS_SOFTMAX,
+    PS_COPY,
     PS_FALLBACK,
-) = range(1, 12)
+) = range(1, 16)
 _QCODE = {"uint8": 0, "int8": 1, "int32": 2}
 _CELLS = {"rnn_cell_dynamic", "lstm_cell_dynamic", "gru_cell_dynamic"}
+_SEQUENCES = {"rnn_dynamic", "lstm_dynamic", "gru_dynamic"}
+# ops whose output is their input's bytes under another shape (the plan's values are C-contiguous)
+_VIEWS = {"flatten", "reshape", "squeeze", "unsqueeze"}
 _ALIGN = 64
 
 
@@ -94,6 +107,16 @@ class Plan:
         # the same without checks of its own: None unless a program compiled for these shapes takes the
         # arrays as they are (for Model.run's common call, before it binds the inputs)
         self.try_run: Callable[[list[np.ndarray]], list[np.ndarray] | None] = self._executor.try_run
+        # Model.run's common call, nested inputs and outputs included, in one native call (None: not that call)
+        n = len(graph.inputs)
+        flat_out = not graph.output_tuple or graph.output_structure == tuple(range(len(graph.outputs)))
+        self._executor.set_structure(
+            list(self._input_names),
+            None if graph.input_structure == tuple(range(n)) else graph.input_structure,
+            None if flat_out else graph.output_structure,
+            graph.output_tuple,
+        )
+        self.call: Callable[[Any], Any] = self._executor.call
 
     def __repr__(self) -> str:
         fused = sum(1 for _ in self._relu_of) + sum(1 for n in self.graph.nodes if self._folded(n))
@@ -123,7 +146,7 @@ class Plan:
                 ):
                     self._relu_of[j] = i
                     self._fused.add(i)
-            elif node.op == "flatten":
+            elif node.op in _VIEWS:
                 self._alias[node.outputs[0]] = node.inputs["x"]
             elif node.op in ("quantize_per_tensor", "quantize_per_channel") and self._undoes_dequantize(i, tensors):
                 self._alias[node.outputs[0]] = self.graph.nodes[self._producer[node.inputs["x"]]].inputs["x"]
@@ -272,7 +295,7 @@ class Plan:
                     if port in step:
                         native_reads.add(self._root(step[port]))
                         step[port] = slot(step[port])
-                for port in ("y", "y2"):
+                for port in ("y", "y2", "y3"):
                     if port in step:
                         step[port] = slot(step[port])
                 for s in ("s0", "s1"):
@@ -333,7 +356,7 @@ class Plan:
         """The executor step of node i at the shapes of env, or None for the fallback."""
         node = self.graph.nodes[i]
         op, c = node.op, {p: self._consts[v] for p, v in node.inputs.items() if v in self._consts}
-        if op == "flatten" or i in self._fused:
+        if op in _VIEWS or i in self._fused:
             return {"op": 0}  # nothing to run: an alias
         if any(v in self._consts for v in self._args[i]):  # a stored tensor at a run-time port: rare
             return None
@@ -388,7 +411,57 @@ class Plan:
             a, b = (self._value(env, node.inputs[p]) for p in ("a", "b"))
             if a.shape == b.shape and a.dtype == b.dtype == np.float32:
                 return {"op": PS_ADD, "a": node.inputs["a"], "b": node.inputs["b"], "y": out, "n": a.size}
+        if op in _SEQUENCES:
+            return self._sequence(i, env)
+        if op == "embedding" and kernel is not None:
+            indices = env[node.inputs["indices"]]
+            if indices.dtype == np.int64:
+                return {"op": PS_EMBEDDING, "a": node.inputs["indices"], "y": out, "n": indices.size, "kernel": kernel}
+        if op in ("softmax", "log_softmax") and kernel is not None and x.dtype == np.float32:
+            log = int(op == "log_softmax")  # in the step's dtype field
+            return {"op": PS_SOFTMAX, "a": node.inputs["x"], "y": out, "dtype": log,
+                    "view": channel_view(x.shape, node.attrs["dim"]), "kernel": kernel}
+        if op in ("select", "slice"):
+            return _copy_step(node, x)
         return None
+
+    def _sequence(self, i: int, env: dict[str, np.ndarray]) -> dict | None:
+        """A whole-sequence op: every layer and direction in one native step (K.SequenceStep)."""
+        node = self.graph.nodes[i]
+        runs = getattr(self._steps[i], "runs", None)
+        values = [env[v] for v in self._args[i]]
+        if runs is None or any(v.dtype != np.float32 for v in values):
+            return None
+        x = values[0]
+        steps, batch = (x.shape[1], x.shape[0]) if node.attrs["batch_first"] else x.shape[:2]
+        has_cell = node.op == "lstm_dynamic"
+        kernel = K.SequenceStep(runs, has_cell, node.attrs["batch_first"], steps, batch)
+        step = {"op": PS_SEQUENCE, "a": node.inputs["x"], "y": node.outputs[0], "y2": node.outputs[1],
+                "kernel": kernel, "s0": kernel.scratch_bytes}
+        for state, port in (("h0", "b"), ("c0", "c")):  # a state not given starts at zeros
+            if state in node.inputs:
+                step[port] = node.inputs[state]
+        if has_cell:
+            step["y3"] = node.outputs[2]
+        return step
+
+
+def _copy_step(node, x: np.ndarray) -> dict:
+    """select, slice: the blocks of x they keep, one after the other (PS_COPY, in bytes)."""
+    dim = node.attrs["dim"]
+    size = x.shape[dim]
+    row = math.prod(x.shape[dim + 1 :]) * x.itemsize  # the bytes of one index along dim
+    if node.op == "select":
+        index = node.attrs["index"]
+        first, count, step = index + size if index < 0 else index, 1, 1
+    else:  # clamped as the step clamps it
+        first, stop, step = slice(node.attrs["start"], node.attrs["end"], node.attrs["step"]).indices(size)
+        count = len(range(first, stop, step))
+    block = row
+    if step == 1:  # consecutive indices: one block per outer row
+        block, count = row * count, 1
+    return {"op": PS_COPY, "a": node.inputs["x"], "y": node.outputs[0], "offset": first * row, "stride": step * row,
+            "outer_stride": size * row, "view": (math.prod(x.shape[:dim]), count, block)}
 
 
 def _assign(values: list[tuple[str, int, int, int]]) -> tuple[dict[str, int], int]:

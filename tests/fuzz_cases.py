@@ -5,9 +5,12 @@ plus a chain of several ops) and applies one to three mutations: raw byte
 edits (flips, truncation in each region, insertions, deletions, a rewritten
 header length) or structured edits of the header and graph JSON (shapes,
 offsets, dtypes, metadata, cycles, dangling references, duplicate names,
-unknown ops and ports, hostile attribute values, scales and zero points),
-with the data checksum recomputed half the time so the edit reaches the
-checks behind it.
+unknown ops and ports, hostile attribute values, scales and zero points,
+the packed-matrix map ``qrt.packed``), with the data checksum recomputed half
+the time so the edit reaches the checks behind it. The seeds are version 4
+files as the writer makes them (weights packed, ``qrt.data_checksum``), plus
+version 3 files made by hand (plain weights, ``qrt.data_sha256``, ``v3_*``),
+so both checksums and both weight layouts are mutated.
 
 The property (``check_case``): loading the file and running the model on
 valid random inputs either works or raises ``qrt.FormatError``; running may
@@ -30,6 +33,7 @@ import numpy as np
 
 import qrt
 from qrt.builder import GraphBuilder
+from qrt.layout import PackedMatrix, unpack
 from qrt.ops import OPS
 
 # ------------------------------------------------------------------ valid models
@@ -263,6 +267,8 @@ def _nested_models() -> dict[str, GraphBuilder]:
 
 
 _SEEDS: dict[str, bytes] | None = None
+# Seeds also written as version 3 files (plain weights, sha256): the older checksum and layout get fuzzed too.
+V3_SEEDS = ("linear", "linear_dynamic_fp16", "lstm_cell_dynamic", "per_channel_f64")
 
 
 def seed_files() -> dict[str, bytes]:
@@ -271,6 +277,7 @@ def seed_files() -> dict[str, bytes]:
     if _SEEDS is None:
         models = {**_op_models(), **_nested_models()}
         _SEEDS = {name: qrt.format.encode(b.graph(), b.tensors) for name, b in models.items()}
+        _SEEDS.update({f"v3_{name}": plain_file(_SEEDS[name], 3) for name in V3_SEEDS})
     return _SEEDS
 
 
@@ -288,13 +295,77 @@ def split(data: bytes) -> tuple[dict, bytes]:
     return header, data[8 + n :]
 
 
+def checksum_key(meta: dict) -> str:
+    """The metadata key of the data checksum: qrt.data_sha256 in versions 1 to 3, qrt.data_checksum from 4
+    (a version that is not a number, as hostile edits make it, counts as the newest)."""
+    v = meta.get("qrt.version")
+    old = isinstance(v, str) and re.fullmatch("[0-9]{1,9}", v) is not None and int(v) < qrt.format.PACKED_SINCE
+    return qrt.format.META_SHA256 if old else qrt.format.META_CHECKSUM
+
+
+def set_checksum(meta: dict, body: bytes) -> None:
+    """Write the checksum of body that meta's version calls for: sha256 for versions 1 to 3, xxh64-1m from 4."""
+    if checksum_key(meta) == qrt.format.META_SHA256:
+        meta[qrt.format.META_SHA256] = hashlib.sha256(body).hexdigest()
+    else:
+        meta[qrt.format.META_CHECKSUM] = qrt.format.data_checksum(body)
+
+
 def join(header: Any, body: bytes, fix_checksum: bool = False, raw: str | None = None) -> bytes:
-    """Re-encode a header (or raw header text) and a data section."""
+    """Re-encode a header (or raw header text) and a data section; fix_checksum: rewrite the checksum the
+    header's version calls for (set_checksum)."""
     if fix_checksum and isinstance(header, dict) and isinstance(header.get("__metadata__"), dict):
-        header["__metadata__"]["qrt.data_sha256"] = hashlib.sha256(body).hexdigest()
+        set_checksum(header["__metadata__"], body)
     text = raw if raw is not None else json.dumps(header)
     hb = text.encode("utf-8", "surrogatepass")
     return struct.pack("<Q", len(hb)) + hb + body
+
+
+def stored_arrays(data: bytes) -> tuple[dict, dict[str, np.ndarray]]:
+    """A well-formed file's metadata and its tensors as stored (a packed matrix in its packed shape, row sums
+    as tensors of their own), in data section order: name -> array (a copy)."""
+    header, body = split(data)
+    meta = header.pop("__metadata__")
+    arrays = {}
+    for name, e in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"]):
+        dt = qrt.format.DTYPES[e["dtype"]]
+        b, end = e["data_offsets"]
+        arrays[name] = np.frombuffer(body[b:end], dt).reshape(e["shape"]).copy()
+    return meta, arrays
+
+
+def build_file(meta: dict, arrays: dict[str, np.ndarray], align: int = qrt.format.HEADER_ALIGN) -> bytes:
+    """A file of these tensors, back to back in the given order, the header padded with spaces so that the
+    data section starts at a multiple of align, and the checksum that meta's version calls for. No checks:
+    this writes what a careless or foreign writer would."""
+    entries, chunks, offset = {}, [], 0
+    for name, a in arrays.items():
+        a = np.asarray(a)
+        raw = np.ascontiguousarray(a.astype(a.dtype.newbyteorder("<"), copy=False)).tobytes()
+        entries[name] = {"dtype": qrt.format.CODES[a.dtype.name], "shape": list(a.shape),
+                         "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    body = b"".join(chunks)
+    meta = dict(meta)
+    set_checksum(meta, body)
+    hb = json.dumps({"__metadata__": meta, **entries}, separators=(",", ":")).encode()
+    hb += b" " * (-(8 + len(hb)) % align)
+    return struct.pack("<Q", len(hb)) + hb + body
+
+
+def plain_file(data: bytes, version: int) -> bytes:
+    """A file's model as a version 1, 2 or 3 writer wrote it: packed matrices unpacked to [n, k], their row
+    sums dropped, no qrt.packed or qrt.data_checksum, tensors widest first (ties by name) with no gaps, the
+    header padded to a multiple of 8, qrt.data_sha256."""
+    meta, arrays = stored_arrays(data)
+    for name, spec in json.loads(meta.pop(qrt.format.META_PACKED, "{}")).items():
+        arrays.pop(spec.get("row_sums"), None)
+        arrays[name] = unpack(PackedMatrix(arrays[name], spec["shape"]))
+    meta.pop(qrt.format.META_CHECKSUM, None)
+    meta[qrt.format.META_VERSION] = str(version)
+    order = sorted(arrays, key=lambda n: (-arrays[n].dtype.itemsize, n))
+    return build_file(meta, {n: arrays[n] for n in order}, align=8)
 
 
 def get_graph(header: dict) -> dict:
@@ -437,7 +508,16 @@ def e_metadata(rnd, header, body):
             ["0", "1", "2", "3", "4", "999999999999", "1.0", " 1", "one", "\u00b9", "\u0661", "-1"]
         )
     elif choice == 2:
-        meta["qrt.data_sha256"] = rnd.choice(["", "0" * 64, meta["qrt.data_sha256"].upper(), "zz"])
+        # the checksum of the file's version (either name), or the other version's in its place
+        key = rnd.choice([k for k in ("qrt.data_checksum", "qrt.data_sha256") if k in meta] or ["qrt.data_checksum"])
+        old = str(meta.get(key, ""))
+        meta[key] = rnd.choice([
+            "", "0" * 64, "zz", old.upper(), old[:-1], old + "0", "xxh64-1m:" + "0" * 16, "xxh64:" + old[-16:],
+            "XXH64-1M:" + old[-16:], "xxh64-1m:" + old[-15:], "xxh3-1m:" + old[-16:], hashlib.sha256(body).hexdigest(),
+        ])
+        if rnd.random() < 0.3:  # the other version's key instead
+            other = "qrt.data_sha256" if key == "qrt.data_checksum" else "qrt.data_checksum"
+            meta[other] = meta.pop(key)
     elif choice == 3:
         meta[rnd.choice(list(meta))] = hostile_value(rnd)
     elif choice == 4:
@@ -585,6 +665,61 @@ def g_trees(rnd, g, header):
     g[key] = hostile_value(rnd) if choice == 5 else tree
 
 
+def e_packed(rnd, header, body):
+    """qrt.packed: entries naming absent, plain, unpackable or other packed tensors; wrong keys, shapes and
+    row sums; a packed matrix declared plain (its stored 4-D or 3-D shape then reaches the op) or a plain
+    one declared packed; malformed JSON."""
+    meta = header["__metadata__"]
+    packed = json.loads(meta["qrt.packed"]) if isinstance(meta.get("qrt.packed"), str) else {}
+    if not isinstance(packed, dict):
+        packed = {}
+    names = tensor_names(header)
+    sums = [s.get("row_sums") for s in packed.values() if isinstance(s, dict)]
+    choice = rnd.randrange(10)
+    if choice == 0 or not packed:  # a tensor not packed (or absent) declared packed
+        name = rnd.choice(names) if names and rnd.random() < 0.8 else rnd.choice(["nowhere", ""])
+        entry = header.get(name)
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        spec: Any = {"shape": (shape if isinstance(shape, list) and len(shape) == 2 else [1, 1])}
+        if rnd.random() < 0.5:
+            spec["row_sums"] = rnd.choice([*names, *filter(None, sums), "nowhere"]) if names else "nowhere"
+        packed[name] = spec
+    elif choice == 1:
+        del packed[rnd.choice(list(packed))]  # a packed matrix read as plain
+    else:
+        name = rnd.choice(list(packed))
+        spec = packed[name]
+        if not isinstance(spec, dict):
+            spec = packed[name] = {}
+        if choice == 2:
+            shape = spec.get("shape")
+            n, k = shape if isinstance(shape, list) and len(shape) == 2 else (1, 1)
+            spec["shape"] = rnd.choice([
+                [k, n], [n + 1, k], [n, k + 1], [n - 1, k], [n, k - 1], [n + 64, k], [n, k + 4], [0, k], [n, 0],
+                [-1, k], [n], [n, k, 1], [True, k], [float(n), k], "4x6", None, [2**62, 2**62], [hostile_value(rnd), k],
+            ])
+        elif choice == 3:
+            spec["row_sums"] = rnd.choice([*names, *filter(None, sums), name, "nowhere", None, 3, hostile_value(rnd)])
+        elif choice == 4:
+            spec.pop(rnd.choice(list(spec) or ["shape"]), None)
+        elif choice == 5:
+            spec[rnd.choice(["extra", "dtype", "layout"])] = hostile_value(rnd)
+        elif choice == 6:
+            packed[name] = hostile_value(rnd)
+        elif choice == 7 and len(packed) > 1:  # two matrices share one row-sums tensor
+            other = rnd.choice([n for n in packed if n != name])
+            if isinstance(packed[other], dict):
+                spec["row_sums"] = packed[other].get("row_sums")
+        elif choice == 8:
+            packed[rnd.choice(["nowhere", name + "_copy"])] = dict(spec)
+        else:
+            meta["qrt.packed"] = rnd.choice(
+                ["", "{", "[]", "null", "NaN", "1", '{"a": 1, "a": 2}', json.dumps(hostile_value(rnd))]
+            )
+            return
+    meta["qrt.packed"] = json.dumps(packed)
+
+
 def _patch_tensor(header, body, name, values: np.ndarray) -> bytes:
     t = header[name]
     b, e = t["data_offsets"]
@@ -648,7 +783,7 @@ def e_json_text(rnd, header, body):
 
 BYTE_MUTATIONS = [m_flip, m_truncate, m_insert, m_delete, m_header_len, m_nonutf8]
 HEADER_EDITS = [
-    e_shape, e_dtype, e_offsets, e_entry, e_metadata, e_values,
+    e_shape, e_dtype, e_offsets, e_entry, e_metadata, e_values, e_packed,
     g_cycle, g_undefined, g_duplicate, g_op, g_ports, g_attrs, g_structure, g_trees,
 ]
 
@@ -694,7 +829,8 @@ def make_case(rnd: random.Random) -> tuple[str, bytes]:
 # ------------------------------------------------------------------ the property
 
 # ValueError reasons a model that loaded may give at run time (docs/FORMAT.md, "Run time").
-RUNTIME_REASONS = re.compile(r"NaN|shape|batch|reshape|mismatch|out of range|offsets")
+# "x has 3 features, expected 4": a recurrent cell's free input dimension disagreeing with its weights.
+RUNTIME_REASONS = re.compile(r"NaN|shape|batch|reshape|mismatch|out of range|offsets|features, expected")
 MAX_RUN_ELEMENTS = 1_000_000  # a valid file may declare big inputs; the harness does not feed those
 
 

@@ -21,6 +21,7 @@ import torch
 
 import qrt
 from qrt.builder import GraphBuilder
+from qrt.ops import OPS
 from tools.convert import convert
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -128,7 +129,7 @@ def test_inspect_shows_header_nodes_tensors_and_bytes(files):
     r = qrt_cli("inspect", files["static.qrt"])
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    assert "qrt format v3" in out and "producer qrt tools/convert.py" in out
+    assert "qrt format v4" in out and "producer qrt tools/convert.py" in out
     assert "checksum: ok" in out
     assert "inputs:  x: float32[?, 37]" in out
     for name, op in (("quantize_per_tensor", "quantize_per_tensor"), ("fc1", "linear"), ("relu", "relu")):
@@ -143,7 +144,11 @@ def test_inspect_json_is_complete_and_consistent(files):
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     model = qrt.load(files["dyn.qrt"])
-    assert report["format_version"] == 3 and report["checksum"]["status"] == "ok"
+    assert report["format_version"] == 4 and report["checksum"]["status"] == "ok"
+    assert report["checksum"]["algorithm"] == "xxh64-1m" and len(report["checksum"]["value"]) == 16
+    packed = {t["name"] for t in report["tensors"] if t["packed"]}  # the weights the kernels read where they lie
+    weights = {v for n in model.graph.nodes for p, v in n.inputs.items() if OPS[n.op].port(p).packed}
+    assert packed == weights and len(weights) == 3
     assert report["inputs"] == [{"name": "x", "dtype": "float32", "shape": [None, 37]}]
     assert [n["op"] for n in report["nodes"]] == [n.op for n in model.graph.nodes]
     fc2 = next(n for n in report["nodes"] if n["name"] == "fc2")
@@ -152,7 +157,8 @@ def test_inspect_json_is_complete_and_consistent(files):
     assert report["metadata"]["converter.mode"] == "dynamic"
     total = report["tensor_bytes"]
     assert sum(t["bytes"] for t in report["tensors"]) == total == sum(report["bytes_by_dtype"].values())
-    assert report["bytes_by_dtype"]["int8"] == 37 * 48 + 48 * 48 + 48 * 10
+    # packed int8 weights: n padded to 64, k to 4 (docs/FORMAT.md); their row sums count as int32
+    assert report["bytes_by_dtype"]["int8"] == 64 * 40 + 64 * 48 + 64 * 48
 
 
 # ------------------------------------------------------------ run

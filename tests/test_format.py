@@ -1,8 +1,10 @@
 """The .qrt container: round trip, safetensors compatibility, and one corrupt file per way to be wrong.
 
 Each corrupt file is made by editing a valid one (tests/fuzz_cases.py has the
-surgery helpers); every edit that is not about the checksum recomputes it, so
-the file reaches the check under test.
+surgery helpers); every edit that is not about the checksum recomputes it (the
+version 4 xxh64-1m checksum, or sha256 in a file of version 1 to 3), so the file
+reaches the check under test. What version 4 adds (packed weights, qrt.packed,
+the new checksum) has its own file: tests/test_format_v4.py.
 """
 
 from __future__ import annotations
@@ -17,11 +19,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fuzz_cases import get_graph, join, seed_files, set_graph, split
+from fuzz_cases import (
+    build_file,
+    get_graph,
+    join,
+    plain_file,
+    seed_files,
+    set_checksum,
+    set_graph,
+    split,
+    stored_arrays,
+)
 
 import qrt
 from qrt import format as qformat
 from qrt.builder import GraphBuilder
+from qrt.layout import PackedMatrix, pack
 from qrt.ops import OPS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "FORMAT.md"
@@ -62,13 +75,23 @@ def raw_header(text: str | bytes, body: bytes = b"") -> bytes:
     return struct.pack("<Q", len(hb)) + hb + body
 
 
-def valid_meta(body: bytes = b"", graph: str = "{}") -> dict:
-    return {
-        "qrt.version": str(qformat.FORMAT_VERSION),
-        "qrt.producer": "test",
-        "qrt.data_sha256": hashlib.sha256(body).hexdigest(),
-        "qrt.graph": graph,
-    }
+def valid_meta(body: bytes = b"", graph: str = "{}", version: int = qformat.FORMAT_VERSION) -> dict:
+    """Metadata of a file of this version: the checksum of body it calls for (xxh64-1m from 4, else sha256)."""
+    meta = {"qrt.version": str(version), "qrt.producer": "test", "qrt.graph": graph}
+    set_checksum(meta, body)
+    return meta
+
+
+def v3(seed: str) -> bytes:
+    """A seed model as a version 3 writer wrote it: plain weights, qrt.data_sha256 (fuzz_cases.plain_file)."""
+    return plain_file(seed_files()[seed], 3)
+
+
+def edited_v3(seed: str, fn, fix_checksum: bool = True) -> bytes:
+    """edited(), on the seed's version 3 file."""
+    header, body = split(v3(seed))
+    new_body = fn(header)
+    return join(header, new_body if isinstance(new_body, bytes) else body, fix_checksum=fix_checksum)
 
 
 def set_tensor(header: dict, body: bytes, name: str, values) -> bytes:
@@ -102,14 +125,16 @@ def test_round_trip(tmp_path):
     p = tmp_path / "m.qrt"
     b.save(p, metadata={"producer": "unit test", "note": "hello"})
     f = qformat.load_file(p)
-    assert set(f.tensors) == set(b.tensors)
+    assert set(f.tensors) == set(b.tensors)  # the row sums stored beside int8 weights are not graph tensors
     for name, a in b.tensors.items():
         got = f.tensors[name]
+        # the linear weights are stored packed and read back as PackedMatrix; everything else as plain arrays
+        assert isinstance(got, PackedMatrix) == name.endswith(".weight"), name
         assert got.dtype == a.dtype and got.shape == a.shape
-        np.testing.assert_array_equal(got, a)
+        np.testing.assert_array_equal(np.asarray(got), a)
     assert json.loads(f.metadata["qrt.graph"]) == json.loads(json.dumps(b.graph()))
     assert f.metadata["qrt.producer"] == "unit test" and f.metadata["note"] == "hello"
-    assert f.version == 3 == qformat.FORMAT_VERSION and f.metadata["qrt.version"] == "3"
+    assert f.version == 4 == qformat.FORMAT_VERSION and f.metadata["qrt.version"] == "4"
     assert [n.op for n in f.graph.nodes] == ["linear_dynamic", "linear_dynamic"]
     assert [s.name for s in f.graph.outputs] == ["linear_dynamic_0", "linear_dynamic_1"]
     assert f.graph.output_tuple
@@ -119,18 +144,25 @@ def test_round_trip(tmp_path):
 
 
 def test_writer_layout(tmp_path):
-    """Widest items first, no gaps, header padded with spaces to a multiple of 8."""
+    """Header padded with spaces to a multiple of 64; packed matrices first, each on a 64-byte line; then
+    widest items first; no gaps; the xxh64-1m checksum."""
     data = qformat.encode(_builder().graph(), _builder().tensors)
     (n,) = struct.unpack("<Q", data[:8])
-    assert (8 + n) % 8 == 0 and data[8 + n - 1 : 8 + n] in (b" ", b"}")
+    assert qformat.HEADER_ALIGN == 64
+    assert (8 + n) % 64 == 0 and data[8 + n - 1 : 8 + n] in (b" ", b"}")
     header = json.loads(data[8 : 8 + n])
-    spans = sorted((v["data_offsets"], qformat.DTYPES[v["dtype"]].itemsize) for k, v in header.items()
-                   if k != "__metadata__")
+    packed = json.loads(header["__metadata__"]["qrt.packed"])
+    assert sorted(packed) == ["linear_dynamic_0.weight", "linear_dynamic_1.weight"]
+    spans = sorted((v["data_offsets"], k in packed, qformat.DTYPES[v["dtype"]].itemsize)
+                   for k, v in header.items() if k != "__metadata__")
     assert spans[0][0][0] == 0 and spans[-1][0][1] == len(data) - 8 - n
-    for (a, sa), (b, sb) in zip(spans, spans[1:]):
-        assert a[1] == b[0] and sa >= sb
-        assert b[0] % sb == 0
-    assert header["__metadata__"]["qrt.data_sha256"] == hashlib.sha256(data[8 + n :]).hexdigest()
+    assert [p for _, p, _ in spans] == [True] * len(packed) + [False] * (len(spans) - len(packed))
+    for (a, pa, sa), (b, pb, sb) in zip(spans, spans[1:]):
+        assert a[1] == b[0]
+        assert sa >= sb or pa  # widest first, after the packed matrices
+        assert b[0] % (64 if pb else sb) == 0
+    assert header["__metadata__"]["qrt.data_checksum"] == qformat.data_checksum(data[8 + n :])
+    assert "qrt.data_sha256" not in header["__metadata__"]
 
 
 def test_safetensors_reads_qrt(tmp_path):
@@ -141,37 +173,74 @@ def test_safetensors_reads_qrt(tmp_path):
     p = tmp_path / "m.qrt"
     b.save(p)
     loaded = safetensors_numpy.load_file(str(p))
-    assert set(loaded) == set(b.tensors)
+    packed = {"linear_dynamic_0.weight", "linear_dynamic_1.weight"}
+    # the int8 matrix's row sums are a tensor of their own, named in qrt.packed
+    sums = "linear_dynamic_0.weight.row_sums"
+    assert set(loaded) == set(b.tensors) | {sums}
     for name, a in b.tensors.items():
         assert loaded[name].dtype == a.dtype
-        np.testing.assert_array_equal(loaded[name], a)
+        if name in packed:  # safetensors sees the stored packed array
+            p_ = pack(a)
+            assert loaded[name].shape == p_.data.shape != a.shape
+            np.testing.assert_array_equal(loaded[name], p_.data)
+        else:
+            np.testing.assert_array_equal(loaded[name], a)
+    np.testing.assert_array_equal(loaded[sums], b.tensors["linear_dynamic_0.weight"].sum(axis=1, dtype=np.int32))
+    assert loaded[sums].dtype == np.int32
     with safe_open(str(p), framework="numpy") as f:
         meta = f.metadata()
-        assert meta["qrt.version"] == "3"
+        assert meta["qrt.version"] == "4"
+        assert json.loads(meta["qrt.packed"]) == {
+            "linear_dynamic_0.weight": {"shape": [3, 5], "row_sums": sums},
+            "linear_dynamic_1.weight": {"shape": [2, 3]},
+        }
         assert json.loads(meta["qrt.graph"])["output_structure"] == "tuple"
         np.testing.assert_array_equal(f.get_tensor("extra.u8"), np.arange(7, dtype=np.uint8))
 
 
 def test_qrt_reads_safetensors_written_tensors(tmp_path):
-    """A file written by the safetensors package, with qrt metadata, loads: the layouts agree."""
+    """A file written by the safetensors package, with qrt metadata, loads: the layouts agree, packed
+    matrices (written by safetensors as plain arrays of their packed shape) included."""
     safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    rng = np.random.default_rng(3)
+    w8 = rng.integers(-128, 128, (3, 5)).astype(np.int8)
+    wf = rng.standard_normal((2, 3)).astype(np.float32)
     b = GraphBuilder()
-    b.output(b.node("relu", {"x": b.input("x", "float32", [None, 2])}))
-    tensors = {"pad": np.arange(3, dtype=np.int8), "w": np.ones((2, 2), np.float32)}
+    y = b.node("linear_dynamic", {"x": b.input("x", "float32", [None, 5]), "weight": "w8",
+                                  "weight_scale": "s", "weight_zero_point": "z"})
+    b.output(b.node("relu", {"x": b.node("linear_float", {"x": y, "weight": "wf"})}))
+    p8, pf = pack(w8), pack(wf)
+    tensors = {"pad": np.arange(3, dtype=np.int8), "w": np.ones((2, 2), np.float32), "w8": p8.data,
+               "w8.sums": p8.row_sums, "wf": pf.data, "s": np.array(0.1, np.float32), "z": np.array(0, np.int32)}
     p = tmp_path / "st.qrt"
+    packed = {"w8": {"shape": [3, 5], "row_sums": "w8.sums"}, "wf": {"shape": [2, 3]}}
     safetensors_numpy.save_file(tensors, str(p), metadata={})
     header, body = split(p.read_bytes())
-    header["__metadata__"] = valid_meta(body, json.dumps(b.graph()))
+    header["__metadata__"] = valid_meta(body, json.dumps(b.graph())) | {"qrt.packed": json.dumps(packed)}
     p.write_bytes(join(header, body))
     f = qformat.load_file(p)
     np.testing.assert_array_equal(f.tensors["w"], tensors["w"])
+    assert "w8.sums" not in f.tensors
+    np.testing.assert_array_equal(np.asarray(f.tensors["w8"]), w8)
+    np.testing.assert_array_equal(np.asarray(f.tensors["wf"]), wf)
+    x = rng.standard_normal((2, 5)).astype(np.float32)
+    b.tensors.update({"w8": w8, "wf": wf, "s": tensors["s"], "z": tensors["z"]})
+    b.save(tmp_path / "qrt.qrt")
+    np.testing.assert_array_equal(qrt.load(p).run(x), qrt.load(tmp_path / "qrt.qrt").run(x))
 
 
 def test_file_is_memory_mapped(tmp_path):
     p = tmp_path / "m.qrt"
     _builder().save(p)
     f = qformat.load_file(p)
+    arrays = []
     for t in f.tensors.values():
+        if isinstance(t, PackedMatrix):  # the packed bytes and the row sums are both views of the map
+            arrays += [a for a in (t.data, t.row_sums) if a is not None]
+        else:
+            arrays.append(t)
+    assert sum(isinstance(t, PackedMatrix) for t in f.tensors.values()) == 2 and len(arrays) == len(f.tensors) + 1
+    for t in arrays:
         base = t
         while isinstance(base, np.ndarray) and base.base is not None:
             base = base.base
@@ -305,30 +374,36 @@ def test_missing_version(tmp_path):
 
 
 def test_newer_version(tmp_path):
-    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].update({"qrt.version": "4"})),
-            r"format version 4 is newer than this qrt reads \(\[1, 2, 3\]\): upgrade qrt")
+    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].update({"qrt.version": "5"})),
+            r"format version 5 is newer than this qrt reads \(\[1, 2, 3, 4\]\): upgrade qrt")
 
 
-def test_version_1_and_2_files_still_load(tmp_path):
-    """Version-1 and -2 files (no F64 tensor in version 1) load as such and run as the version-3 file does."""
-    for seed in ("quantize_per_channel", "dequantize_per_channel", "linear"):
-        v3 = write(tmp_path, seed_files()[seed], "v3.qrt")
-        m3 = qrt.load(v3)
-        assert qformat.load_file(v3).version == 3
-        for v in (1, 2):
-            older = edited(seed, lambda h, v=v: h["__metadata__"].update({"qrt.version": str(v)}))
-            old = write(tmp_path, older, "old.qrt")
+def test_version_1_2_and_3_files_still_load(tmp_path):
+    """Files of versions 1 to 3 (plain weights, sha256; no F64 tensor in version 1) load as such and run as
+    the version-4 file (packed weights, xxh64-1m) does."""
+    for seed in ("quantize_per_channel", "dequantize_per_channel", "linear", "linear_dynamic_fp16",
+                 "lstm_cell_dynamic", "linear_float"):
+        v4 = write(tmp_path, seed_files()[seed], "v4.qrt")
+        m4 = qrt.load(v4)
+        assert qformat.load_file(v4).version == 4
+        for v in (1, 2, 3):
+            old = write(tmp_path, plain_file(seed_files()[seed], v), "old.qrt")
+            header, _ = split(old.read_bytes())
+            assert "qrt.packed" not in header["__metadata__"] and "qrt.data_checksum" not in header["__metadata__"]
             f = qformat.load_file(old)
-            assert f.version == v
+            assert f.version == v and f.metadata["qrt.data_sha256"] == header["__metadata__"]["qrt.data_sha256"]
+            assert not any(isinstance(t, PackedMatrix) for t in f.tensors.values())
             shapes = {s.name: [d or 2 for d in s.shape] for s in f.graph.inputs}
             x = {s.name: np.arange(np.prod(shapes[s.name])).reshape(shapes[s.name]).astype(s.dtype)
                  for s in f.graph.inputs}
-            np.testing.assert_array_equal(qrt.load(old).run(x), m3.run(x))
+            got, want = qrt.load(old).run(x), m4.run(x)
+            for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+                np.testing.assert_array_equal(g, w)
 
 
 def test_version_1_file_with_f64_is_refused(tmp_path):
     """F64 did not exist in version 1: such a file is malformed, not silently read."""
-    rejects(tmp_path, edited("per_channel_f64", lambda h: h["__metadata__"].update({"qrt.version": "1"})),
+    rejects(tmp_path, edited_v3("per_channel_f64", lambda h: h["__metadata__"].update({"qrt.version": "1"})),
             r"tensor 'q.scale': dtype F64 needs format version 2, the file says 1")
 
 
@@ -356,9 +431,29 @@ def test_bad_version(tmp_path, v):
             "is not a version number|version 0 is not supported")
 
 
-@pytest.mark.parametrize("key", ["qrt.producer", "qrt.data_sha256", "qrt.graph"])
+@pytest.mark.parametrize("key", ["qrt.producer", "qrt.data_checksum", "qrt.graph"])
 def test_missing_metadata_key(tmp_path, key):
     rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].pop(key), fix_checksum=False), f"lacks '{key}'")
+
+
+@pytest.mark.parametrize("key", ["qrt.producer", "qrt.data_sha256", "qrt.graph"])
+def test_missing_metadata_key_version_3(tmp_path, key):
+    rejects(tmp_path, edited_v3("relu", lambda h: h["__metadata__"].pop(key), fix_checksum=False), f"lacks '{key}'")
+
+
+def test_each_version_needs_its_own_checksum_key(tmp_path):
+    """A version 4 file with only a sha256, or a version 3 file with only an xxh64-1m checksum, lacks its key."""
+    def swap(old: str, new: str, value):
+        def edit(h):
+            h["__metadata__"].pop(old)
+            h["__metadata__"][new] = value
+        return edit
+
+    body = split(seed_files()["relu"])[1]
+    rejects(tmp_path, edited("relu", swap("qrt.data_checksum", "qrt.data_sha256", hashlib.sha256(body).hexdigest()),
+                             fix_checksum=False), "lacks 'qrt.data_checksum'")
+    rejects(tmp_path, edited_v3("relu", swap("qrt.data_sha256", "qrt.data_checksum", qformat.data_checksum(
+        split(v3("relu"))[1])), fix_checksum=False), "lacks 'qrt.data_sha256'")
 
 
 @pytest.mark.parametrize("code", ["F8", "I64", "BF16", "f64", "i8", "", 8, None])
@@ -373,7 +468,7 @@ def test_bad_dtype(tmp_path, code):
     ([4.0, 6], "non-negative integers, got 4.0"),
     ([1] * 9, "at most 8 dimensions"),
     ([2**62, 2**62], "2\\*\\*63 bytes or more"),
-    ([2**30, 2**30], "holds 24 bytes but shape"),
+    ([2**30, 2**30], "holds 512 bytes but shape"),  # the int8 [4, 6] weight, packed: [4, 2, 16, 4]
     ([0, 2**63], "2\\*\\*63 bytes or more"),
     ([0, 2**40, 2**40], "2\\*\\*63 bytes or more"),
     ("4x6", "must be a list"),
@@ -418,7 +513,11 @@ def test_offsets_overlapping(tmp_path):
 
 
 def test_byte_length_disagrees_with_shape(tmp_path):
-    rejects(tmp_path, edited("linear_dynamic", lambda h: h["linear_dynamic_0.weight"].update({"shape": [4, 5]})),
+    # the packed weight: [4, 2, 16, 4], 512 bytes
+    rejects(tmp_path, edited("linear_dynamic", lambda h: h["linear_dynamic_0.weight"].update(
+        {"shape": [4, 2, 16, 3]})), r"holds 512 bytes but shape \[4, 2, 16, 3\] of I8 needs 384")
+    # a plain one (version 3)
+    rejects(tmp_path, edited_v3("linear_dynamic", lambda h: h["linear_dynamic_0.weight"].update({"shape": [4, 5]})),
             r"holds 24 bytes but shape \[4, 5\] of I8 needs 20")
 
 
@@ -437,18 +536,26 @@ def test_tensor_name_too_long(tmp_path):
 def test_checksum_mismatch(tmp_path):
     header, body = split(seed_files()["linear_dynamic"])
     body = body[:-1] + bytes([body[-1] ^ 1])
-    rejects(tmp_path, join(header, body), "data section checksum mismatch: header says [0-9a-f]{64}, data hashes")
+    rejects(tmp_path, join(header, body),
+            "data section checksum mismatch: header says xxh64-1m:[0-9a-f]{16}, data hashes to xxh64-1m:[0-9a-f]{16}")
+    header, body = split(v3("linear_dynamic"))
+    body = body[:-1] + bytes([body[-1] ^ 1])
+    rejects(tmp_path, join(header, body),
+            "data section checksum mismatch: header says [0-9a-f]{64}, data hashes to [0-9a-f]{64}")
 
 
 def test_checksum_malformed(tmp_path):
     rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].update(
+        {"qrt.data_checksum": h["__metadata__"]["qrt.data_checksum"].upper()}), fix_checksum=False),
+        "qrt.data_checksum must be 'xxh64-1m:' and 16 lowercase hex digits")
+    rejects(tmp_path, edited_v3("relu", lambda h: h["__metadata__"].update(
         {"qrt.data_sha256": h["__metadata__"]["qrt.data_sha256"].upper()}), fix_checksum=False),
         "qrt.data_sha256 must be 64 lowercase hex digits")
 
 
 def test_data_after_tensors_is_covered_by_the_checksum(tmp_path):
-    data = seed_files()["relu"] + b"trailing"
-    rejects(tmp_path, data, "checksum mismatch")
+    for data in (seed_files()["relu"], seed_files()["linear"], v3("linear")):
+        rejects(tmp_path, data + b"trailing", "checksum mismatch")
 
 
 def test_directory_and_fifo_are_refused(tmp_path):
@@ -641,10 +748,22 @@ def test_zero_point_out_of_range(tmp_path, seed, name, bad, rng):
 
 def test_wrong_weight_shape(tmp_path):
     # a consistent [6, 4] weight where [4, 6] is needed: x has 6 features
-    rejects(tmp_path, edited("linear_dynamic", lambda h: h["linear_dynamic_0.weight"].update({"shape": [6, 4]})),
+    rejects(tmp_path, edited_v3("linear_dynamic", lambda h: h["linear_dynamic_0.weight"].update({"shape": [6, 4]})),
             "x's last dimension is 6, expected 4|weight_scale|bias must have shape")
-    rejects(tmp_path, edited("linear_dynamic", lambda h: h["linear_dynamic_0.weight"].update({"shape": [24]})),
+    rejects(tmp_path, edited_v3("linear_dynamic", lambda h: h["linear_dynamic_0.weight"].update({"shape": [24]})),
             r"weight must be 2-D \[out, in\], got int8\[24\]")
+    # packed: a [6, 4] matrix stored packed (and its 6 row sums), where [4, 6] is needed
+    meta, arrays = stored_arrays(seed_files()["linear_dynamic"])
+    p = pack(np.ones((6, 4), np.int8))
+    arrays["linear_dynamic_0.weight"] = p.data
+    arrays["linear_dynamic_0.weight.row_sums"] = p.row_sums
+    packed = json.loads(meta["qrt.packed"])
+    packed["linear_dynamic_0.weight"]["shape"] = [6, 4]
+    meta["qrt.packed"] = json.dumps(packed)
+    rejects(tmp_path, build_file(meta, arrays), "x's last dimension is 6, expected 4|weight_scale|bias must have shape")
+    # a packed matrix read as plain (no qrt.packed entry): the op sees its stored 4-D shape
+    rejects(tmp_path, edited("linear_dynamic", lambda h: h["__metadata__"].pop("qrt.packed")),
+            r"weight must be 2-D \[out, in\], got int8\[4, 2, 16, 4\]")
 
 
 def test_qparam_shape_mismatch(tmp_path):

@@ -19,6 +19,8 @@ from fuzz_cases import (
     BYTE_MUTATIONS,
     HEADER_EDITS,
     check_case,
+    e_metadata,
+    e_packed,
     get_graph,
     join,
     make_case,
@@ -64,6 +66,54 @@ def test_hostile_files_load_and_run_or_raise_format_error(seed, case_path):
         check_case(data, case_path, rnd)
     except AssertionError as e:
         raise AssertionError(f"case seed {seed} ({desc}): {e}") from e
+
+
+def test_seeds_hold_packed_version_4_files_and_version_3_files(case_path):
+    """The fuzzer starts from files of the current version with int8 and float packed matrices, and from version 3
+    files (plain weights, sha256); join(fix_checksum=True) writes the checksum each version calls for."""
+    packed_kinds, versions = set(), set()
+    for name, data in seed_files().items():
+        header, body = split(data)
+        meta = header["__metadata__"]
+        versions.add(meta["qrt.version"])
+        if meta["qrt.version"] == "4":
+            assert "qrt.data_sha256" not in meta and meta["qrt.data_checksum"] == qformat.data_checksum(body), name
+            for spec in json.loads(meta.get("qrt.packed", "{}")).values():
+                packed_kinds.add("int8" if "row_sums" in spec else "float")
+        else:
+            assert "qrt.packed" not in meta and "qrt.data_checksum" not in meta, name
+        meta.pop("qrt.data_checksum", None)
+        meta.pop("qrt.data_sha256", None)
+        assert check_case(join(header, body, fix_checksum=True), case_path, random.Random(0)) == "loaded and ran"
+    assert packed_kinds == {"int8", "float"} and versions == {"3", "4"}
+
+
+def test_packed_and_checksum_edits_reach_their_checks(case_path):
+    """e_packed's edits reach the qrt.packed checks behind the checksum (rather than all failing earlier), and
+    e_metadata's checksum edits reach the checksum checks of both versions."""
+    rnd = random.Random(3)
+    messages = set()
+    for seed in ("lstm_dynamic", "linear", "linear_float", "relu", "v3_linear"):
+        for _ in range(150):
+            for edit in (e_packed, e_metadata):
+                header, body = split(seed_files()[seed])
+                try:
+                    edit(rnd, header, body)
+                except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+                    continue
+                data = join(header, body, fix_checksum=edit is e_packed)
+                with open(case_path, "wb") as f:
+                    f.write(data)
+                try:
+                    qformat.load_file(case_path)
+                except qrt.FormatError as e:
+                    messages.add(str(e).split(",")[0][:60])
+    reached = {m for m in messages if m.startswith("qrt.packed")}
+    assert len(reached) >= 8, sorted(messages)
+    assert any("qrt.packed needs format version 4" in m for m in messages)
+    assert any("qrt.data_checksum must be" in m for m in messages)
+    assert any("qrt.data_sha256 must be" in m for m in messages)
+    assert any("checksum mismatch" in m for m in messages)
 
 
 def test_every_mutation_kind_is_exercised():

@@ -536,3 +536,304 @@ def test_outputs_never_alias_inputs_or_each_other(tmp_path):
         for i, o in enumerate(outs):
             assert not np.shares_memory(o, a)
             assert not any(np.shares_memory(o, p) for p in outs[:i])
+
+
+# ---------------------------------------------------------------- whole sequences and the glue around them
+
+
+def _sequence_graph(kind: str, layers: int, bidirectional: bool, batch_first: bool, states: tuple,
+                    inp: int = 13, hidden: int = 11, weights: str = "tensor") -> GraphBuilder:
+    """One rnn/lstm/gru_dynamic node over x (T and B free) and the given initial states, every output an output."""
+    op = kind.split("_")[0]
+    gates, dirs = {"rnn": 1, "lstm": 4, "gru": 3}[op], 2 if bidirectional else 1
+    g = GraphBuilder()
+    ports = {"x": g.input("x", "float32", [None, None, inp])}
+    for s in states:
+        ports[s] = g.input(s, "float32", [layers * dirs, None, hidden])
+    n_in = inp
+    for n in range(layers):
+        for d in range(dirs):
+            prefix = f"l{n}_{'reverse_' if d else ''}"
+            ports.update(_dyn_weight(gates * hidden, n_in, prefix + "ih_", kind=weights))
+            hh = "channel" if weights == "tensor" else weights  # per-channel scales for one of the two
+            ports.update(_dyn_weight(gates * hidden, hidden, prefix + "hh_", kind=hh))
+        n_in = dirs * hidden
+    attrs = {"num_layers": layers, "bidirectional": bidirectional, "batch_first": batch_first}
+    if op == "rnn":
+        attrs["nonlinearity"] = kind.split("_")[1]
+    g.output(*g.node(f"{op}_dynamic", ports, attrs, name="seq"))
+    return g
+
+
+def _sequence_inputs(model: qrt.Model, steps: int, batch: int) -> list[np.ndarray]:
+    attrs = model.graph.nodes[0].attrs
+    x = model.graph.inputs[0]
+    shape = (batch, steps) if attrs["batch_first"] else (steps, batch)
+    inputs = [_x(*shape, x.shape[2])]
+    for spec in model.graph.inputs[1:]:
+        inputs.append(_x(spec.shape[0], batch, spec.shape[2]) * 0.5)
+    return inputs
+
+
+def _no_fallback(plan: Plan, inputs: list[np.ndarray]) -> None:
+    """The program for these inputs has no Python step, and no call so far was handed back to the
+    per-node path (which would have given the expected bits without running the program's steps)."""
+    assert plan._executor.fallback_steps(tuple(a.shape for a in inputs)) == []
+    assert plan._executor.handed_back == 0
+
+
+_KINDS_STATES = [(k, s) for k in ("rnn_tanh", "rnn_relu", "gru") for s in ((), ("h0",))] + [
+    ("lstm", s) for s in ((), ("h0",), ("h0", "c0"))
+]
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("layers", [1, 2])
+@pytest.mark.parametrize(("kind", "states"), _KINDS_STATES)
+def test_sequences(tmp_path, kind, states, layers, bidirectional, batch_first):
+    """Every layer and direction in one native step, bit for bit as the per-node path (run_sequence)."""
+    model = _load(tmp_path, _sequence_graph(kind, layers, bidirectional, batch_first, states))
+    plan = _plan(model)
+    for steps, batch in ((7, 1), (1, 1), (5, 3)):
+        inputs = _sequence_inputs(model, steps, batch)
+        _check(model, plan, inputs)
+        _no_fallback(plan, inputs)
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_sequence_three_layers_float16_weights(tmp_path, kind):
+    """Three layers (both layer buffers of the step's scratch in turn), weights float16."""
+    for weights in ("tensor", "float16"):
+        g = _sequence_graph(kind, 3, True, True, ("h0",), inp=9, hidden=17, weights=weights)
+        model = _load(tmp_path, g, f"three_{weights}")
+        plan = _plan(model)
+        for batch in (1, 4):
+            inputs = _sequence_inputs(model, 6, batch)
+            _check(model, plan, inputs)
+            _no_fallback(plan, inputs)
+
+
+def test_lstm_given_c0_alone(tmp_path):
+    """c0 without h0 is the initial c, h starting at zeros (states by port, not by position)."""
+    from qrt.recurrent import run_sequence
+
+    model = _load(tmp_path, _sequence_graph("lstm", 2, False, False, ("c0",)))
+    plan = _plan(model)
+    x, c0 = _sequence_inputs(model, 4, 2)
+    _check(model, plan, [x, c0])
+    node, step = model._steps[0][:2]
+    want = run_sequence(step.runs, node.attrs, True, x, (np.zeros_like(c0), c0), np)
+    for a, b in zip(plan.run([x, c0]), want):
+        _same(a, b)
+
+
+def test_sequence_projection_blocks(tmp_path):
+    """The plan fixes its block of projected steps when it compiles: any block gives the same bits."""
+    from qrt import _kernels as K
+
+    model = _load(tmp_path, _sequence_graph("lstm", 2, True, False, ("h0", "c0")))
+    inputs = _sequence_inputs(model, 9, 2)
+    want = model.run(inputs)
+    for block_bytes in (1, 2 * 4 * 11 * 4 * 3, 1 << 20):
+        before = K._set_projection_bytes(block_bytes)
+        try:
+            plan = _plan(model)
+            plan.run(inputs)  # compiles at this block
+        finally:
+            K._set_projection_bytes(before)
+        for _ in range(2):
+            for a, b in zip(plan.run(inputs), want):
+                _same(a, b)
+
+
+def test_sequence_errors_name_the_node(tmp_path):
+    model = _load(tmp_path, _sequence_graph("gru", 2, False, False, ("h0",)))
+    plan = _plan(model)
+    inputs = _sequence_inputs(model, 5, 2)
+    plan.run(inputs)
+    bad = inputs[0].copy()
+    bad[3, 1, 2] = np.inf
+    for runner in (model.run, plan.run):
+        for _ in range(2):
+            with pytest.raises(ValueError, match=r"node 'seq' \(gru_dynamic\): input contains NaN or infinity"):
+                runner([bad, inputs[1]])
+    assert plan._executor.handed_back == 2
+
+
+@pytest.mark.parametrize("bits", [32, 8, 4])
+def test_embedding(tmp_path, bits):
+    num, dim = 23, 7
+    g = GraphBuilder()
+    ids = g.input("ids", "int64", [None, None])
+    if bits == 32:
+        ports = {"weight": _x(num, dim)}
+    else:
+        width, dtype = (dim, np.float32) if bits == 8 else ((dim + 1) // 2, np.float16)
+        ports = {"weight": RNG.integers(0, 256, (num, width), dtype=np.uint8),
+                 "weight_scale": (RNG.random(num) * 0.1).astype(dtype), "weight_bias": _x(num).astype(dtype)}
+    e = g.node("embedding", {"indices": ids, **ports}, {"bits": bits, "dim": dim}, name="emb")
+    g.output(g.node("linear_dynamic", {"x": e, **_dyn_weight(5, dim)}), e)
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    for shape in ((1, 1), (4, 3)):
+        inputs = [RNG.integers(0, num, shape).astype(np.int64)]
+        _check(model, plan, inputs)
+        _no_fallback(plan, inputs)
+    bad = np.array([[1, num, 2]], np.int64)
+    plan.run([bad * 0])
+    for runner in (model.run, lambda a: plan.run([a])):
+        with pytest.raises(ValueError, match=rf"node 'emb' \(embedding\): indices: {num} \(at flat position 1\)"):
+            runner(bad)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_select_and_slice(tmp_path, dtype):
+    g = GraphBuilder()
+    x = g.input("x", dtype, [None, 5, 6])
+    outs = [g.node("select", {"x": x}, {"dim": d, "index": i}) for d, i in ((0, -1), (1, 2), (1, -5), (2, 5))]
+    for d, (start, end, step) in ((0, (0, None, 1)), (1, (1, 4, 1)), (1, (-4, 100, 2)), (2, (0, 6, 3)),
+                                  (2, (-100, -1, 1)), (2, (5, 9, 4))):
+        outs.append(g.node("slice", {"x": x}, {"dim": d, "start": start, "end": end, "step": step}))
+    g.output(*outs)
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    for batch in (1, 3):
+        a = _x(batch, 5, 6) * 50
+        inputs = [a.astype(dtype)]
+        _check(model, plan, inputs)
+        _no_fallback(plan, inputs)
+
+
+def test_softmax_and_views(tmp_path):
+    """softmax and log_softmax along every dimension; reshape, squeeze, unsqueeze as aliases, also as
+    outputs (each the caller's own array)."""
+    g = GraphBuilder()
+    x = g.input("x", "float32", [None, 4, 5])
+    outs = []
+    for d in range(3):
+        outs.append(g.node("softmax", {"x": x}, {"dim": d}))
+        outs.append(g.node("log_softmax", {"x": x}, {"dim": d}))
+    r = g.node("relu", {"x": x})
+    u = g.node("unsqueeze", {"x": r}, {"dim": 1})
+    v = g.node("reshape", {"x": u}, {"shape": [-1, 20]})
+    s = g.node("squeeze", {"x": g.node("unsqueeze", {"x": v}, {"dim": 2})}, {"dims": [2]})
+    outs += [r, u, v, s, g.node("linear_dynamic", {"x": v, **_dyn_weight(3, 20)})]
+    g.output(*outs)
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    for batch in (1, 2):
+        inputs = [_x(batch, 4, 5) * 10]
+        _check(model, plan, inputs)
+        _no_fallback(plan, inputs)
+        got = plan.run(inputs)
+        for i, o in enumerate(got):
+            assert not any(np.shares_memory(o, p) for p in got[:i])
+
+
+def _word_lm(tmp_path, ntoken=29, embed=12, hidden=10):
+    """The shape of examples/word_language_model.py: embedding, 2-layer LSTM with (h, c), decoder,
+    view(-1, ntoken), log_softmax."""
+    g = GraphBuilder()
+    ids = g.input("input", "int64", [None, None])
+    h0 = g.input("hidden.0", "float32", [2, None, hidden])
+    c0 = g.input("hidden.1", "float32", [2, None, hidden])
+    g.input_nested(["input", ("hidden.0", "hidden.1")])
+    e = g.node("embedding", {"indices": ids, "weight": RNG.integers(0, 256, (ntoken, embed), dtype=np.uint8),
+                             "weight_scale": (RNG.random(ntoken) * 0.01).astype(np.float32),
+                             "weight_bias": _x(ntoken) * 0.1}, {"bits": 8, "dim": embed})
+    ports = {"x": e, "h0": h0, "c0": c0}
+    for n, k in ((0, embed), (1, hidden)):
+        ports.update(_dyn_weight(4 * hidden, k, f"l{n}_ih_"))
+        ports.update(_dyn_weight(4 * hidden, hidden, f"l{n}_hh_"))
+    y, h_n, c_n = g.node("lstm_dynamic", ports, {"num_layers": 2}, name="rnn")
+    d = g.node("linear_dynamic", {"x": y, **_dyn_weight(ntoken, hidden)})
+    logp = g.node("log_softmax", {"x": g.node("reshape", {"x": d}, {"shape": [-1, ntoken]})}, {"dim": 1})
+    g.output_nested((logp, (h_n, c_n)))
+    return _load(tmp_path, g, "word_lm")
+
+
+def _keyword_spotter(tmp_path, n_mfcc=11, hidden=13, keywords=5):
+    """The shape of examples/keyword_spotting.py: batch-first 2-layer GRU, out[:, -1], Linear, log_softmax."""
+    g = GraphBuilder()
+    x = g.input("mfcc", "float32", [None, None, n_mfcc])
+    ports = {"x": x}
+    for n, k in ((0, n_mfcc), (1, hidden)):
+        ports.update(_dyn_weight(3 * hidden, k, f"l{n}_ih_"))
+        ports.update(_dyn_weight(3 * hidden, hidden, f"l{n}_hh_"))
+    y, _ = g.node("gru_dynamic", ports, {"num_layers": 2, "batch_first": True}, name="gru")
+    last = g.node("select", {"x": y}, {"dim": 1, "index": -1})
+    g.output(g.node("log_softmax", {"x": g.node("linear_dynamic", {"x": last, **_dyn_weight(keywords, hidden)})},
+                    {"dim": 1}))
+    return _load(tmp_path, g, "kws")
+
+
+def test_recurrent_models_run_with_no_fallback(tmp_path):
+    """The two models of issue 20's targets run every node natively (or as an alias), bit for bit."""
+    lm = _word_lm(tmp_path)
+    plan = _plan(lm)
+    for steps, batch in ((1, 1), (35, 1), (6, 3)):
+        state = (_x(2, batch, 10) * 0.3, _x(2, batch, 10) * 0.3)
+        inputs = [RNG.integers(0, 29, (steps, batch)).astype(np.int64), *state]
+        want = plan._per_node(inputs)
+        for _ in range(3):
+            for a, b in zip(plan.run(inputs), want, strict=True):
+                _same(a, b)
+            logp, (h, c) = lm.run((inputs[0], state))  # nested, as forward() takes it (the model's own plan)
+            for a, b in zip((logp, h, c), want):
+                _same(a, b)
+        _no_fallback(plan, inputs)
+    kws = _keyword_spotter(tmp_path)
+    plan = _plan(kws)
+    for batch, frames in ((1, 49), (3, 8)):
+        inputs = [_x(batch, frames, 11)]
+        _check(kws, plan, inputs)
+        _no_fallback(plan, inputs)
+
+
+def test_call_takes_what_model_run_takes(tmp_path):
+    """Plan.call (Model.run's one native call): flat, nested as forward()'s arguments, or a dict of every
+    input, at compiled shapes; the outputs nested as Model.run returns them; None for anything else."""
+    lm = _word_lm(tmp_path)
+    plan = lm._plan
+    x = RNG.integers(0, 29, (4, 2)).astype(np.int64)
+    h, c = _x(2, 2, 10), _x(2, 2, 10)
+    assert plan.call((x, (h, c))) is None  # no program yet
+    want = lm.run((x, (h, c)))  # compiles
+    names = [s.name for s in lm.inputs]
+    for given in ((x, (h, c)), [x, [h, c]], [x, h, c], dict(zip(names, (x, h, c)))):
+        logp, (h_n, c_n) = plan.call(given)
+        for a, b in zip((logp, h_n, c_n), (want[0], *want[1])):
+            _same(a, b)
+    for wrong in ((x, (h,)), (x, h), (x, (h, c), c), {"input": x, "hidden": (h, c)}, x, (x, (h, c.astype(np.float64)))):
+        assert plan.call(wrong) is None
+    kws = _keyword_spotter(tmp_path)
+    clip = _x(1, 7, 11)
+    want = kws.run(clip)
+    _same(kws._plan.call(clip), want)
+    _same(kws._plan.call([clip]), want)
+
+
+def test_threads_share_a_sequence_model(tmp_path):
+    """Each running call has its own arena: the sequence step's scratch and layer buffers included."""
+    kws = _keyword_spotter(tmp_path)
+    inputs = [_x(1 + i % 2, 5 + i % 3, 11) for i in range(6)]
+    want = [kws.run(x) for x in inputs]
+    errors = []
+
+    def worker(k):
+        try:
+            for r in range(60):
+                i = (k + r) % len(inputs)
+                if kws.run(inputs[i]).tobytes() != want[i].tobytes():
+                    errors.append((k, r))
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert kws._plan._executor.handed_back == 0

@@ -89,6 +89,7 @@ def _softmax(log: bool) -> Prepare:
             kernel.softmax(log, _contiguous(x).reshape(view), y.reshape(view))
             return (y,)
 
+        step.kernel = kernel  # for the execution plan
         return step
 
     return prepare

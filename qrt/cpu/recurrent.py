@@ -42,7 +42,16 @@ def _sequence(op_kind: str) -> Prepare:
 
     def prepare(node: Node, c: Mapping[str, np.ndarray]) -> Step:
         runs = layer_runs(op_kind, node.attrs, c, K.Recurrent, dynamic_linear)
-        return lambda x, *states: run_sequence(runs, node.attrs, op_kind == "lstm", x, states, np)
+        has_cell = op_kind == "lstm"
+        # the states given, by port: c0 alone is the initial c with h starting at zeros
+        ports = [p for p in ("h0", "c0") if p in node.inputs]
+
+        def step(x, *states):
+            given = dict(zip(ports, states))
+            return run_sequence(runs, node.attrs, has_cell, x, (given.get("h0"), given.get("c0")), np)
+
+        step.runs = runs  # for the execution plan (K.SequenceStep)
+        return step
 
     return prepare
 

@@ -144,6 +144,7 @@ def _embedding(node: Node, c: Mapping[str, np.ndarray]) -> Step:
         table.rows(flat, y)
         return (y.reshape(indices.shape + (table.dim,)),)
 
+    step.kernel = table  # for the execution plan
     return step
 
 

@@ -1,23 +1,19 @@
 // The elementwise part of a dynamic recurrent step (RNN, LSTM, GRU) from
 // gi = lin_ih(x) and gh = lin_hh(h), and the whole int8 Elman RNN step fused
 // into one launch after dq_small has quantized x and h (dynamic_quant.cu).
-// Every product and sum rounds on its own, in torch's order, as
-// qrt/_kernels.pyx gate_update does; tanhf and expf are CUDA's and differ
-// from the CPU's in the last bit (NUMERICS.md: <= 3e-7 per step).
+// Every product and sum rounds on its own, in torch's order, and sigmoid and
+// tanh are the CPU's own (qrt/kernels/gate_math.h, compiled here as device
+// code), as the CPU's gates.h does: both backends give the same bits.
 #include "gemm_common.cuh"
+#include "../kernels/gate_math.h"
 
 // The RNN kinds double as the activation of the fused Elman step.
 enum { ACT_TANH = 0, ACT_RELU = 1, CELL_LSTM = 2, CELL_GRU = 3 };
 
 template <int ACT>
 __device__ __forceinline__ float activate(float v) {
-    if (ACT == ACT_TANH) return tanhf(v);
+    if (ACT == ACT_TANH) return qrt_tanh(v);
     return (v > 0.0f || v != v) ? v : 0.0f;  // NaN passes through: the GPU cannot raise on it
-}
-
-// 1 / (1 + exp(-v)) with the add and the division each rounded, as the CPU's sigmoid.
-__device__ __forceinline__ float sigmoid_rn(float v) {
-    return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-v)));
 }
 
 // One thread per (batch row b, hidden unit j); gates are [batch, G * hidden]
@@ -37,17 +33,17 @@ __device__ __forceinline__ void gate_update(const float* gi, const float* gh, co
         const float* xh = gh + (size_t)b * G * hidden;
         float hv;
         if constexpr (KIND == CELL_LSTM) {  // chunks i, f, g, o
-            const float ig = sigmoid_rn(__fadd_rn(xh[j], xi[j]));
-            const float fg = sigmoid_rn(__fadd_rn(xh[hidden + j], xi[hidden + j]));
-            const float cg = tanhf(__fadd_rn(xh[2 * hidden + j], xi[2 * hidden + j]));
-            const float og = sigmoid_rn(__fadd_rn(xh[3 * hidden + j], xi[3 * hidden + j]));
+            const float ig = qrt_sigmoid(__fadd_rn(xh[j], xi[j]));
+            const float fg = qrt_sigmoid(__fadd_rn(xh[hidden + j], xi[hidden + j]));
+            const float cg = qrt_tanh(__fadd_rn(xh[2 * hidden + j], xi[2 * hidden + j]));
+            const float og = qrt_sigmoid(__fadd_rn(xh[3 * hidden + j], xi[3 * hidden + j]));
             const float cv = __fadd_rn(__fmul_rn(fg, c[e]), __fmul_rn(ig, cg));
             c_out[e] = cv;
-            hv = __fmul_rn(og, tanhf(cv));
+            hv = __fmul_rn(og, qrt_tanh(cv));
         } else if constexpr (KIND == CELL_GRU) {  // chunks r, z, n; the hidden bias of n is inside xh, scaled by r
-            const float r = sigmoid_rn(__fadd_rn(xh[j], xi[j]));
-            const float z = sigmoid_rn(__fadd_rn(xh[hidden + j], xi[hidden + j]));
-            const float nv = tanhf(__fadd_rn(xi[2 * hidden + j], __fmul_rn(xh[2 * hidden + j], r)));
+            const float r = qrt_sigmoid(__fadd_rn(xh[j], xi[j]));
+            const float z = qrt_sigmoid(__fadd_rn(xh[hidden + j], xi[hidden + j]));
+            const float nv = qrt_tanh(__fadd_rn(xi[2 * hidden + j], __fmul_rn(xh[2 * hidden + j], r)));
             hv = __fadd_rn(__fmul_rn(__fsub_rn(h[e], nv), z), nv);
         } else {
             hv = activate<KIND>(__fadd_rn(xh[j], xi[j]));

@@ -11,12 +11,17 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #include <cpuid.h>
 
-extern const qrt_kernels qrt_kernels_avx512_vnni, qrt_kernels_avx2;
+extern const qrt_kernels qrt_kernels_avx512_vnni, qrt_kernels_avx_vnni, qrt_kernels_avx2;
 
-/* F16C (cpuid leaf 1, ecx bit 29): not every compiler's __builtin_cpu_supports knows its name */
+/* F16C (cpuid leaf 1, ecx bit 29) and AVX-VNNI (leaf 7 subleaf 1, eax bit 4): not every compiler's
+ * __builtin_cpu_supports knows their names */
 static int has_f16c(void) {
     unsigned a, b, c, d;
     return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+}
+static int has_avx_vnni(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4)) != 0;
 }
 #endif
 #if defined(__aarch64__)
@@ -29,7 +34,7 @@ extern const qrt_kernels qrt_kernels_portable;
 
 static const qrt_kernels* const compiled[] = {
 #if defined(__x86_64__) || defined(_M_X64)
-    &qrt_kernels_avx512_vnni, &qrt_kernels_avx2,
+    &qrt_kernels_avx512_vnni, &qrt_kernels_avx_vnni, &qrt_kernels_avx2,
 #endif
 #if defined(QRT_HAVE_NEON_DOTPROD)
     &qrt_kernels_neon_dotprod,
@@ -53,6 +58,8 @@ int qrt_kernels_runnable(const qrt_kernels* k) {
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
                __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") && has_f16c();
+    if (k == &qrt_kernels_avx_vnni) /* the ymm state is the OS's to save: avx2 checks that */
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c() && has_avx_vnni();
     if (k == &qrt_kernels_avx2)
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
 #endif

@@ -4,13 +4,14 @@
  * one uint8 per value, bits 4 two per byte, the low nibble first (torch's quint4x2). A quantized value
  * is fmaf(scale, q, bias), rounded once, and a quantized bag sums as fbgemm's EmbeddingSpMDM does:
  * acc = fmaf(scale, q, acc + bias). Callers check every index and offset first; nothing here does.
+ *
+ * This file is compiled with the extension's baseline flags, where fmaf is a libm call per value (about
+ * 2 ns); on x86-64 the same loops are also compiled for AVX2 with FMA, taken when the table says so
+ * (t->fma: the CPU runs an avx2 or avx512 kernel variant). fmaf is exact, so both give the same bits.
  */
 #pragma once
 
-#include <math.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <string.h>
+#include "common.h"
 
 typedef struct {
     const uint8_t* data; /* row r starts at data + r * row_bytes */
@@ -19,6 +20,7 @@ typedef struct {
     int bits;            /* 32, 8 or 4 */
     const float* scale;  /* bits 8 and 4: one per row */
     const float* bias;
+    int fma;             /* the CPU has AVX2 and FMA: run the loops compiled for them */
 } qrt_table;
 
 enum { QRT_BAG_SUM = 0, QRT_BAG_MEAN = 1, QRT_BAG_MAX = 2 };
@@ -28,7 +30,7 @@ static inline float qrt_table_q(const uint8_t* row, int bits, ptrdiff_t j) {
 }
 
 /* out[i, :] = row idx[i] of the table, dequantized. */
-static void qrt_embedding_rows(const qrt_table* t, const int64_t* idx, ptrdiff_t n, float* out) {
+QRT_INLINE void qrt_rows_body(const qrt_table* t, const int64_t* idx, ptrdiff_t n, float* out) {
     const ptrdiff_t dim = t->dim;
     for (ptrdiff_t i = 0; i < n; i++, out += dim) {
         const uint8_t* row = t->data + idx[i] * t->row_bytes;
@@ -45,8 +47,8 @@ static void qrt_embedding_rows(const qrt_table* t, const int64_t* idx, ptrdiff_t
  * sum: acc = +0.0, then acc + w (float32 rows) or fmaf(scale, q, acc + bias) (quantized rows);
  * mean: that sum divided by the count; max: the first value, then each value greater than the
  * current (torch's rule: a NaN is kept only when it comes first). An empty bag is +0.0. */
-static void qrt_embedding_bags(const qrt_table* t, const int64_t* idx, const int64_t* ends, ptrdiff_t bags,
-                               int mode, float* out) {
+QRT_INLINE void qrt_bags_body(const qrt_table* t, const int64_t* idx, const int64_t* ends, ptrdiff_t bags,
+                              int mode, float* out) {
     const ptrdiff_t dim = t->dim;
     for (ptrdiff_t g = 0; g < bags; g++, out += dim) {
         memset(out, 0, (size_t)dim * sizeof(float));
@@ -77,4 +79,39 @@ static void qrt_embedding_bags(const qrt_table* t, const int64_t* idx, const int
             for (ptrdiff_t j = 0; j < dim; j++) out[j] = out[j] / count;
         }
     }
+}
+
+#if (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__)
+#define QRT_EMBEDDING_FMA 1
+__attribute__((target("avx2,fma"))) static void qrt_rows_fma(const qrt_table* t, const int64_t* idx, ptrdiff_t n,
+                                                             float* out) {
+    qrt_rows_body(t, idx, n, out);
+}
+
+__attribute__((target("avx2,fma"))) static void qrt_bags_fma(const qrt_table* t, const int64_t* idx,
+                                                             const int64_t* ends, ptrdiff_t bags, int mode,
+                                                             float* out) {
+    qrt_bags_body(t, idx, ends, bags, mode, out);
+}
+#endif
+
+static void qrt_embedding_rows(const qrt_table* t, const int64_t* idx, ptrdiff_t n, float* out) {
+#ifdef QRT_EMBEDDING_FMA
+    if (t->fma) {
+        qrt_rows_fma(t, idx, n, out);
+        return;
+    }
+#endif
+    qrt_rows_body(t, idx, n, out);
+}
+
+static void qrt_embedding_bags(const qrt_table* t, const int64_t* idx, const int64_t* ends, ptrdiff_t bags, int mode,
+                               float* out) {
+#ifdef QRT_EMBEDDING_FMA
+    if (t->fma) {
+        qrt_bags_fma(t, idx, ends, bags, mode, out);
+        return;
+    }
+#endif
+    qrt_bags_body(t, idx, ends, bags, mode, out);
 }

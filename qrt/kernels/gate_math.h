@@ -8,17 +8,27 @@
  * calls and no branches, so a loop over the hidden units becomes vector code. Measured against
  * the exact functions over 6 million inputs it stays within about 1 ulp; the tests hold every
  * cell to 3e-7 of torch per step.
+ *
+ * The GPU's gate kernels (qrt/cuda/rnn_cell.cu) compile these same functions as device code, with
+ * contraction off (--fmad=false), so both backends give the same bits.
  */
 #ifndef QRT_GATE_MATH_H
 #define QRT_GATE_MATH_H
 
+#if defined(__CUDACC__)
+#define QRT_GATE_FN __device__ static inline
+#else
+#define QRT_GATE_FN static inline
+#endif
+#if !defined(__CUDACC_RTC__) /* NVRTC declares the math functions itself and has no system headers */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#endif
 
 /* e^x = 2^n e^r for an x already clamped to a finite range: returns e^r and sets *n (the float ops in
  * float_math.h scale the result over the whole float range, the gates below within [-87, 87]) */
-static inline float qrt_exp_parts(float x, float* n_out) {
+QRT_GATE_FN float qrt_exp_parts(float x, float* n_out) {
     /* x = n ln2 + r, |r| <= ln2 / 2; a NaN x keeps n finite (converting NaN to int is undefined in C)
      * and still gives NaN through r */
     const float n = nearbyintf((x == x ? x : 0.0f) * 1.44269504088896341f);
@@ -36,23 +46,27 @@ static inline float qrt_exp_parts(float x, float* n_out) {
 
 /* exp(x), clamped to [-87, 87] first: beyond that the callers' results no longer change
  * (sigmoid reaches 0 or 1 to within 1e-38; tanh is 1 in float32 from |x| > 9). */
-static inline float qrt_exp(float x) {
+QRT_GATE_FN float qrt_exp(float x) {
     x = x < -87.0f ? -87.0f : x;
     x = x > 87.0f ? 87.0f : x;
     float n;
     const float p = qrt_exp_parts(x, &n);
-    const int32_t bits = ((int32_t)n + 127) << 23;            /* 2^n, n in [-126, 126] */
+    const int bits = ((int)n + 127) << 23;                    /* 2^n, n in [-126, 126] */
+#if defined(__CUDACC__)
+    const float scale = __int_as_float(bits);
+#else
     float scale;
     memcpy(&scale, &bits, sizeof scale);
+#endif
     return p * scale;
 }
 
-static inline float qrt_sigmoid(float v) { return 1.0f / (1.0f + qrt_exp(-v)); }
+QRT_GATE_FN float qrt_sigmoid(float v) { return 1.0f / (1.0f + qrt_exp(-v)); }
 
 /* tanh: an odd polynomial below 0.625 (Cephes' tanhf), where 1 - 2/(e^2a + 1) would lose its
  * relative accuracy to cancellation; that formula above. Both are computed, one is kept:
  * a select, not a branch, so the loop still vectorises. */
-static inline float qrt_tanh(float v) {
+QRT_GATE_FN float qrt_tanh(float v) {
     const float a = fabsf(v);
     const float z = a * a;
     float small = -5.70498872745e-3f;

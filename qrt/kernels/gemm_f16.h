@@ -4,40 +4,27 @@
  * Each output is one fma chain over k in order (an explicit fused multiply-add per product, so
  * every ISA rounds alike); in the last partial block of 32 output columns, when K > 512, the chain
  * restarts every 512 k and the block sums are added with plain float adds (docs/NUMERICS.md).
- * Weights are packed once into panels of F_NR columns, each k's F_NR values together, as float16
- * bits (`half`, where the ISA converts them: F_HALF) or float32 values.
+ * Weights are packed once, by whoever wrote them, in the strips of layout.h (16 columns, each k's 16
+ * values together) as float16 bits (`half`) or float32 values; a panel of F_NR columns is F_NR / 16
+ * strips side by side.
  *
  * Included once per variant (variant.h); everything here is static to that variant.
  */
+#include "layout.h"
+
 #define F_NV (F_NR / F_LANES)
 #define QRT_F16_BLOCK 512 /* fbgemm restarts the chain every 512 k in its tail block */
 #define QRT_F16_TAIL 32   /* ... the last partial block of 32 output columns */
 
-/* Bytes per packed weight: float16 bits only where asked for and the ISA can widen them. */
-static inline ptrdiff_t qrt_fp_wsize(int half) { return F_HALF && half ? 2 : 4; }
-
-static inline ptrdiff_t qrt_fp_packed_size(ptrdiff_t n, ptrdiff_t k, int half) {
-    return qrt_round_up(n, F_NR) * k * qrt_fp_wsize(half);
-}
-
-/* w[n][k] float32 (holding float16 values, exactly, when half) -> panels of F_NR columns, each k's
- * F_NR values together. */
-static void qrt_fp_pack(const float* w, ptrdiff_t n, ptrdiff_t k, int half, void* out) {
-    ptrdiff_t j, t;
-    memset(out, 0, (size_t)qrt_fp_packed_size(n, k, half));
-    for (j = 0; j < n; j++) {
-        ptrdiff_t at = (j / F_NR) * F_NR * k + j % F_NR;
-        for (t = 0; t < k; t++) {
-#if F_HALF
-            if (half) {
-                ((uint16_t*)out)[at + t * F_NR] = F_TOHALF(w[j * k + t]);
-                continue;
-            }
+#if QRT_FP_NPAD % F_NR || F_NR % QRT_STRIP
+#error "a panel must be whole strips, and whole panels must cover the padded columns"
 #endif
-            ((float*)out)[at + t * F_NR] = w[j * k + t];
-        }
-    }
-}
+
+/* Bytes per packed weight: float16 bits (half) or float32. */
+static inline ptrdiff_t qrt_fp_wsize(int half) { return half ? 2 : 4; }
+
+/* The packed weight of column `col` of a panel (strips ws weights apart) at k index t. */
+#define F_AT(w, ws, t, col) ((w) + ((col) / QRT_STRIP) * (ws) + (t) * QRT_STRIP + (col) % QRT_STRIP)
 
 /* Floats of packed x for m x k. */
 static inline ptrdiff_t qrt_fp_packed_x_size(ptrdiff_t m, ptrdiff_t k) { return qrt_round_up(m, F_MR) * k; }
@@ -56,12 +43,12 @@ static void qrt_fp_pack_x(const float* x, ptrdiff_t m, ptrdiff_t k, float* out) 
 
 /* For the r < mr rows of a packed x tile, over `count` k from those at xt and w: the fma chain
  * of x[r][t] * w[col][t] in k order, into c[r][col] (rows F_NR apart). w is the panel's packed
- * weights, or (wide) the same slice already widened to float32.
+ * weights (strips ws weights apart), or (wide) the same slice as float32.
  *   plain panels: the chain starts at 0 (first) or continues from c, and c takes its value;
  *   blocked panels (the tail quirk; the k are one 512 block): the chain starts at 0 and
  *   c = (first ? 0 : c) + chain, a plain float add. */
-QRT_INLINE void f_tile(const float* xt, const int mr, const void* w, const int wide, ptrdiff_t count, int first,
-                       int blocked, float* c) {
+QRT_INLINE void f_tile(const float* xt, const int mr, const void* w, ptrdiff_t ws, const int wide, ptrdiff_t count,
+                       int first, int blocked, float* c) {
     f_vec acc[F_MR][F_NV];
     ptrdiff_t t;
     int r, v;
@@ -72,8 +59,8 @@ QRT_INLINE void f_tile(const float* xt, const int mr, const void* w, const int w
     for (t = 0; t < count; t++) {
         f_vec wv[F_NV];
         QRT_UNROLL for (v = 0; v < F_NV; v++)
-            wv[v] = wide ? F_LOADF((const float*)w + t * F_NR + v * F_LANES)
-                         : F_LOADW((const uint16_t*)w + t * F_NR + v * F_LANES);
+            wv[v] = wide ? F_LOADF(F_AT((const float*)w, ws, t, v * F_LANES))
+                         : F_LOADW(F_AT((const uint16_t*)w, ws, t, v * F_LANES));
         QRT_UNROLL for (r = 0; r < F_MR; r++) {
             if (r < mr) {
                 f_vec xr = F_SET1(xt[t * F_MR + r]);
@@ -91,7 +78,7 @@ QRT_INLINE void f_tile(const float* xt, const int mr, const void* w, const int w
 }
 
 /* One instance per (mr, wide), both constants, so the accumulators live in registers. */
-#define F_TILE_MR(R) f_tile(xt, R, w, wide, count, first, blocked, c)
+#define F_TILE_MR(R) f_tile(xt, R, w, ws, wide, count, first, blocked, c)
 #define F_TILE_WIDE(W)                                                                                                \
     do {                                                                                                              \
         const int wide = W;                                                                                           \
@@ -107,17 +94,12 @@ QRT_INLINE void f_tile(const float* xt, const int mr, const void* w, const int w
         }                                                                                                             \
     } while (0)
 
-static void f_tile_any(const float* xt, int mr, const void* w, int wide_, ptrdiff_t count, int first, int blocked,
-                       float* c) {
-#if F_HALF
-    if (!wide_) {
+static void f_tile_any(const float* xt, int mr, const void* w, ptrdiff_t ws, int wide_, ptrdiff_t count, int first,
+                       int blocked, float* c) {
+    if (wide_)
+        F_TILE_WIDE(1);
+    else
         F_TILE_WIDE(0);
-        return;
-    }
-#else
-    (void)wide_; /* no float16 packing: weights are always float32 */
-#endif
-    F_TILE_WIDE(1);
 }
 
 /* Cache blocking: F_KC k of a panel stay in L1 while up to F_MC rows sweep them; row blocks are the
@@ -139,7 +121,7 @@ static void qrt_gemm_fp(const float* xpacked, const void* packed, int half, cons
     for (ib = i0; ib < i1; ib += F_MC) {
         ie = ib + F_MC < i1 ? ib + F_MC : i1;
         for (p = p0; p < p1; p++) {
-            const char* panel = (const char*)packed + p * F_NR * k * wsize;
+            const char* panel = (const char*)packed + p * F_NR * k * wsize; /* strips QRT_STRIP * k apart */
             j0 = p * F_NR;
             j1 = j0 + F_NR < n ? j0 + F_NR : n;
             /* F_NR divides 32, so a panel lies wholly inside or outside the tail block */
@@ -148,14 +130,17 @@ static void qrt_gemm_fp(const float* xpacked, const void* packed, int half, cons
             int widen = wsize == 2 && !blocked && ie - ib > F_MR;
             for (kb = 0; kb < k || kb == 0; kb += slice) {
                 ptrdiff_t ke = kb + slice < k ? kb + slice : k;
-                const void* w = panel + kb * F_NR * wsize;
-                if (widen) {
-                    for (t = 0; t < (ke - kb) * F_NR; t += F_LANES)
-                        F_STORE(wbuf + t, F_LOADW((const uint16_t*)w + t));
+                const void* w = panel + kb * QRT_STRIP * wsize;
+                ptrdiff_t ws = QRT_STRIP * k;
+                if (widen) { /* each strip's slice, widened, lands in wbuf: strips (ke - kb) * 16 apart */
+                    for (ptrdiff_t s = 0; s < F_NR / QRT_STRIP; s++)
+                        for (t = 0; t < (ke - kb) * QRT_STRIP; t += F_LANES)
+                            F_STORE(wbuf + s * (ke - kb) * QRT_STRIP + t, F_LOADW((const uint16_t*)w + s * ws + t));
                     w = wbuf;
+                    ws = (ke - kb) * QRT_STRIP;
                 }
                 for (i = ib; i < ie; i += F_MR)
-                    f_tile_any(xpacked + i * k + kb * F_MR, (int)(ie - i < F_MR ? ie - i : F_MR), w,
+                    f_tile_any(xpacked + i * k + kb * F_MR, (int)(ie - i < F_MR ? ie - i : F_MR), w, ws,
                                wsize == 4 || widen, ke - kb, kb == 0, blocked, c + (i - ib) * F_NR);
             }
             for (i = ib; i < ie; i++) {

@@ -1,34 +1,26 @@
 /* The u8 x s8 -> int32 product (exact), generic over the primitives of one ISA (isa/i8_*.h).
  *
- * Weights are packed once at load into panels of I8_NR output columns; in a panel each group of
- * 4 k values holds I8_NR x 4 bytes (column-major within the group: what one vpdpbusd / sdot lane
- * consumes); K is padded to a multiple of 4 and N to a multiple of I8_NR with zeros. A tile is
- * I8_MR rows of x times one panel, accumulated in registers over the whole of K; the driver walks
- * panels outside and row tiles inside, so a panel stays in L2 while x streams past. Every output
+ * Weights are packed once, by whoever wrote them (layout.h: strips of 16 output columns, each group of
+ * 4 k holding 16 x 4 bytes, column-major within the group: what one vpdpbusd / sdot lane consumes);
+ * every variant reads that one layout, a panel of I8_NR columns being I8_NR / 16 strips side by side.
+ * A tile is I8_MR rows of x times one panel, accumulated in registers over the whole of K; the driver
+ * walks panels outside and row tiles inside, so a panel stays in L2 while x streams past. Every output
  * is computed by one tile with one fixed order of operations, whatever the tiling or the number of
  * threads, and integer sums are exact modulo 2^32 in any order: every ISA gives the same bits.
  *
  * Included once per variant (variant.h); everything here is static to that variant.
  */
+#include "layout.h"
+
 #ifndef I8_ROWS
 #define I8_ROWS I8_MR /* rows the exact flavour keeps in registers per call */
 #endif
+#if QRT_I8_NPAD % I8_NR || I8_NR % QRT_STRIP
+#error "a panel must be whole strips, and whole panels must cover the padded columns"
+#endif
 
-/* Bytes of packed int8 weights for n x k. */
-static inline ptrdiff_t qrt_i8_packed_size(ptrdiff_t n, ptrdiff_t k) {
-    return qrt_round_up(n, I8_NR) * qrt_round_up(k, 4);
-}
-
-/* w[n][k] (row-major) -> panels of I8_NR columns, groups of 4 k, zero padded. */
-static void qrt_i8_pack(const int8_t* w, ptrdiff_t n, ptrdiff_t k, int8_t* out) {
-    ptrdiff_t kp = qrt_round_up(k, 4), j, t;
-    memset(out, 0, (size_t)qrt_i8_packed_size(n, k));
-    for (j = 0; j < n; j++) {
-        int8_t* panel = out + (j / I8_NR) * I8_NR * kp;
-        for (t = 0; t < k; t++)
-            panel[(t / 4) * I8_NR * 4 + (j % I8_NR) * 4 + t % 4] = w[j * k + t];
-    }
-}
+/* The 4 bytes of packed weights for column `col` of a panel (strips ss bytes apart), k group g. */
+#define I8_AT(panel, ss, g, col) ((panel) + ((col) / QRT_STRIP) * (ss) + ((g) * QRT_STRIP + (col) % QRT_STRIP) * 4)
 
 /* Bytes of packed x for m x k. */
 static inline ptrdiff_t qrt_i8_packed_x_size(ptrdiff_t m, ptrdiff_t k) {
@@ -169,7 +161,8 @@ static void qrt_i8_col_offset(int32_t x_zp, const int32_t* w_rowsum, const int32
 static void qrt_gemm_u8s8(const uint8_t* xpacked, const int32_t* col_offset, const int8_t* packed,
                           const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0,
                           ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, int small_x, int x_plain, const qrt_epilogue* e) {
-    void (*tile)(const uint8_t*, ptrdiff_t, int, const int8_t*, ptrdiff_t, ptrdiff_t, const int32_t*, int32_t*) =
+    void (*tile)(const uint8_t*, ptrdiff_t, int, const int8_t*, ptrdiff_t, ptrdiff_t, ptrdiff_t, const int32_t*,
+                 int32_t*) =
         i8_tile_any_exact;
 #if defined(I8_U7_COLS)
     if (small_x)
@@ -190,7 +183,7 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, const int32_t* col_offset, con
             for (gb = 0; gb < groups || gb == 0; gb += kc) {
                 ptrdiff_t ge = gb + kc < groups ? gb + kc : groups;
                 for (i = ib; i < ie; i += I8_MR)
-                    tile(xpacked + i * kp, xs, (int)(ie - i < I8_MR ? ie - i : I8_MR), panel, gb, ge,
+                    tile(xpacked + i * kp, xs, (int)(ie - i < I8_MR ? ie - i : I8_MR), panel, QRT_STRIP * kp, gb, ge,
                          gb == 0 ? col_offset + j0 : NULL, c + (i - ib) * I8_NR);
             }
             for (i = ib; i < ie; i++) {

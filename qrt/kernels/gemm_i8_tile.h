@@ -7,6 +7,9 @@
  * and undefines them at the end.
  */
 #define T_NV (I8_NR / T_COLS)
+#if QRT_STRIP % T_COLS
+#error "a register's columns must lie in one strip"
+#endif
 #ifndef QRT_I8_PREFETCH
 #define QRT_I8_PREFETCH 1024 /* bytes ahead */
 #endif
@@ -15,10 +18,11 @@
 #endif
 
 /* c[r][col] = start[col] + sum over the k of groups [g0, g1) of (x[r][t] - I8_XBIAS) * panel column col,
- * for the r < mr rows of one x tile: row r's group g at xtile + g * xs + 4 * r; start is `init` (one row,
- * shared by all rows) or, when init is NULL, c itself (continuing an earlier slice). c rows are I8_NR apart. */
-QRT_INLINE void T_TILE(const uint8_t* xtile, ptrdiff_t xs, const int mr, const int8_t* panel, ptrdiff_t g0,
-                       ptrdiff_t g1, const int32_t* init, int32_t* c) {
+ * for the r < mr rows of one x tile: row r's group g at xtile + g * xs + 4 * r; the panel's strips are
+ * ss bytes apart; start is `init` (one row, shared by all rows) or, when init is NULL, c itself
+ * (continuing an earlier slice). c rows are I8_NR apart. */
+QRT_INLINE void T_TILE(const uint8_t* xtile, ptrdiff_t xs, const int mr, const int8_t* panel, ptrdiff_t ss,
+                       ptrdiff_t g0, ptrdiff_t g1, const int32_t* init, int32_t* c) {
     T_ACC acc[T_ROWS][T_NV];
     ptrdiff_t g;
     int r, v;
@@ -30,11 +34,11 @@ QRT_INLINE void T_TILE(const uint8_t* xtile, ptrdiff_t xs, const int mr, const i
         /* the weights stream from memory when few rows share them: ask for them ahead of the hardware
          * prefetcher, which stops at each 4 KiB page (one row too, unless the ISA says otherwise) */
         if (mr > 1 || I8_ROW_PREFETCH)
-            QRT_UNROLL for (v = 0; v < I8_NR * 4; v += 64)
-                __builtin_prefetch(panel + g * I8_NR * 4 + v + QRT_I8_PREFETCH);
+            QRT_UNROLL for (v = 0; v < I8_NR; v += QRT_STRIP)
+                __builtin_prefetch(I8_AT(panel, ss, g, v) + QRT_I8_PREFETCH);
         T_W w[T_NV];
         QRT_UNROLL for (v = 0; v < T_NV; v++)
-            w[v] = T_LOADW(panel + g * I8_NR * 4 + v * T_COLS * 4);
+            w[v] = T_LOADW(I8_AT(panel, ss, g, v * T_COLS));
         QRT_UNROLL for (r = 0; r < T_ROWS; r++) {
             if (r < mr) {
                 uint32_t word;
@@ -53,18 +57,18 @@ QRT_INLINE void T_TILE(const uint8_t* xtile, ptrdiff_t xs, const int mr, const i
 
 /* The mr rows of a tile in calls of at most T_ROWS rows, each with its row count a constant, so the
  * accumulators live in registers. */
-static void T_TILE_ANY(const uint8_t* xtile, ptrdiff_t xs, int mr, const int8_t* panel, ptrdiff_t g0, ptrdiff_t g1,
-                       const int32_t* init, int32_t* c) {
+static void T_TILE_ANY(const uint8_t* xtile, ptrdiff_t xs, int mr, const int8_t* panel, ptrdiff_t ss, ptrdiff_t g0,
+                       ptrdiff_t g1, const int32_t* init, int32_t* c) {
     for (int r0 = 0; r0 < mr; r0 += T_ROWS) {
         const uint8_t* xt = xtile + r0 * 4;
         int32_t* cr = c + r0 * I8_NR;
         switch (mr - r0 < T_ROWS ? mr - r0 : T_ROWS) {
-        case 1: T_TILE(xt, xs, 1, panel, g0, g1, init, cr); break;
-        case 2: T_TILE(xt, xs, 2, panel, g0, g1, init, cr); break;
-        case 3: T_TILE(xt, xs, 3, panel, g0, g1, init, cr); break;
-        case 4: T_TILE(xt, xs, 4, panel, g0, g1, init, cr); break;
-        case 5: T_TILE(xt, xs, 5, panel, g0, g1, init, cr); break;
-        default: T_TILE(xt, xs, 6, panel, g0, g1, init, cr); break;
+        case 1: T_TILE(xt, xs, 1, panel, ss, g0, g1, init, cr); break;
+        case 2: T_TILE(xt, xs, 2, panel, ss, g0, g1, init, cr); break;
+        case 3: T_TILE(xt, xs, 3, panel, ss, g0, g1, init, cr); break;
+        case 4: T_TILE(xt, xs, 4, panel, ss, g0, g1, init, cr); break;
+        case 5: T_TILE(xt, xs, 5, panel, ss, g0, g1, init, cr); break;
+        default: T_TILE(xt, xs, 6, panel, ss, g0, g1, init, cr); break;
         }
     }
 }

@@ -4,8 +4,8 @@
  * gates.h) over one ISA's primitives (isa/) with that ISA's target flags, and exports one
  * qrt_kernels table. One build holds every variant of its architecture; dispatch.c picks the
  * best the CPU can run (cpuid on x86-64, getauxval(AT_HWCAP) on Linux/aarch64), and the
- * environment variable QRT_KERNELS forces another. Packed weights belong to the variant that
- * packed them: callers keep the table with the weights.
+ * environment variable QRT_KERNELS forces another. Every variant reads weights in the one packed
+ * layout of layout.h, so a file can store them packed.
  *
  * Every variant gives the same bits for every entry point (docs/NUMERICS.md); the tests hold
  * each one the host can run to the portable variant and the scalar oracles.
@@ -46,9 +46,7 @@ typedef struct {
     int i8_nr, i8_mr;     /* panel columns and tile rows of the int8 product */
     int fp_nr, fp_mr;     /* ... and of the float product */
 
-    /* int8: w[n][k] -> panels; x[m][k] -> row tiles; column offsets; the product with its epilogue */
-    ptrdiff_t (*i8_packed_size)(ptrdiff_t n, ptrdiff_t k);
-    void (*i8_pack)(const int8_t* w, ptrdiff_t n, ptrdiff_t k, int8_t* out);
+    /* int8, weights packed as layout.h says: x[m][k] -> row tiles; column offsets; the product with its epilogue */
     ptrdiff_t (*i8_packed_x_size)(ptrdiff_t m, ptrdiff_t k);
     int (*i8_pack_x)(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* out); /* returns max(x) */
     void (*i8_col_offset)(int32_t x_zp, const int32_t* w_rowsum, const int32_t* w_zp, ptrdiff_t n, ptrdiff_t k,
@@ -57,10 +55,8 @@ typedef struct {
                       const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t p0,
                       ptrdiff_t p1, int small_x, int x_plain, const qrt_epilogue* e); /* small_x: max(x) <= 128 */
 
-    /* float16 (half) or float32 weights: the same four steps, fma chains in fbgemm's fp16 order,
-     * bias added after the chain */
-    ptrdiff_t (*fp_packed_size)(ptrdiff_t n, ptrdiff_t k, int half);
-    void (*fp_pack)(const float* w, ptrdiff_t n, ptrdiff_t k, int half, void* out);
+    /* float16 (half) or float32 weights packed as layout.h says: the same steps, fma chains in fbgemm's
+     * fp16 order, bias added after the chain */
     ptrdiff_t (*fp_packed_x_size)(ptrdiff_t m, ptrdiff_t k);
     void (*fp_pack_x)(const float* x, ptrdiff_t m, ptrdiff_t k, float* out);
     void (*gemm_fp)(const float* xpacked, const void* packed, int half, const float* bias, ptrdiff_t n, ptrdiff_t k,

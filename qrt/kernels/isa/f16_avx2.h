@@ -1,12 +1,10 @@
 /* float x float16 primitives, AVX2 + FMA + F16C: 8 columns per register, weights widened on the fly. */
 #include <immintrin.h>
 #define QRT_F16_ISA "avx2-fma-f16c"
-#define F_HALF 1
 #define F_NR 16
 #define F_MR 6
 #define F_LANES 8
 typedef __m256 f_vec;
-#define F_TOHALF(v) ((uint16_t)_cvtss_sh((v), 0))
 #define F_ZERO() _mm256_setzero_ps()
 #define F_LOADW(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(p)))
 #define F_LOADF(p) _mm256_loadu_ps(p)

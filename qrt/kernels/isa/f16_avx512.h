@@ -1,12 +1,10 @@
 /* float x float16 primitives, AVX-512F with F16C: 16 columns per register, weights widened on the fly. */
 #include <immintrin.h>
 #define QRT_F16_ISA "avx512f-f16c"
-#define F_HALF 1
 #define F_NR 32
 #define F_MR 8
 #define F_LANES 16
 typedef __m512 f_vec;
-#define F_TOHALF(v) ((uint16_t)_cvtss_sh((v), 0))
 #define F_ZERO() _mm512_setzero_ps()
 #define F_LOADW(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(p)))
 #define F_LOADF(p) _mm512_loadu_ps(p)

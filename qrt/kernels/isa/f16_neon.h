@@ -2,12 +2,10 @@
  * vfmaq_f32 a fused multiply-add with one rounding (the same as fmaf). */
 #include <arm_neon.h>
 #define QRT_F16_ISA "neon"
-#define F_HALF 1
 #define F_NR 16
 #define F_MR 4
 #define F_LANES 4
 typedef float32x4_t f_vec;
-#define F_TOHALF(v) vget_lane_u16(vreinterpret_u16_f16(vcvt_f16_f32(vdupq_n_f32(v))), 0)
 #define F_ZERO() vdupq_n_f32(0.0f)
 #define F_LOADW(p) vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t*)(p))))
 #define F_LOADF(p) vld1q_f32(p)

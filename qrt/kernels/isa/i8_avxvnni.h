@@ -1,0 +1,16 @@
+/* u8 x s8 primitives, AVX-VNNI (Alder Lake, Sapphire Rapids, Zen 5): the 256-bit vpdpbusd, 8 columns
+ * of 4 k per register, summed into int32 without saturation, so one flavour is exact for any u8. */
+#include <immintrin.h>
+#define QRT_I8_ISA "avx-vnni"
+#define I8_NR 16
+#define I8_MR 6 /* 6 rows x 2 registers: 12 accumulators, 2 weights and a broadcast in the 16 registers */
+#define I8_COLS 8
+#define I8_XBIAS 0
+typedef __m256i i8_acc;
+typedef __m256i i8_w;
+typedef __m256i i8_x;
+#define I8_LOADW(p) _mm256_loadu_si256((const __m256i*)(p))
+#define I8_SETX(word) _mm256_set1_epi32((int)(word))
+#define I8_DOT(acc, x, w) _mm256_dpbusd_avx_epi32((acc), (x), (w))
+#define I8_STORE(out, acc) _mm256_storeu_si256((__m256i*)(out), (acc))
+#define I8_LOADC(p) _mm256_loadu_si256((const __m256i*)(p))
