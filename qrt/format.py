@@ -28,8 +28,7 @@ import re
 import stat
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -92,8 +91,7 @@ def _sha256(data: bytes | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-@dataclass(frozen=True)
-class QrtFile:
+class QrtFile(NamedTuple):
     """A validated .qrt file: its graph, its tensors (views of the mapping), its metadata."""
 
     graph: Graph

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, NamedTuple, Union
 
 import numpy as np
 
@@ -30,8 +29,7 @@ TREES_SINCE = 3
 MAX_TREE_DEPTH = 16  # tuples nested deeper are refused: no model needs them, and walking them stays shallow
 
 
-@dataclass(frozen=True)
-class ValueSpec:
+class ValueSpec(NamedTuple):
     """A named model input or output: dtype and shape (None = free dimension)."""
 
     name: str
@@ -42,8 +40,7 @@ class ValueSpec:
         return f"ValueSpec({self.name!r}, {ValueInfo(self.dtype, self.shape).describe()})"
 
 
-@dataclass(frozen=True)
-class Node:
+class Node(NamedTuple):
     name: str
     op: str
     inputs: Mapping[str, str]  # port -> value name
@@ -55,8 +52,7 @@ class Node:
 Tree = Union[int, tuple]
 
 
-@dataclass(frozen=True)
-class Graph:
+class Graph(NamedTuple):
     inputs: tuple[ValueSpec, ...]
     outputs: tuple[ValueSpec, ...]
     nodes: tuple[Node, ...]  # in execution order

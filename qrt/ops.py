@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -34,8 +33,7 @@ INT_RANGES = {
 }
 
 
-@dataclass(frozen=True)
-class ValueInfo:
+class ValueInfo(NamedTuple):
     """The static type of a value: storage dtype name and shape."""
 
     dtype: str
@@ -46,7 +44,7 @@ class ValueInfo:
         return f"{self.dtype}[{dims}]"
 
 
-class Port(NamedTuple):  # the registry's records are NamedTuples: quicker to define at import than dataclasses
+class Port(NamedTuple):
     """One named input of an op."""
 
     name: str
