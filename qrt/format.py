@@ -210,7 +210,11 @@ def load_file(path: str | os.PathLike, verify: bool = True) -> QrtFile:
         size = st.st_size
         if size < 8:
             raise FormatError(f"file is {size} bytes, too short for the 8-byte header length")
-        buf = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        populate = getattr(mmap, "MAP_POPULATE", 0) if verify else 0  # the checksum reads every page: map them
+        if populate:  # all at once (Linux), not one fault at a time; 12-14 ms for 100 MB where faults took 10-25
+            buf = mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | populate, prot=mmap.PROT_READ)
+        else:
+            buf = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     finally:
         os.close(fd)  # the mapping keeps the file alive
     try:
