@@ -17,42 +17,66 @@
 #define I8_ROW_PREFETCH 1 /* whether one-row tiles prefetch too */
 #endif
 
+/* Independent sums per output for a tile of mr rows: a product's latency (vpdpbusd: 5 cycles) bounds a
+ * tile with few accumulators, so a tile of few rows keeps 2 or 4 sums per output over alternate k groups
+ * and adds them at the end. Integer sums are exact modulo 2^32 in any order: the result is the same. */
+#ifndef T_SUMS
+#define T_SUMS(mr) ((mr) * T_NV >= 8 ? 1 : (mr) * T_NV >= 4 ? 2 : 4)
+#endif
+
 /* c[r][col] = start[col] + sum over the k of groups [g0, g1) of (x[r][t] - I8_XBIAS) * panel column col,
  * for the r < mr rows of one x tile: row r's group g at xtile + g * xs + 4 * r; the panel's strips are
  * ss bytes apart; start is `init` (one row, shared by all rows) or, when init is NULL, c itself
  * (continuing an earlier slice). c rows are I8_NR apart. */
 QRT_INLINE void T_TILE(const uint8_t* xtile, ptrdiff_t xs, const int mr, const int8_t* panel, ptrdiff_t ss,
                        ptrdiff_t g0, ptrdiff_t g1, const int32_t* init, int32_t* c) {
-    T_ACC acc[T_ROWS][T_NV];
+    static const int32_t zeros[I8_NR];
+    const int sums = T_SUMS(mr);
+    T_ACC acc[4][T_ROWS][T_NV];
     ptrdiff_t g;
-    int r, v;
+    int r, v, s;
     QRT_UNROLL for (r = 0; r < T_ROWS; r++)
         if (r < mr)
+            QRT_UNROLL for (v = 0; v < T_NV; v++) {
+                acc[0][r][v] = init ? T_LOADC(init + v * T_COLS) : T_LOADC(c + r * I8_NR + v * T_COLS);
+                QRT_UNROLL for (s = 1; s < sums; s++)
+                    acc[s][r][v] = T_LOADC(zeros);
+            }
+    for (g = g0; g < g1; g += sums) {
+        QRT_UNROLL for (s = 0; s < sums; s++) {
+            if (s > 0 && g + s >= g1)
+                break;
+            /* the weights stream from memory when few rows share them: ask for them ahead of the hardware
+             * prefetcher, which stops at each 4 KiB page (one row too, unless the ISA says otherwise) */
+            if (mr > 1 || I8_ROW_PREFETCH)
+                QRT_UNROLL for (v = 0; v < I8_NR; v += QRT_STRIP)
+                    __builtin_prefetch(I8_AT(panel, ss, g + s, v) + QRT_I8_PREFETCH);
+            T_W w[T_NV];
             QRT_UNROLL for (v = 0; v < T_NV; v++)
-                acc[r][v] = init ? T_LOADC(init + v * T_COLS) : T_LOADC(c + r * I8_NR + v * T_COLS);
-    for (g = g0; g < g1; g++) {
-        /* the weights stream from memory when few rows share them: ask for them ahead of the hardware
-         * prefetcher, which stops at each 4 KiB page (one row too, unless the ISA says otherwise) */
-        if (mr > 1 || I8_ROW_PREFETCH)
-            QRT_UNROLL for (v = 0; v < I8_NR; v += QRT_STRIP)
-                __builtin_prefetch(I8_AT(panel, ss, g, v) + QRT_I8_PREFETCH);
-        T_W w[T_NV];
-        QRT_UNROLL for (v = 0; v < T_NV; v++)
-            w[v] = T_LOADW(I8_AT(panel, ss, g, v * T_COLS));
-        QRT_UNROLL for (r = 0; r < T_ROWS; r++) {
-            if (r < mr) {
-                uint32_t word;
-                memcpy(&word, xtile + g * xs + r * 4, 4);
-                T_X xr = T_SETX(word);
-                QRT_UNROLL for (v = 0; v < T_NV; v++)
-                    acc[r][v] = T_DOT(acc[r][v], xr, w[v]);
+                w[v] = T_LOADW(I8_AT(panel, ss, g + s, v * T_COLS));
+            QRT_UNROLL for (r = 0; r < T_ROWS; r++) {
+                if (r < mr) {
+                    uint32_t word;
+                    memcpy(&word, xtile + (g + s) * xs + r * 4, 4);
+                    T_X xr = T_SETX(word);
+                    QRT_UNROLL for (v = 0; v < T_NV; v++)
+                        acc[s][r][v] = T_DOT(acc[s][r][v], xr, w[v]);
+                }
             }
         }
     }
     QRT_UNROLL for (r = 0; r < T_ROWS; r++)
         if (r < mr)
-            QRT_UNROLL for (v = 0; v < T_NV; v++)
-                T_STORE(c + r * I8_NR + v * T_COLS, acc[r][v]);
+            QRT_UNROLL for (v = 0; v < T_NV; v++) {
+                int32_t* out = c + r * I8_NR + v * T_COLS;
+                T_STORE(out, acc[0][r][v]);
+                QRT_UNROLL for (s = 1; s < sums; s++) {
+                    int32_t part[T_COLS];
+                    T_STORE(part, acc[s][r][v]);
+                    QRT_UNROLL for (int j = 0; j < T_COLS; j++)
+                        out[j] = (int32_t)((uint32_t)out[j] + (uint32_t)part[j]);
+                }
+            }
 }
 
 /* The mr rows of a tile in calls of at most T_ROWS rows, each with its row count a constant, so the
@@ -74,6 +98,7 @@ static void T_TILE_ANY(const uint8_t* xtile, ptrdiff_t xs, int mr, const int8_t*
 }
 
 #undef T_NV
+#undef T_SUMS
 #undef T_TILE
 #undef T_TILE_ANY
 #undef T_ACC
