@@ -15,7 +15,7 @@ cdef extern from "float_ops.h" nogil:
         void (*sum)(int mean, const float* x, float* y, ptrdiff_t outer, ptrdiff_t n, ptrdiff_t inner) noexcept nogil
         void (*layer_norm)(const float* x, const float* w, const float* b, float eps, float* y, ptrdiff_t rows,
                            ptrdiff_t n) noexcept nogil
-    const qrt_float_ops* qrt_float_ops_for(int portable)
+    const qrt_float_ops* qrt_float_ops_for(const char* kernel_variant)
     enum:
         QRT_SIGMOID, QRT_TANH, QRT_SILU, QRT_GELU, QRT_GELU_TANH
         QRT_ADD, QRT_SUB, QRT_MUL, QRT_DIV
@@ -36,12 +36,13 @@ cdef inline Py_ssize_t float_parts(Py_ssize_t units, Py_ssize_t elements) noexce
 
 cdef class FloatOps:
     """The float32 math kernels, of the build the active kernel variant calls for when created (plain C
-    under "portable", AVX2 + FMA code under the x86-64 SIMD variants): the same bits either way."""
+    under "portable", AVX-512 code under "avx512-vnni", AVX2 + FMA code under the other x86-64 SIMD
+    variants): the same bits every way."""
 
     cdef const qrt_float_ops* ops
 
     def __cinit__(self):
-        self.ops = qrt_float_ops_for(active.name.decode() == "portable")
+        self.ops = qrt_float_ops_for(active.name)
 
     @property
     def name(self) -> str:

@@ -532,7 +532,7 @@ def test_reductions_do_not_depend_on_the_layout(tmp_path):
 
 
 def test_every_build_gives_the_same_bits(tmp_path, every_build):
-    """Plain C (libm's correctly rounded fmaf) and AVX2 + FMA code, where the CPU runs both."""
+    """Plain C (libm's correctly rounded fmaf), AVX2 + FMA and AVX-512 code, each where the CPU runs it."""
     x = _data((5, 67, 3), "wide")
     results = {}
     for build, variant in every_build.items():

@@ -1,7 +1,8 @@
 /* qrt's float32 math ops (the registry's "float math" block), as one table of kernels per build
  * of float_ops_body.h: plain C (float_ops_portable.c), and on x86-64 the same C compiled for
  * AVX2 with FMA (float_ops_fma.c), where fmaf is one instruction instead of a libm call (about
- * 13 times faster for the exp-based ops; fmaf is exact, so both give the same bits).
+ * 13 times faster for the exp-based ops; fmaf is exact, so both give the same bits), and for
+ * AVX-512 (float_ops_avx512.c, 512-bit vectors).
  *
  * Every op is a fixed sequence of IEEE operations whatever the CPU, the build, the layout or the
  * number of threads (docs/NUMERICS.md, "Float math ops"). Callers check shapes; the kernels trust
@@ -17,7 +18,7 @@ enum qrt_binary_op { QRT_ADD, QRT_SUB, QRT_MUL, QRT_DIV };
 #define QRT_BINARY_MAX_RANK 8
 
 typedef struct {
-    const char* name; /* "portable" or "fma" */
+    const char* name; /* "portable", "fma" or "avx512" */
     /* y[i] = f(x[i]), i < n */
     void (*unary)(int op, const float* x, float* y, ptrdiff_t n);
     /* y = a op b with numpy broadcasting: a_shape and b_shape have rank dims each (the shorter one
@@ -34,8 +35,9 @@ typedef struct {
                        ptrdiff_t n);
 } qrt_float_ops;
 
-/* The plain C table, or (portable = 0) the fastest one this build holds for a CPU with AVX2 and FMA:
- * pass 0 only for such a CPU (one that runs the avx2 or avx512-vnni kernel variant). */
-const qrt_float_ops* qrt_float_ops_for(int portable);
+/* The table for the CPUs of a kernel variant (qrt_kernels.h; one this CPU runs): AVX-512 for
+ * "avx512-vnni", AVX2 with FMA for the other x86-64 SIMD variants, plain C for "portable" and on
+ * aarch64. */
+const qrt_float_ops* qrt_float_ops_for(const char* kernel_variant);
 
 #endif /* QRT_FLOAT_OPS_H */

@@ -1,5 +1,5 @@
 /* The kernels of float_ops.h, compiled once per table by the including file (float_ops_portable.c,
- * float_ops_fma.c), which names the table qrt_float_ops_<QRT_FLOAT_OPS_ID>.
+ * float_ops_fma.c, float_ops_avx512.c), which names the table qrt_float_ops_<QRT_FLOAT_OPS_ID>.
  *
  * Reductions (sum, mean, softmax, log_softmax, layer_norm) all use one order, whatever the layout:
  * the reduced dimension is cut into blocks of 256 elements; in a block, element j goes to lane
@@ -203,11 +203,50 @@ static void qrt_binary(int op, const float* a, const ptrdiff_t* a_shape, const f
     }
 }
 
+/* Contiguous rows (softmax along the last dimension, n >= 1): up to QRT_SLAB rows at a time, fewer
+ * when long, so a chunk (QRT_SOFTMAX_CHUNK floats) stays in L1 between its passes. The exponentials
+ * of a whole chunk are one loop over its x_j - m values, so short rows (a vocabulary of 94, say) leave
+ * no scalar remainder each; every element goes through the same operations as row by row. */
+#define QRT_SOFTMAX_CHUNK 4096
+
+static void qrt_softmax_rows(int log, const float* x, float* y, ptrdiff_t rows, ptrdiff_t n) {
+    float m[QRT_SLAB], s[QRT_SLAB];
+    ptrdiff_t chunk = QRT_SOFTMAX_CHUNK / n;
+    chunk = chunk < 1 ? 1 : (chunk > QRT_SLAB ? QRT_SLAB : chunk);
+    for (ptrdiff_t r0 = 0; r0 < rows; r0 += chunk) {
+        const ptrdiff_t nr = rows - r0 < chunk ? rows - r0 : chunk;
+        const float* restrict xs = x + r0 * n;
+        float* restrict ys = y + r0 * n;
+        for (ptrdiff_t r = 0; r < nr; r++) {
+            qrt_lane_reduce(QRT_RED_MAX, xs + r * n, n, 1, 1, &m[r]);
+            for (ptrdiff_t j = r * n; j < (r + 1) * n; j++)
+                ys[j] = xs[j] - m[r];
+        }
+        for (ptrdiff_t i = 0; i < nr * n; i++)
+            ys[i] = qrt_exp_full(ys[i]);
+        for (ptrdiff_t r = 0; r < nr; r++) {
+            qrt_lane_reduce(QRT_RED_SUM, ys + r * n, n, 1, 1, &s[r]);
+            if (log) {
+                const float ls = qrt_logf(s[r]);
+                for (ptrdiff_t j = r * n; j < (r + 1) * n; j++)
+                    ys[j] = (xs[j] - m[r]) - ls;
+            } else {
+                for (ptrdiff_t j = r * n; j < (r + 1) * n; j++)
+                    ys[j] = ys[j] / s[r];
+            }
+        }
+    }
+}
+
 /* Softmax: m = max, e_j = exp(x_j - m), s = the lane sum of e, y_j = e_j / s.
  * log_softmax: y_j = (x_j - m) - log(s). A row holding +inf or NaN, or only -inf, gives NaN
  * throughout (x_j - m is NaN somewhere), as torch's does. */
 static void qrt_softmax(int log, const float* x, float* y, ptrdiff_t outer, ptrdiff_t n, ptrdiff_t inner) {
     float m[QRT_SLAB], s[QRT_SLAB];
+    if (inner == 1) {
+        qrt_softmax_rows(log, x, y, outer, n);
+        return;
+    }
     for (ptrdiff_t o = 0; o < outer; o++)
         for (ptrdiff_t c0 = 0; c0 < inner; c0 += QRT_SLAB) {
             const ptrdiff_t cols = inner - c0 < QRT_SLAB ? inner - c0 : QRT_SLAB, at = o * n * inner + c0;

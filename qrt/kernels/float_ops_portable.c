@@ -4,15 +4,19 @@
 #define QRT_FLOAT_OPS_NAME "portable"
 #include "float_ops_body.h"
 
+#include <string.h>
+
 #if defined(__x86_64__) || defined(_M_X64)
-extern const qrt_float_ops qrt_float_ops_fma;
+extern const qrt_float_ops qrt_float_ops_fma, qrt_float_ops_avx512;
 #endif
 
-const qrt_float_ops* qrt_float_ops_for(int portable) {
+const qrt_float_ops* qrt_float_ops_for(const char* kernel_variant) {
 #if defined(__x86_64__) || defined(_M_X64)
-    if (!portable)
+    if (strcmp(kernel_variant, "avx512-vnni") == 0)
+        return &qrt_float_ops_avx512;
+    if (strcmp(kernel_variant, "portable") != 0)
         return &qrt_float_ops_fma;
 #endif
-    (void)portable;
+    (void)kernel_variant;
     return &qrt_float_ops_portable;
 }

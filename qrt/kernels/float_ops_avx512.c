@@ -1,0 +1,21 @@
+/* The float ops compiled for x86-64 with AVX-512 (float_ops.h): the table of the avx512-vnni kernel
+ * variant, whose CPUs have it. Whole 512-bit registers, as that variant's own loops: the exp-based
+ * ops are pure arithmetic, so each instruction does twice the work of the AVX2 build's. */
+#if defined(__x86_64__) || defined(_M_X64)
+#include "common.h"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"))), \
+                             apply_to = function)
+#else
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,prefer-vector-width=512")
+#endif
+
+#define QRT_FLOAT_OPS_ID avx512
+#define QRT_FLOAT_OPS_NAME "avx512"
+#include "float_ops_body.h"
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
+#endif
