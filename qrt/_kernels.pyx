@@ -18,6 +18,7 @@ from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
 from cython.parallel cimport prange
 
+import math
 import os
 import warnings
 
@@ -256,8 +257,9 @@ cdef void choose_qparams(float lo, float hi, bint reduce_range, float* scale, in
 
 # ------------------------------------------------------------ GEMM kernels
 
-# The kernel variant (qrt_kernels.h) of the layers prepared from now on. Each packed weight keeps
-# the variant that packed it, so switching affects only layers prepared afterwards.
+# The kernel variant (qrt_kernels.h) of the layers prepared from now on. Each layer keeps the variant
+# it was prepared with (every variant reads the same packed weights), so switching affects only layers
+# prepared afterwards.
 cdef const qrt_kernels* active
 
 
@@ -528,23 +530,25 @@ cdef extern from "layout.h" nogil:
     void qrt_fp_pack(const void* w, ptrdiff_t n, ptrdiff_t k, size_t size, void* out)
 
 
-def pack_matrix(w, out) -> None:
-    """Pack w [n, k] (int8, float16 or float32, C-contiguous) into out, of qrt.layout.packed_shape."""
-    cdef Py_ssize_t n = w.shape[0], k = w.shape[1]
-    if w.dtype != out.dtype or not w.flags.c_contiguous or not out.flags.c_contiguous or not out.flags.writeable:
-        raise ValueError("pack_matrix: w and out must be contiguous arrays of one dtype, out writeable")
-    cdef Py_ssize_t size = w.dtype.itemsize
-    if out.nbytes != (qrt_i8_packed_size(n, k) if size == 1 else qrt_fp_packed_size(n, k) * size):
-        raise ValueError("pack_matrix: out has the wrong size")
+def pack_matrix(w, tuple shape):
+    """w [n, k] (int8, float16 or float32, C-contiguous) packed into a new 64-byte aligned array of
+    qrt.layout.packed_shape `shape` (qrt/kernels/layout.h)."""
+    if w.ndim != 2 or not w.flags.c_contiguous or w.dtype.itemsize not in (1, 2, 4):
+        raise ValueError("pack_matrix: w must be a C-contiguous matrix of 1-, 2- or 4-byte elements")
+    cdef Py_ssize_t n = w.shape[0], k = w.shape[1], size = w.dtype.itemsize
+    cdef Py_ssize_t nbytes = qrt_i8_packed_size(n, k) if size == 1 else qrt_fp_packed_size(n, k) * size
+    if math.prod(shape) * size != nbytes:
+        raise ValueError(f"pack_matrix: shape {list(shape)} is not the packed size of [{n}, {k}]")
+    out = aligned_empty(nbytes).view(w.dtype).reshape(shape)
     cdef const uint8_t[::1] wv = w.reshape(-1).view(np.uint8)
     cdef uint8_t[::1] ov = out.reshape(-1).view(np.uint8)
-    if out.nbytes == 0:
-        return
-    with nogil:
-        if size == 1:
-            qrt_i8_pack(<const int8_t*>&wv[0] if n * k else NULL, n, k, <int8_t*>&ov[0])
-        else:
-            qrt_fp_pack(&wv[0] if n * k else NULL, n, k, size, &ov[0])
+    if nbytes:
+        with nogil:
+            if size == 1:
+                qrt_i8_pack(<const int8_t*>&wv[0] if n * k else NULL, n, k, <int8_t*>&ov[0])
+            else:
+                qrt_fp_pack(&wv[0] if n * k else NULL, n, k, size, &ov[0])
+    return out
 
 
 cdef object packed_data(weight, dtype, Py_ssize_t nbytes):

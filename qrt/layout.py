@@ -62,14 +62,6 @@ class PackedMatrix:
         return f"PackedMatrix({self.dtype}, shape={list(self.shape)})"
 
 
-def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """An array starting on a 64-byte boundary: the kernels' 64-byte loads then never straddle two lines."""
-    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    buf = np.empty(nbytes + 64, np.uint8)
-    start = -buf.ctypes.data % 64
-    return buf[start : start + nbytes].view(dtype).reshape(shape)
-
-
 def pack(w: np.ndarray) -> PackedMatrix:
     """The packed form of a plain [n, k] int8, float16 or float32 matrix."""
     w = np.ascontiguousarray(w)
@@ -78,8 +70,7 @@ def pack(w: np.ndarray) -> PackedMatrix:
     from . import _kernels  # the C packer of layout.h: the layout's one implementation
 
     n, k = w.shape
-    data = _aligned_empty(packed_shape(w.dtype, n, k), w.dtype)
-    _kernels.pack_matrix(w, data)
+    data = _kernels.pack_matrix(w, packed_shape(w.dtype, n, k))  # 64-byte aligned, as a file's
     row_sums = w.sum(axis=1, dtype=np.int32) if w.dtype == np.int8 else None
     return PackedMatrix(data, (n, k), row_sums)
 
