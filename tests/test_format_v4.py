@@ -35,15 +35,7 @@ from qrt.layout import PackedMatrix, pack, packed_shape
 from qrt.ops import OPS
 
 BLOCK = 1 << 20  # the checksum's block size
-RUNNABLE = [name for name, ok in K.kernel_variants().items() if ok]
 
-
-@pytest.fixture(params=RUNNABLE)
-def variant(request):
-    """Prepare the models of the test with this kernel variant (each reads the same packed layout)."""
-    before = K._use_variant(request.param)
-    yield request.param
-    K._use_variant(before)
 
 
 def write(tmp_path: Path, data: bytes, name: str = "m.qrt") -> Path:

@@ -31,13 +31,6 @@ SHAPES = [(0, 5, 3), (1, 1, 1), (1, 7, 1), (3, 1, 5), (1, 65, 4), (5, 17, 3), (7
 RUNNABLE = [name for name, ok in K.kernel_variants().items() if ok]
 
 
-@pytest.fixture(params=RUNNABLE)
-def variant(request):
-    """Prepare the weights of the test with this kernel variant."""
-    before = K._use_variant(request.param)
-    yield request.param
-    K._use_variant(before)
-
 
 @pytest.fixture(params=[1, 2, 3], ids=["1thread", "2threads", "3threads"])
 def threads(request):

@@ -12,16 +12,9 @@ import pytest
 from qrt import _kernels as K
 from qrt.layout import PackedMatrix, pack, packed_shape, unpack
 
-RUNNABLE = [name for name, ok in K.kernel_variants().items() if ok]
 # n just off the strip (16) and panel (64, 32) widths, k just off the int8 group (4), the empty cases
 SIZES = [(0, 0), (0, 3), (2, 0), (1, 1), (15, 3), (16, 4), (17, 5), (33, 7), (63, 9), (65, 130), (130, 33)]
 
-
-@pytest.fixture(params=RUNNABLE)
-def variant(request):
-    before = K._use_variant(request.param)
-    yield request.param
-    K._use_variant(before)
 
 
 def matrix(dtype, n, k, seed=0):
