@@ -259,8 +259,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         rows.append([n["name"], n["op"], ins, outs, "; ".join(n["quantization"])])
     print(_table(["name", "op", "inputs", "outputs", "quantization"], rows))
     print(f"\ntensors ({len(r['tensors'])}):")
-    rows = [[t["name"], t["dtype"], _describe(t["shape"]), t["bytes"]] for t in r["tensors"]]
-    print(_table(["name", "dtype", "shape", "bytes"], rows))
+    rows = [[t["name"], t["dtype"], _describe(t["shape"]), t["bytes"], "packed" if t["packed"] else "plain"]
+            for t in r["tensors"]]
+    print(_table(["name", "dtype", "shape", "bytes", "layout"], rows))
     print("\nbytes by dtype:")
     total = r["tensor_bytes"]
     rows = [[k, v, f"{100 * v / total:.1f}%" if total else "-"] for k, v in r["bytes_by_dtype"].items()]
