@@ -206,3 +206,15 @@ def test_thread_count_from_the_environment(env, want):
         assert got == cpus and "ignoring OMP_NUM_THREADS='lots'" in r.stderr
     else:
         assert got == want
+
+
+@pytest.mark.parametrize("op, weight", [("linear_dynamic", np.ones((2, 3), np.float16)),
+                                        ("linear_float", np.ones((2, 3), np.float32))])
+def test_wrong_feature_count_is_refused_before_the_output_is_allocated(tmp_path, op, weight):
+    """x's other dimensions size the output: an empty x of 2**40 rows and the wrong width is refused first
+    (it asked for terabytes before; found by tools/fuzz_loader.py)."""
+    b = GraphBuilder()
+    b.output(b.node(op, {"x": b.input("x", "float32", [2**40, None]), "weight": weight}))
+    b.save(tmp_path / "m.qrt")
+    with pytest.raises(ValueError, match="x has 0 features, expected 3"):
+        qrt.load(tmp_path / "m.qrt").run(np.empty((2**40, 0), np.float32))

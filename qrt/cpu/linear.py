@@ -14,9 +14,11 @@ from .types import Prepare, Step
 def _rows(layer, out_dtype) -> Step:
     """Apply a [rows, in] -> [rows, out] layer to x of any rank >= 1."""
 
-    n = layer.out_features
+    n, k = layer.out_features, layer.in_features
 
     def step(x):
+        if x.shape[-1] != k:  # before the output is allocated: its size follows x's other dimensions
+            raise ValueError(f"x has {x.shape[-1]} features, expected {k}")
         if x.ndim == 2:  # the common case needs no reshapes
             y = np.empty((x.shape[0], n), out_dtype)
             layer(x, y)
@@ -66,6 +68,8 @@ def _linear_float(node: Node, c: Mapping[str, np.ndarray]) -> Step:
     bias = None if c.get("bias") is None else np.ascontiguousarray(c["bias"], np.float32)
 
     def step(x):
+        if x.shape[-1] != w.k:
+            raise ValueError(f"x has {x.shape[-1]} features, expected {w.k}")
         rows = np.ascontiguousarray(x).reshape(-1, w.k)
         y = np.empty((rows.shape[0], w.n), np.float32)
         w(rows, bias, y)
