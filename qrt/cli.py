@@ -75,7 +75,8 @@ def _describe(shape: Sequence) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Rows as left-aligned text columns under a ruled header (qrt's commands and qrt-compare)."""
     cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
@@ -257,16 +258,16 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         ins = ", ".join(f"{p}={v['dtype']}{_describe(v['shape'])}" for p, v in n["inputs"].items())
         outs = ", ".join(f"{v['dtype']}{_describe(v['shape'])}" for v in n["outputs"])
         rows.append([n["name"], n["op"], ins, outs, "; ".join(n["quantization"])])
-    print(_table(["name", "op", "inputs", "outputs", "quantization"], rows))
+    print(format_table(["name", "op", "inputs", "outputs", "quantization"], rows))
     print(f"\ntensors ({len(r['tensors'])}):")
     rows = [[t["name"], t["dtype"], _describe(t["shape"]), t["bytes"], "packed" if t["packed"] else "plain"]
             for t in r["tensors"]]
-    print(_table(["name", "dtype", "shape", "bytes", "layout"], rows))
+    print(format_table(["name", "dtype", "shape", "bytes", "layout"], rows))
     print("\nbytes by dtype:")
     total = r["tensor_bytes"]
     rows = [[k, v, f"{100 * v / total:.1f}%" if total else "-"] for k, v in r["bytes_by_dtype"].items()]
     rows.append(["total", total, _human_bytes(total)])
-    print(_table(["dtype", "bytes", "share"], rows))
+    print(format_table(["dtype", "bytes", "share"], rows))
     return 0
 
 

@@ -358,9 +358,9 @@ def _packed_uses(graph: Mapping[str, Any], tensors: Mapping[str, Any]) -> set[st
     packed, plain = set(), set(graph.get("outputs", ()))
     for node in graph.get("nodes", ()):
         spec = OPS.get(node.get("op"))
+        packed_ports = {p.name for p in spec.inputs if p.packed} if spec else set()
         for port, value in node.get("inputs", {}).items():
-            ports = {p.name: p for p in spec.inputs} if spec else {}
-            (packed if port in ports and ports[port].packed else plain).add(value)
+            (packed if port in packed_ports else plain).add(value)
     return {
         name
         for name in packed - plain

@@ -274,6 +274,7 @@ def parse_graph(
 
     row_sums_of: the stored row-sums tensors -> the packed matrix each belongs to; names the graph may
     not use."""
+    row_sums_of = row_sums_of or {}
     _expect_keys("graph", obj, {"inputs", "nodes", "outputs", "output_structure"}, {"input_structure"})
     inputs = _parse_inputs(obj["inputs"])
     in_names = [s.name for s in inputs]
@@ -295,7 +296,7 @@ def parse_graph(
 
     for t in tensor_infos:
         define(t, f"tensor {t!r}")
-    for t, owner in (row_sums_of or {}).items():
+    for t, owner in row_sums_of.items():
         define(t, f"the row sums of packed tensor {owner!r}")
     for spec in inputs:
         define(spec.name, f"input {spec.name!r}")
@@ -313,14 +314,14 @@ def parse_graph(
         for port, v in n.inputs.items():
             if v not in defined:
                 _fail(where, f"input {port!r} refers to undefined value {v!r}")
-            if v in (row_sums_of or {}):
+            if v in row_sums_of:
                 _fail(where, f"input {port!r} refers to {defined[v]}, which only the kernels read")
 
     out_names = [_name("outputs", o) for o in _list("outputs", obj["outputs"])]
     if not out_names:
         _fail("outputs", "a model needs at least one output")
     for o in out_names:
-        if o not in defined or o in (row_sums_of or {}):
+        if o not in defined or o in row_sums_of:
             _fail("outputs", f"refers to undefined value {o!r}" if o not in defined else f"{o!r} is {defined[o]}")
         if isinstance(tensors.get(o), PackedMatrix):
             _fail("outputs", f"{o!r} is a tensor stored packed: only weight ports read those")

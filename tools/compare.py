@@ -39,6 +39,7 @@ import torch  # noqa: E402
 import qrt  # noqa: E402
 from qrt import format as qformat  # noqa: E402
 from qrt import io as qio  # noqa: E402
+from qrt.cli import format_table  # noqa: E402
 from qrt.graph import Graph, Node, Tree, tree_names, tree_text  # noqa: E402
 
 from . import convert, qrt_backend  # noqa: E402
@@ -64,14 +65,6 @@ def _load(path: str) -> tuple[qrt.Model, qformat.QrtFile]:
         raise CompareError(f"{path} is not a valid .qrt model: {e}") from None
     except OSError as e:
         raise CompareError(f"cannot read {path!r}: {e.strerror or e}") from None
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 def _leaves(tree: Tree, value: Any, what: str) -> list:
@@ -403,7 +396,7 @@ def _print_compare(r: dict) -> None:
                 _fmt(f.get("sqnr_db"), "db"),
             ]
         )
-    print(_table(headers, rows))
+    print(format_table(headers, rows))
     print(
         "\nq: against PyTorch's quantized model; f: against the float model (the quantization error itself).\n"
         "identical: share of equal elements (integers for quantized layers, 'int'; exact floats otherwise)."
