@@ -3,12 +3,16 @@
  *   T_TILE, T_TILE_ANY  names of the two functions defined here
  *   T_ACC, T_W, T_X     accumulator, weight and broadcast x types
  *   T_COLS, T_ROWS      columns per accumulator; most rows one call keeps in registers
+ *   T_ROW, T_ROW_PART   names of the one-row functions; T_ROW_NV: accumulators a one-row pass keeps
  *   T_LOADW(p), T_SETX(word), T_DOT(acc, x, w), T_STORE(out, acc), T_LOADC(p)
  * and undefines them at the end.
  */
 #define T_NV (I8_NR / T_COLS)
 #if QRT_STRIP % T_COLS
 #error "a register's columns must lie in one strip"
+#endif
+#if T_ROW_NV * T_COLS % QRT_STRIP || T_ROW_NV > 16
+#error "a one-row pass must cover whole strips"
 #endif
 #ifndef QRT_I8_PREFETCH
 #define QRT_I8_PREFETCH 1024 /* bytes ahead */
@@ -79,6 +83,40 @@ QRT_INLINE void T_TILE(const uint8_t* xtile, ptrdiff_t xs, const int mr, const i
             }
 }
 
+/* One row against nv registers of columns from `strips` on (strips ss bytes apart; nv a constant once
+ * inlined): c[col] = init[col] + sum over the k of `groups` groups of (x[t] - I8_XBIAS) * w[col][t], the
+ * row's group g at x + g * xs. */
+QRT_INLINE void T_ROW_PART(const uint8_t* x, ptrdiff_t xs, const int8_t* strips, ptrdiff_t ss, ptrdiff_t groups,
+                           const int nv, const int32_t* init, int32_t* c) {
+    T_ACC acc[T_ROW_NV];
+    QRT_UNROLL for (int v = 0; v < nv; v++)
+        acc[v] = T_LOADC(init + v * T_COLS);
+    for (ptrdiff_t g = 0; g < groups; g++) {
+        uint32_t word;
+        memcpy(&word, x + g * xs, 4);
+        T_X xr = T_SETX(word);
+        QRT_UNROLL for (int v = 0; v < nv; v++)
+            acc[v] = T_DOT(acc[v], xr, T_LOADW(I8_AT(strips, ss, g, v * T_COLS)));
+    }
+    QRT_UNROLL for (int v = 0; v < nv; v++)
+        T_STORE(c + v * T_COLS, acc[v]);
+}
+
+/* The same for `cols` columns (whole strips), T_ROW_NV registers at a time across panel boundaries (a
+ * panel's strips follow the previous panel's), the rest in passes of 8, 4, 2 and 1 registers: a one-row
+ * product keeps as many independent sums as the registers hold, not a panel's few. */
+static void T_ROW(const uint8_t* x, ptrdiff_t xs, const int8_t* strips, ptrdiff_t ss, ptrdiff_t groups,
+                  ptrdiff_t cols, const int32_t* init, int32_t* c) {
+    ptrdiff_t c0 = 0;
+    for (; c0 + T_ROW_NV * T_COLS <= cols; c0 += T_ROW_NV * T_COLS)
+        T_ROW_PART(x, xs, strips + c0 / QRT_STRIP * ss, ss, groups, T_ROW_NV, init + c0, c + c0);
+    QRT_UNROLL for (int nv = 8; nv >= 1; nv /= 2)
+        if (nv < T_ROW_NV && nv * T_COLS % QRT_STRIP == 0 && cols - c0 >= nv * T_COLS) {
+            T_ROW_PART(x, xs, strips + c0 / QRT_STRIP * ss, ss, groups, nv, init + c0, c + c0);
+            c0 += nv * T_COLS;
+        }
+}
+
 /* The mr rows of a tile in calls of at most T_ROWS rows, each with its row count a constant, so the
  * accumulators live in registers. */
 static void T_TILE_ANY(const uint8_t* xtile, ptrdiff_t xs, int mr, const int8_t* panel, ptrdiff_t ss, ptrdiff_t g0,
@@ -98,6 +136,9 @@ static void T_TILE_ANY(const uint8_t* xtile, ptrdiff_t xs, int mr, const int8_t*
 }
 
 #undef T_NV
+#undef T_ROW
+#undef T_ROW_PART
+#undef T_ROW_NV
 #undef T_SUMS
 #undef T_TILE
 #undef T_TILE_ANY

@@ -6,6 +6,7 @@
 #define I8_NR 16
 #define I8_MR 6
 #define I8_COLS 4
+#define I8_ROW_NV 8 /* a one-row pass: 8 sums, with the widened weights and x beside them */
 #define I8_ROWS 2 /* 4 accumulators a row: 2 rows keep all of a tile's live values in the 16 registers */
 #define I8_XBIAS 0
 typedef __m256i i8_acc;
@@ -31,6 +32,7 @@ QRT_INLINE void I8_STORE(int32_t* out, i8_acc acc) {
  * adds the two pairs of each column's 4 k into int32: 8 columns per register, like vpdpbusd. */
 #define I8_U7_COLS 8
 #define I8_U7_ROWS 6
+#define I8_U7_ROW_NV 12 /* a one-row pass: 12 sums, x, the ones and a product in the 16 registers */
 typedef __m256i i8u7_acc;
 typedef __m256i i8u7_w;
 typedef __m256i i8u7_x;

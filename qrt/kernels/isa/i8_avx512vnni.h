@@ -4,6 +4,7 @@
 #define I8_NR 64
 #define I8_MR 6
 #define I8_COLS 16
+#define I8_ROW_NV 16 /* a one-row pass: 16 of the 32 registers, 256 columns */
 #define I8_XBIAS 0
 /* One row (batch 1) reads its panels straight through, which the hardware prefetcher follows: software
  * prefetches only slowed it, 1.1-1.5x at every size from L2 to DRAM (Ice Lake, bench/gemv_floor.c).

@@ -5,6 +5,7 @@
 #define I8_NR 16
 #define I8_MR 6 /* 6 rows x 2 registers: 12 accumulators, 2 weights and a broadcast in the 16 registers */
 #define I8_COLS 8
+#define I8_ROW_NV 12 /* a one-row pass: 12 of the 16 registers, 96 columns */
 #define I8_XBIAS 0
 typedef __m256i i8_acc;
 typedef __m256i i8_w;

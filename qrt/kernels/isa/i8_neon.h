@@ -7,6 +7,7 @@
 #define I8_NR 16
 #define I8_MR 3
 #define I8_COLS 4
+#define I8_ROW_NV 12 /* a one-row pass: 12 sums of 2 registers each, of the 32 */
 #define I8_XBIAS 128
 typedef int32x4x2_t i8_acc; /* val[0]: columns 0, 1 in pair form; val[1]: columns 2, 3 */
 typedef int8x16_t i8_w;

@@ -4,6 +4,7 @@
 #define I8_NR 16
 #define I8_MR 4
 #define I8_COLS 4
+#define I8_ROW_NV 16 /* a one-row pass: 16 of the 32 registers, 64 columns */
 /* sdot is s8 x s8: feed x - 128 (x ^ 0x80) and add 128 * rowsum(w) back (qrt_i8_col_offset) */
 #define I8_XBIAS 128
 typedef int32x4_t i8_acc;

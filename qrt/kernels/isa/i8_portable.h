@@ -3,6 +3,7 @@
 #define I8_NR 16
 #define I8_MR 4
 #define I8_COLS 1
+#define I8_ROW_NV 16 /* a one-row pass: one strip */
 #define I8_XBIAS 0
 typedef int32_t i8_acc;
 typedef const int8_t* i8_w;
