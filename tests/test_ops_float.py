@@ -413,6 +413,38 @@ def test_softmax_rows_with_infinities_and_nan_are_torchs(tmp_path):
         assert np.allclose(got[finite], want[finite], rtol=1e-6, atol=1e-30)
 
 
+def test_long_rows_with_infinities_nan_and_signed_zeros(tmp_path, every_build):
+    """Rows of 37: 32 elements go through the vectorised lanes, 5 through the tail. A NaN or +inf in either
+    part makes a softmax row NaN, only -inf makes it NaN, -inf elsewhere gives 0; a sum of -0.0 and +0.0 is
+    the lane order's (+0.0), as the numpy model gives; every build the same bits."""
+    inf, nan = np.inf, np.nan
+    rows = []
+    for at in (3, 20, 31, 32, 36):  # lane 3 and 4 of the first and second vector, the last vector lane, the tail
+        for special in (nan, inf, -inf):
+            row = RNG.standard_normal(37).astype(np.float32)
+            row[at] = special
+            rows.append(row)
+    rows += [np.full(37, -inf, np.float32), np.full(37, -0.0, np.float32),
+             np.where(np.arange(37) % 2, -0.0, 0.0).astype(np.float32)]
+    x = np.stack(rows)
+    def run(op: str, attrs: dict) -> dict:  # each build's result: a model loaded under its variant
+        return {build: _under(variant, lambda: _model(tmp_path, op, {"x": [None, 37]}, attrs).run(x))
+                for build, variant in every_build.items()}
+
+    for op in ("softmax", "log_softmax"):
+        got = run(op, {"dim": 1})
+        want = getattr(torch, op)(torch.from_numpy(x), 1).numpy()
+        for build, y in got.items():
+            assert np.array_equal(np.isnan(y), np.isnan(want)), (op, build)
+            assert np.array_equal(np.isinf(y), np.isinf(want)), (op, build)
+            finite = np.isfinite(want)
+            assert np.allclose(y[finite], want[finite], rtol=1e-6, atol=1e-30), (op, build)
+            assert _same_bits(y, next(iter(got.values()))), (op, build)
+    for build, got in run("sum", {"dims": [1], "keepdim": False}).items():
+        assert _same_bits(got, lane_sum(x)), build
+        assert not np.any(np.signbit(got[-2:])), build  # +0.0 + -0.0 is +0.0
+
+
 # ------------------------------------------------------------ add, sub, mul, div
 
 

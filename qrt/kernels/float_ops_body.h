@@ -44,6 +44,25 @@ QRT_INLINE void qrt_lane_reduce(int op, const float* restrict x, ptrdiff_t n, pt
             for (int l = 0; l < QRT_LANES; l++)
                 acc[l] = init;
             ptrdiff_t j = 0;
+#if defined(__GNUC__)
+            /* the lanes as one vector (GCC/Clang vector extensions): written lane by lane, GCC compiled
+             * max's NaN test into a branch per element (measured: 35x94 log_softmax 1.25-1.4x faster) */
+            typedef float lanes_f __attribute__((vector_size(QRT_LANES * sizeof(float))));
+            typedef int32_t lanes_i __attribute__((vector_size(QRT_LANES * sizeof(float))));
+            lanes_f va;
+            memcpy(&va, acc, sizeof va);
+            for (; j + QRT_LANES <= nb; j += QRT_LANES) {
+                lanes_f v;
+                memcpy(&v, block + j, sizeof v);
+                if (op == QRT_RED_MAX) { /* qrt_red_combine's max, lane by lane */
+                    const lanes_i take = (v > va) | (v != v);
+                    va = (lanes_f)((take & (lanes_i)v) | (~take & (lanes_i)va));
+                } else {
+                    va = va + (op == QRT_RED_SUM_SQUARES ? v * v : v);
+                }
+            }
+            memcpy(acc, &va, sizeof va);
+#endif
             for (; j + QRT_LANES <= nb; j += QRT_LANES)
                 for (int l = 0; l < QRT_LANES; l++)
                     acc[l] = qrt_red_combine(op, acc[l], block[j + l]);
