@@ -164,6 +164,7 @@ static void qrt_epilogue_rows(const qrt_epilogue* e, ptrdiff_t i0, ptrdiff_t i1,
  * 64 KiB of weights, slower from 96 KiB (a pass streams up to 16 strips at once: from L2 the line fill
  * buffers run out). 32 KiB: weights in the L1 of every core qrt targets. */
 #define I8_ROW_BYTES (32 * 1024)
+#define I8_ROW_CHUNK 1024 /* columns a call of T_ROW takes: whole passes on every ISA, 4 KiB of sums */
 
 /* Row i of x (group g at xrow + g * xs) against the columns of panels [p0, p1), to the epilogue e. */
 static void qrt_gemm_row(const uint8_t* xrow, ptrdiff_t xs, int small_x, const int32_t* col_offset,
@@ -177,13 +178,17 @@ static void qrt_gemm_row(const uint8_t* xrow, ptrdiff_t xs, int small_x, const i
 #else
     (void)small_x;
 #endif
-    int32_t c[I8_ROW_BYTES / 4]; /* every column of weights within I8_ROW_BYTES, K >= 4 */
-    const ptrdiff_t kp = qrt_round_up(k, 4), j0 = p0 * I8_NR, j1 = p1 * I8_NR < n ? p1 * I8_NR : n;
-    row(xrow, xs, packed + j0 * kp, QRT_STRIP * kp, kp / 4, (p1 - p0) * I8_NR, col_offset + j0, c);
-    if (x_rowsum)
-        for (ptrdiff_t j = j0; j < j1; j++)
-            c[j - j0] = (int32_t)((uint32_t)c[j - j0] - (uint32_t)w_zp[j] * (uint32_t)x_rowsum[i]);
-    qrt_epilogue_rows(e, i, i + 1, n, j0, j1, c, 0);
+    int32_t c[I8_ROW_CHUNK];
+    const ptrdiff_t kp = qrt_round_up(k, 4), end = p1 * I8_NR < n ? p1 * I8_NR : n;
+    for (ptrdiff_t j0 = p0 * I8_NR; j0 < end; j0 += I8_ROW_CHUNK) {
+        const ptrdiff_t cols = p1 * I8_NR - j0 < I8_ROW_CHUNK ? p1 * I8_NR - j0 : I8_ROW_CHUNK;
+        const ptrdiff_t j1 = j0 + cols < end ? j0 + cols : end;
+        row(xrow, xs, packed + j0 * kp, QRT_STRIP * kp, kp / 4, cols, col_offset + j0, c);
+        if (x_rowsum)
+            for (ptrdiff_t j = j0; j < j1; j++)
+                c[j - j0] = (int32_t)((uint32_t)c[j - j0] - (uint32_t)w_zp[j] * (uint32_t)x_rowsum[i]);
+        qrt_epilogue_rows(e, i, i + 1, n, j0, j1, c, 0);
+    }
 }
 
 /* The part of the expansion below that depends on the column only, for columns [0, n) of weights
