@@ -164,7 +164,7 @@ static void qrt_epilogue_rows(const qrt_epilogue* e, ptrdiff_t i0, ptrdiff_t i1,
  * 64 KiB of weights, slower from 96 KiB (a pass streams up to 16 strips at once: from L2 the line fill
  * buffers run out). 32 KiB: weights in the L1 of every core qrt targets. */
 #define I8_ROW_BYTES (32 * 1024)
-#define I8_ROW_CHUNK 1024 /* columns a call of T_ROW takes: whole passes on every ISA, 4 KiB of sums */
+#define I8_ROW_CHUNK 1024 /* columns a call of T_ROW takes (whole strips): 4 KiB of sums on the stack */
 
 /* Row i of x (group g at xrow + g * xs) against the columns of panels [p0, p1), to the epilogue e. */
 static void qrt_gemm_row(const uint8_t* xrow, ptrdiff_t xs, int small_x, const int32_t* col_offset,
