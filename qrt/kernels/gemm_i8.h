@@ -137,15 +137,19 @@ QRT_INLINE void qrt_dequantize_row(const qrt_epilogue* e, float* restrict out, c
             out[j] = out[j] <= 0.0f ? 0.0f : out[j];
 }
 
-/* Rows [i0, i1), columns [j0, j1), of the epilogue from the exact results a (row i at a + (i - i0) * lda),
- * one call per block of rows: at small K a call per row cost as much as the row's products. A whole
+/* Rows [i0, i1), columns [j0, j1), of the epilogue from the sums a (row i at a + (i - i0) * lda), one call
+ * per block of rows: at small K a call per row cost as much as the row's products. The sums first get the
+ * expansion's last term (qrt_gemm_u8s8), a -= w_zp[j] * x_rowsum[i], when x_rowsum is given. A whole
  * panel's row is a constant count, so its loop becomes straight vector code (AVX2's 16-column panels:
  * 10-15% of a static M=512 K=N=256 product). */
 static void qrt_epilogue_rows(const qrt_epilogue* e, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t n, ptrdiff_t j0,
-                              ptrdiff_t j1, const int32_t* a, ptrdiff_t lda) {
+                              ptrdiff_t j1, int32_t* a, ptrdiff_t lda, const int32_t* w_zp, const int32_t* x_rowsum) {
     const ptrdiff_t cols = j1 - j0;
     for (ptrdiff_t i = i0; i < i1; i++) {
-        const int32_t* ai = a + (i - i0) * lda;
+        int32_t* ai = a + (i - i0) * lda;
+        if (x_rowsum)
+            for (ptrdiff_t j = 0; j < cols; j++)
+                ai[j] = (int32_t)((uint32_t)ai[j] - (uint32_t)w_zp[j0 + j] * (uint32_t)x_rowsum[i]);
         if (e->acc)
             memcpy(e->acc + i * n + j0, ai, (size_t)cols * sizeof(int32_t));
         else if (e->q && cols == I8_NR)
@@ -179,15 +183,11 @@ static void qrt_gemm_row(const uint8_t* xrow, ptrdiff_t xs, int small_x, const i
     (void)small_x;
 #endif
     int32_t c[I8_ROW_CHUNK];
-    const ptrdiff_t kp = qrt_round_up(k, 4), end = p1 * I8_NR < n ? p1 * I8_NR : n;
+    const ptrdiff_t kp = qrt_round_up(k, 4), last = p1 * I8_NR, end = last < n ? last : n;
     for (ptrdiff_t j0 = p0 * I8_NR; j0 < end; j0 += I8_ROW_CHUNK) {
-        const ptrdiff_t cols = p1 * I8_NR - j0 < I8_ROW_CHUNK ? p1 * I8_NR - j0 : I8_ROW_CHUNK;
-        const ptrdiff_t j1 = j0 + cols < end ? j0 + cols : end;
+        const ptrdiff_t cols = last - j0 < I8_ROW_CHUNK ? last - j0 : I8_ROW_CHUNK;
         row(xrow, xs, packed + j0 * kp, QRT_STRIP * kp, kp / 4, cols, col_offset + j0, c);
-        if (x_rowsum)
-            for (ptrdiff_t j = j0; j < j1; j++)
-                c[j - j0] = (int32_t)((uint32_t)c[j - j0] - (uint32_t)w_zp[j] * (uint32_t)x_rowsum[i]);
-        qrt_epilogue_rows(e, i, i + 1, n, j0, j1, c, 0);
+        qrt_epilogue_rows(e, i, i + 1, n, j0, j0 + cols < end ? j0 + cols : end, c, 0, w_zp, x_rowsum);
     }
 }
 
@@ -229,7 +229,7 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, const int32_t* col_offset, con
     (void)small_x;
 #endif
     int32_t c[I8_MC * I8_NR];
-    ptrdiff_t kp = qrt_round_up(k, 4), groups = kp / 4, xs = x_plain ? 4 : 4 * I8_MR, p, ib, ie, i, gb, j, j0, j1;
+    ptrdiff_t kp = qrt_round_up(k, 4), groups = kp / 4, xs = x_plain ? 4 : 4 * I8_MR, p, ib, ie, i, gb, j0, j1;
     if (i1 - i0 == 1 && kp >= 4 && (p1 - p0) * I8_NR * kp <= I8_ROW_BYTES) {
         qrt_gemm_row(xpacked + i0 * kp, xs, small_x, col_offset, packed, w_zp, x_rowsum, n, k, i0, p0, p1, e);
         return;
@@ -248,14 +248,7 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, const int32_t* col_offset, con
                     tile(xpacked + i * kp, xs, (int)(ie - i < I8_MR ? ie - i : I8_MR), panel, QRT_STRIP * kp, gb, ge,
                          gb == 0 ? col_offset + j0 : NULL, c + (i - ib) * I8_NR);
             }
-            if (x_rowsum)
-                for (i = ib; i < ie; i++) {
-                    int32_t* ci = c + (i - ib) * I8_NR;
-                    uint32_t xsum = (uint32_t)x_rowsum[i];
-                    for (j = j0; j < j1; j++)
-                        ci[j - j0] = (int32_t)((uint32_t)ci[j - j0] - (uint32_t)w_zp[j] * xsum);
-                }
-            qrt_epilogue_rows(e, ib, ie, n, j0, j1, c, I8_NR);
+            qrt_epilogue_rows(e, ib, ie, n, j0, j1, c, I8_NR, w_zp, x_rowsum);
         }
     }
 }
