@@ -240,6 +240,42 @@ def test_layers_identical_to_portable(variant_name):
 
 
 @pytest.mark.parametrize("variant_name", [v for v in RUNNABLE if v != "portable"])
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("bias", ["none", "normal", "huge"])
+@pytest.mark.parametrize("relu", [False, True])
+def test_requantization_identical_to_portable(variant_name, per_channel, bias, relu):
+    """The static epilogue (vector forms on x86) against portable's C loop: per-tensor and per-channel
+    folded bias or none, ReLU's lower clamp, results saturating at both ends of int16 and of uint8
+    (biases of +-1e6 and +-inf over a_w of about 1e-5), and whole and partial vectors of columns."""
+    m, k, n = 7, 21, 131  # AVX-512's 64-column panels: 2 whole and 3 columns; AVX2's 16: 8 and 3
+    rng = np.random.default_rng(11)
+    x = rng.integers(0, 256, (m, k), dtype=np.uint8)
+    w = rng.integers(-128, 128, (n, k), dtype=np.int8)
+    w_scale = (rng.random(n) * 1e-3 + 1e-4).astype(np.float32) if per_channel else np.float32(5e-4)
+    b = None
+    if bias != "none":
+        b = rng.standard_normal(n).astype(np.float32)
+        if bias == "huge":
+            b[::4] = 1e6
+            b[1::4] = -1e6
+            b[2] = np.inf
+            b[5] = -np.inf
+
+    def make():
+        return K.StaticLinear(w, w_scale, np.zeros(n, np.int32), b, np.float32(0.02), 3, np.float32(0.05), 70, relu)
+
+    def run(layer):
+        y = np.empty((m, n), np.uint8)
+        layer(x, y)
+        return [y]
+
+    got, want = _outputs_of(variant_name, make, run), _outputs_of("portable", make, run)
+    np.testing.assert_array_equal(got[0], want[0])
+    ends = {70 if relu else 0, 255}  # uint8's range, from the zero point up under ReLU
+    assert bias != "huge" or ends <= set(np.unique(want[0]).tolist())  # both saturated ends were reached
+
+
+@pytest.mark.parametrize("variant_name", [v for v in RUNNABLE if v != "portable"])
 @pytest.mark.parametrize("kind", ["rnn_tanh", "rnn_relu", "lstm", "gru"])
 def test_recurrent_steps_identical_to_portable(variant_name, kind):
     """Gates (exp, sigmoid, tanh as vector code) over a wide range of pre-activations: portable's bits."""

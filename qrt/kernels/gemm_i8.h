@@ -105,7 +105,13 @@ QRT_INLINE void qrt_requantize_row(const qrt_epilogue* e, uint8_t* restrict out,
     const float *restrict bias_q = e->bias_q, *restrict bias_t = e->bias_t, *restrict mult = e->mult + j0;
     const float bias_inv = e->bias_inv;
     const int32_t zp = e->zp, lo = e->lo;
-    for (ptrdiff_t j = 0; j < cols; j++) {
+    ptrdiff_t j = 0;
+#if defined(I8_REQUANTIZE_COLS) /* the ISA's vector form of the loop below */
+    for (; j + I8_REQUANTIZE_COLS <= cols; j += I8_REQUANTIZE_COLS)
+        i8_requantize(a + j, mult + j, bias_q ? bias_q + j0 + j : NULL, bias_t ? bias_t + j0 + j : NULL, bias_inv, zp,
+                      lo, out + j);
+#endif
+    for (; j < cols; j++) {
         float v = (float)a[j];
         if (bias_q)
             v = v + bias_q[j0 + j];

@@ -2,6 +2,8 @@
  *   exact (any activations): bytes widened to int16, pairs summed exactly by vpmaddwd;
  *   u7 (activations <= 128): vpmaddubsw, twice the products per instruction, as fbgemm. */
 #include <immintrin.h>
+
+#include "requantize_avx2.h"
 #define QRT_I8_ISA "avx2"
 #define I8_NR 16
 #define I8_MR 6

@@ -19,3 +19,21 @@ typedef __m512i i8_x;
 #define I8_DOT(acc, x, w) _mm512_dpbusd_epi32((acc), (x), (w))
 #define I8_STORE(out, acc) _mm512_storeu_si512((void*)(out), (acc))
 #define I8_LOADC(p) _mm512_loadu_si512((const void*)(p))
+
+/* The static linear's requantization (gemm_i8.h's qrt_requantize_row) for 16 columns, each lane the same
+ * operations in the same order: GCC's vectorisation of the C loop took 4 cycles an output here. */
+#define I8_REQUANTIZE_COLS 16
+QRT_INLINE void i8_requantize(const int32_t* a, const float* mult, const float* bias_q, const float* bias_t,
+                              float bias_inv, int32_t zp, int32_t lo, uint8_t* out) {
+    __m512 v = _mm512_cvtepi32_ps(_mm512_loadu_si512((const void*)a));
+    if (bias_q)
+        v = _mm512_add_ps(v, _mm512_loadu_ps(bias_q));
+    else if (bias_t)
+        v = _mm512_fmadd_ps(_mm512_loadu_ps(bias_t), _mm512_set1_ps(bias_inv), v);
+    __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_loadu_ps(mult)), _MM_FROUND_CUR_DIRECTION);
+    /* max(c, r) is r < c ? c : r, and min(c, r) is r > c ? c : r: both keep a NaN r, as the C does */
+    r = _mm512_min_ps(_mm512_set1_ps(32767.0f), _mm512_max_ps(_mm512_set1_ps(-32768.0f), r));
+    __m512i q = _mm512_add_epi32(_mm512_cvttps_epi32(r), _mm512_set1_epi32(zp));
+    q = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(lo)), _mm512_set1_epi32(255));
+    _mm_storeu_si128((__m128i*)out, _mm512_cvtepi32_epi8(q)); /* values in [0, 255]: narrowing is exact */
+}

@@ -1,6 +1,8 @@
 /* u8 x s8 primitives, AVX-VNNI (Alder Lake, Sapphire Rapids, Zen 5): the 256-bit vpdpbusd, 8 columns
  * of 4 k per register, summed into int32 without saturation, so one flavour is exact for any u8. */
 #include <immintrin.h>
+
+#include "requantize_avx2.h"
 #define QRT_I8_ISA "avx-vnni"
 #define I8_NR 16
 #define I8_MR 6 /* 6 rows x 2 registers: 12 accumulators, 2 weights and a broadcast in the 16 registers */
