@@ -104,9 +104,6 @@ class Plan:
         self._plan_fusions(tensors)
         self._executor = K.PlanExecutor(len(graph.inputs), self._miss, self._per_node)
         self.run: Callable[[list[np.ndarray]], list[np.ndarray]] = self._executor.run
-        # the same without checks of its own: None unless a program compiled for these shapes takes the
-        # arrays as they are (for Model.run's common call, before it binds the inputs)
-        self.try_run: Callable[[list[np.ndarray]], list[np.ndarray] | None] = self._executor.try_run
         # Model.run's common call, nested inputs and outputs included, in one native call (None: not that call)
         n = len(graph.inputs)
         flat_out = not graph.output_tuple or graph.output_structure == tuple(range(len(graph.outputs)))
