@@ -19,6 +19,9 @@
 #if QRT_FP_NPAD % F_NR || F_NR % QRT_STRIP
 #error "a panel must be whole strips, and whole panels must cover the padded columns"
 #endif
+#if F_ROW_NV * F_LANES % F_NR
+#error "a one-row pass must cover whole panels"
+#endif
 
 /* Bytes per packed weight: float16 bits (half) or float32. */
 static inline ptrdiff_t qrt_fp_wsize(int half) { return half ? 2 : 4; }
@@ -102,6 +105,27 @@ static void f_tile_any(const float* xt, int mr, const void* w, ptrdiff_t ws, int
         F_TILE_WIDE(0);
 }
 
+/* One row against F_ROW_NV registers of columns from `w` on (strips ws weights apart, across panel
+ * boundaries: a panel's strips follow the previous panel's), over all k: c[col] = chain(x, w[col]), the
+ * row's k values F_MR apart (a packed tile's first row). A row's tile keeps only F_NV chains, too few to
+ * hide the fma's latency (AVX2 M=1 K=N=4096: 0.5x torch on Zen 4); each output is still one chain in k
+ * order, so the bits are the same. */
+QRT_INLINE void f_row(const float* x, const void* w, ptrdiff_t ws, const int wide, ptrdiff_t k, float* c) {
+    f_vec acc[F_ROW_NV];
+    QRT_UNROLL for (int v = 0; v < F_ROW_NV; v++)
+        acc[v] = F_ZERO();
+    for (ptrdiff_t t = 0; t < k; t++) {
+        f_vec xr = F_SET1(x[t * F_MR]);
+        QRT_UNROLL for (int v = 0; v < F_ROW_NV; v++)
+            acc[v] = F_FMA(xr,
+                           wide ? F_LOADF(F_AT((const float*)w, ws, t, v * F_LANES))
+                                : F_LOADW(F_AT((const uint16_t*)w, ws, t, v * F_LANES)),
+                           acc[v]);
+    }
+    QRT_UNROLL for (int v = 0; v < F_ROW_NV; v++)
+        F_STORE(c + v * F_LANES, acc[v]);
+}
+
 /* Cache blocking: F_KC k of a panel stay in L1 while up to F_MC rows sweep them; row blocks are the
  * outer loop, so a block of x stays in L2 while every panel passes it (x is 4 bytes a value).
  * When several row tiles share a slice, it is widened to float32 once (wbuf) instead of in
@@ -118,6 +142,16 @@ static void qrt_gemm_fp(const float* xpacked, const void* packed, int half, cons
     float c[F_MC * F_NR], wbuf[F_KC * F_NR];
     const ptrdiff_t wsize = qrt_fp_wsize(half);
     ptrdiff_t tail_start = n - n % QRT_F16_TAIL, p, ib, ie, i, kb, j, j0, j1, t;
+    if (i1 - i0 == 1) { /* one row: whole passes of F_ROW_NV registers, until the tail quirk's block */
+        const ptrdiff_t per = F_ROW_NV * F_LANES / F_NR, ws = QRT_STRIP * k;
+        for (; p0 + per <= p1 && ((p0 + per) * F_NR <= tail_start || k <= QRT_F16_BLOCK); p0 += per) {
+            j0 = p0 * F_NR;
+            j1 = j0 + per * F_NR < n ? j0 + per * F_NR : n;
+            f_row(xpacked + i0 * k, (const char*)packed + j0 * k * wsize, ws, wsize == 4, k, c);
+            for (j = j0; j < j1; j++)
+                y[i0 * ldy + j] = bias ? c[j - j0] + bias[j] : c[j - j0];
+        }
+    }
     for (ib = i0; ib < i1; ib += F_MC) {
         ie = ib + F_MC < i1 ? ib + F_MC : i1;
         for (p = p0; p < p1; p++) {

@@ -4,6 +4,7 @@
 #define F_NR 16
 #define F_MR 6
 #define F_LANES 8
+#define F_ROW_NV 8 /* a one-row pass: 8 chains of the 16 registers, 64 columns */
 typedef __m256 f_vec;
 #define F_ZERO() _mm256_setzero_ps()
 #define F_LOADW(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(p)))

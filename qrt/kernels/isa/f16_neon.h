@@ -5,6 +5,7 @@
 #define F_NR 16
 #define F_MR 4
 #define F_LANES 4
+#define F_ROW_NV 16 /* a one-row pass: 16 chains of the 32 registers, 64 columns */
 typedef float32x4_t f_vec;
 #define F_ZERO() vdupq_n_f32(0.0f)
 #define F_LOADW(p) vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t*)(p))))

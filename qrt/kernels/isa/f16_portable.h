@@ -3,6 +3,7 @@
 #define F_NR 16
 #define F_MR 4
 #define F_LANES 1
+#define F_ROW_NV 16 /* a one-row pass: one strip */
 typedef float f_vec;
 
 static inline float qrt_half_to_float(uint16_t h) {
