@@ -126,6 +126,18 @@ QRT_INLINE void f_row(const float* x, const void* w, ptrdiff_t ws, const int wid
         F_STORE(c + v * F_LANES, acc[v]);
 }
 
+/* Whether the panel at column j0 lies in the tail quirk's block, whose chains restart every 512 k (F_NR
+ * divides 32, so a panel lies wholly inside or outside it). */
+static inline int f_blocked(ptrdiff_t j0, ptrdiff_t tail_start, ptrdiff_t k) {
+    return j0 >= tail_start && k > QRT_F16_BLOCK;
+}
+
+/* y[j] = c[j - j0] for j in [j0, j1), + bias[j] (a separate float add) when there is a bias. */
+QRT_INLINE void f_store_row(float* y, const float* c, const float* bias, ptrdiff_t j0, ptrdiff_t j1) {
+    for (ptrdiff_t j = j0; j < j1; j++)
+        y[j] = bias ? c[j - j0] + bias[j] : c[j - j0];
+}
+
 /* Cache blocking: F_KC k of a panel stay in L1 while up to F_MC rows sweep them; row blocks are the
  * outer loop, so a block of x stays in L2 while every panel passes it (x is 4 bytes a value).
  * When several row tiles share a slice, it is widened to float32 once (wbuf) instead of in
@@ -141,15 +153,14 @@ static void qrt_gemm_fp(const float* xpacked, const void* packed, int half, cons
                         ptrdiff_t k, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, float* y, ptrdiff_t ldy) {
     float c[F_MC * F_NR], wbuf[F_KC * F_NR];
     const ptrdiff_t wsize = qrt_fp_wsize(half);
-    ptrdiff_t tail_start = n - n % QRT_F16_TAIL, p, ib, ie, i, kb, j, j0, j1, t;
+    ptrdiff_t tail_start = n - n % QRT_F16_TAIL, p, ib, ie, i, kb, j0, j1, t;
     if (i1 - i0 == 1) { /* one row: whole passes of F_ROW_NV registers, until the tail quirk's block */
-        const ptrdiff_t per = F_ROW_NV * F_LANES / F_NR, ws = QRT_STRIP * k;
-        for (; p0 + per <= p1 && ((p0 + per) * F_NR <= tail_start || k <= QRT_F16_BLOCK); p0 += per) {
+        const ptrdiff_t per = F_ROW_NV * F_LANES / F_NR;
+        for (; p0 + per <= p1 && !f_blocked((p0 + per - 1) * F_NR, tail_start, k); p0 += per) {
             j0 = p0 * F_NR;
             j1 = j0 + per * F_NR < n ? j0 + per * F_NR : n;
-            f_row(xpacked + i0 * k, (const char*)packed + j0 * k * wsize, ws, wsize == 4, k, c);
-            for (j = j0; j < j1; j++)
-                y[i0 * ldy + j] = bias ? c[j - j0] + bias[j] : c[j - j0];
+            f_row(xpacked + i0 * k, (const char*)packed + j0 * k * wsize, QRT_STRIP * k, wsize == 4, k, c);
+            f_store_row(y + i0 * ldy, c, bias, j0, j1);
         }
     }
     for (ib = i0; ib < i1; ib += F_MC) {
@@ -158,8 +169,7 @@ static void qrt_gemm_fp(const float* xpacked, const void* packed, int half, cons
             const char* panel = (const char*)packed + p * F_NR * k * wsize; /* strips QRT_STRIP * k apart */
             j0 = p * F_NR;
             j1 = j0 + F_NR < n ? j0 + F_NR : n;
-            /* F_NR divides 32, so a panel lies wholly inside or outside the tail block */
-            int blocked = j0 >= tail_start && k > QRT_F16_BLOCK;
+            int blocked = f_blocked(j0, tail_start, k);
             ptrdiff_t slice = blocked ? QRT_F16_BLOCK : F_KC;
             int widen = wsize == 2 && !blocked && ie - ib > F_MR;
             for (kb = 0; kb < k || kb == 0; kb += slice) {
@@ -177,11 +187,8 @@ static void qrt_gemm_fp(const float* xpacked, const void* packed, int half, cons
                     f_tile_any(xpacked + i * k + kb * F_MR, (int)(ie - i < F_MR ? ie - i : F_MR), w, ws,
                                wsize == 4 || widen, ke - kb, kb == 0, blocked, c + (i - ib) * F_NR);
             }
-            for (i = ib; i < ie; i++) {
-                const float* ci = c + (i - ib) * F_NR - j0;
-                for (j = j0; j < j1; j++)
-                    y[i * ldy + j] = bias ? ci[j] + bias[j] : ci[j];
-            }
+            for (i = ib; i < ie; i++)
+                f_store_row(y + i * ldy, c + (i - ib) * F_NR, bias, j0, j1);
         }
     }
 }
