@@ -45,11 +45,11 @@ static void qrt_fp_pack_x(const float* x, ptrdiff_t m, ptrdiff_t k, float* out) 
 }
 
 /* For the r < mr rows of a packed x tile, over `count` k from those at xt and w: the fma chain
- * of x[r][t] * w[col][t] in k order, into c[r][col] (rows F_NR apart). w is the panel's packed
- * weights (strips ws weights apart), or (wide) the same slice as float32.
- *   plain panels: the chain starts at 0 (first) or continues from c, and c takes its value;
- *   blocked panels (the tail quirk; the k are one 512 block): the chain starts at 0 and
- *   c = (first ? 0 : c) + chain, a plain float add. */
+ * of x[r][t] * w[col][t] in k order, from 0, into c[r][col] (rows F_NR apart). w is the panel's
+ * packed weights (strips ws weights apart), float16 bits or (wide) float32.
+ *   plain panels (the k are all of k): c = chain;
+ *   blocked panels (the tail quirk; the k are one 512 block): c = (first ? 0 : c) + chain, a plain
+ *   float add. */
 QRT_INLINE void f_tile(const float* xt, const int mr, const void* w, ptrdiff_t ws, const int wide, ptrdiff_t count,
                        int first, int blocked, float* c) {
     f_vec acc[F_MR][F_NV];
@@ -58,7 +58,7 @@ QRT_INLINE void f_tile(const float* xt, const int mr, const void* w, ptrdiff_t w
     QRT_UNROLL for (r = 0; r < F_MR; r++)
         if (r < mr)
             QRT_UNROLL for (v = 0; v < F_NV; v++)
-                acc[r][v] = first || blocked ? F_ZERO() : F_LOADC(c + r * F_NR + v * F_LANES);
+                acc[r][v] = F_ZERO();
     for (t = 0; t < count; t++) {
         f_vec wv[F_NV];
         QRT_UNROLL for (v = 0; v < F_NV; v++)
@@ -138,12 +138,12 @@ QRT_INLINE void f_store_row(float* y, const float* c, const float* bias, ptrdiff
         y[j] = bias ? c[j - j0] + bias[j] : c[j - j0];
 }
 
-/* Cache blocking: F_KC k of a panel stay in L1 while up to F_MC rows sweep them; row blocks are the
- * outer loop, so a block of x stays in L2 while every panel passes it (x is 4 bytes a value).
- * When several row tiles share a slice, it is widened to float32 once (wbuf) instead of in
- * every tile: the conversions would otherwise compete with the FMAs for the same port.
- * F_KC divides QRT_F16_BLOCK, so the tail quirk's blocks are whole numbers of slices. */
-#define F_KC 128
+/* Cache blocking: row blocks of F_MC rows are the outer loop, so a block of x stays in L2 while every
+ * panel passes it; a panel (K x F_NR weights) stays in L2 while the block's row tiles run over it, each
+ * tile's chains over the whole of k in registers. Cutting k into L1-sized slices, with the partial sums
+ * in memory between them, and widening each float16 slice to float32 once for the tiles that share it,
+ * ran slower on Zen 5 at every shape measured (AVX2 M=8 K=N=4096 4.70 -> 3.15 ms, M=512 155 -> 140 ms;
+ * docs/PERFORMANCE.md). */
 #define F_MC (F_MR * 16)
 
 /* y[i][j] = chain(x[i], w[j]) (+ bias[j], a separate float add) for rows [i0, i1) (i0 a multiple of
@@ -151,9 +151,9 @@ QRT_INLINE void f_store_row(float* y, const float* c, const float* bias, ptrdiff
  * the same `half`. */
 static void qrt_gemm_fp(const float* xpacked, const void* packed, int half, const float* bias, ptrdiff_t n,
                         ptrdiff_t k, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, float* y, ptrdiff_t ldy) {
-    float c[F_MC * F_NR], wbuf[F_KC * F_NR];
+    float c[F_MC * F_NR];
     const ptrdiff_t wsize = qrt_fp_wsize(half);
-    ptrdiff_t tail_start = n - n % QRT_F16_TAIL, p, ib, ie, i, kb, j0, j1, t;
+    ptrdiff_t tail_start = n - n % QRT_F16_TAIL, p, ib, ie, i, kb, j0, j1;
     if (i1 - i0 == 1) { /* one row: whole passes of F_ROW_NV registers, until the tail quirk's block */
         const ptrdiff_t per = F_ROW_NV * F_LANES / F_NR;
         for (; p0 + per <= p1 && !f_blocked((p0 + per - 1) * F_NR, tail_start, k); p0 += per) {
@@ -170,22 +170,13 @@ static void qrt_gemm_fp(const float* xpacked, const void* packed, int half, cons
             j0 = p * F_NR;
             j1 = j0 + F_NR < n ? j0 + F_NR : n;
             int blocked = f_blocked(j0, tail_start, k);
-            ptrdiff_t slice = blocked ? QRT_F16_BLOCK : F_KC;
-            int widen = wsize == 2 && !blocked && ie - ib > F_MR;
+            ptrdiff_t slice = blocked ? QRT_F16_BLOCK : k > 0 ? k : 1; /* 1: one pass even when k is 0 */
             for (kb = 0; kb < k || kb == 0; kb += slice) {
                 ptrdiff_t ke = kb + slice < k ? kb + slice : k;
-                const void* w = panel + kb * QRT_STRIP * wsize;
-                ptrdiff_t ws = QRT_STRIP * k;
-                if (widen) { /* each strip's slice, widened, lands in wbuf: strips (ke - kb) * 16 apart */
-                    for (ptrdiff_t s = 0; s < F_NR / QRT_STRIP; s++)
-                        for (t = 0; t < (ke - kb) * QRT_STRIP; t += F_LANES)
-                            F_STORE(wbuf + s * (ke - kb) * QRT_STRIP + t, F_LOADW((const uint16_t*)w + s * ws + t));
-                    w = wbuf;
-                    ws = (ke - kb) * QRT_STRIP;
-                }
                 for (i = ib; i < ie; i += F_MR)
-                    f_tile_any(xpacked + i * k + kb * F_MR, (int)(ie - i < F_MR ? ie - i : F_MR), w, ws,
-                               wsize == 4 || widen, ke - kb, kb == 0, blocked, c + (i - ib) * F_NR);
+                    f_tile_any(xpacked + i * k + kb * F_MR, (int)(ie - i < F_MR ? ie - i : F_MR),
+                               panel + kb * QRT_STRIP * wsize, QRT_STRIP * k, wsize == 4, ke - kb, kb == 0, blocked,
+                               c + (i - ib) * F_NR);
             }
             for (i = ib; i < ie; i++)
                 f_store_row(y + i * ldy, c + (i - ib) * F_NR, bias, j0, j1);
