@@ -56,8 +56,8 @@ cdef extern from "qrt_kernels.h" nogil:
         ptrdiff_t (*fp_packed_x_size)(ptrdiff_t m, ptrdiff_t k) noexcept nogil
         void (*fp_pack_x)(const float* x, ptrdiff_t m, ptrdiff_t k, float* out) noexcept nogil
         void (*gemm_fp)(const float* xpacked, const void* packed, int half, const float* bias, ptrdiff_t n,
-                        ptrdiff_t k, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, float* y,
-                        ptrdiff_t ldy) noexcept nogil
+                        ptrdiff_t k, ptrdiff_t m, ptrdiff_t t0, ptrdiff_t t1, ptrdiff_t p0, ptrdiff_t p1,
+                        float* y, ptrdiff_t ldy) noexcept nogil
         int (*min_max)(const float* x, ptrdiff_t n, float* lo, float* hi) noexcept nogil
         void (*quantize_u8)(const float* x, ptrdiff_t n, float inv, float zp, uint8_t* q) noexcept nogil
         int (*u8_max)(const uint8_t* x, ptrdiff_t n) noexcept nogil
@@ -681,7 +681,7 @@ cdef class PackedFloat:
         """y[m, n] = x @ w.T (+ bias) with fbgemm's float16 rounding; x is [m, k]. -1: out of memory."""
         cdef const qrt_kernels* kern = self.kern
         cdef Py_ssize_t n = self.n, k = self.k, task, cn, cm, nr = kern.fp_nr, mr = kern.fp_mr
-        cdef Py_ssize_t panels = (n + nr - 1) // nr
+        cdef Py_ssize_t panels = (n + nr - 1) // nr, tiles = (m + mr - 1) // mr
         cdef float* xp
         if m == 0 or n == 0:
             return 0
@@ -691,12 +691,11 @@ cdef class PackedFloat:
         kern.fp_pack_x(x, m, k, xp)
         split_work(m, panels, mr, <int64_t>m * n * k, MIN_WORK_F16, &cn, &cm)
         if cn * cm == 1:
-            kern.gemm_fp(xp, self.packed, self.half, bias, n, k, 0, m, 0, panels, y, n)
+            kern.gemm_fp(xp, self.packed, self.half, bias, n, k, m, 0, tiles, 0, panels, y, n)
         else:
             for task in prange(cn * cm, num_threads=cn * cm, schedule="static"):
-                kern.gemm_fp(xp, self.packed, self.half, bias, n, k,
-                             chunk((m + mr - 1) // mr, cm, task % cm) * mr,
-                             min(chunk((m + mr - 1) // mr, cm, task % cm + 1) * mr, m),
+                kern.gemm_fp(xp, self.packed, self.half, bias, n, k, m,
+                             chunk(tiles, cm, task % cm), chunk(tiles, cm, task % cm + 1),
                              chunk(panels, cn, task // cm), chunk(panels, cn, task // cm + 1), y, n)
         free(xp)
         return 0

@@ -98,7 +98,9 @@ def _f16_weights(rng, n, k):
     return w
 
 
-@pytest.mark.parametrize("m,n,k", SHAPES + [(3, 70, 513), (9, 32, 1100), (4, 31, 512), (2, 95, 1537), (1, 600, 700)])
+# ... and more row tiles than one block (16 tiles of near-equal height)
+@pytest.mark.parametrize("m,n,k", SHAPES + [(3, 70, 513), (9, 32, 1100), (4, 31, 512), (2, 95, 1537), (1, 600, 700),
+                                   (131, 40, 70)])
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
 @pytest.mark.parametrize("half", [True, False], ids=["float16", "float32"])
 def test_float_chain(m, n, k, bias, half, threads, variant):

@@ -29,22 +29,30 @@ static inline ptrdiff_t qrt_fp_wsize(int half) { return half ? 2 : 4; }
 /* The packed weight of column `col` of a panel (strips ws weights apart) at k index t. */
 #define F_AT(w, ws, t, col) ((w) + ((col) / QRT_STRIP) * (ws) + (t) * QRT_STRIP + (col) % QRT_STRIP)
 
-/* Floats of packed x for m x k. */
-static inline ptrdiff_t qrt_fp_packed_x_size(ptrdiff_t m, ptrdiff_t k) { return qrt_round_up(m, F_MR) * k; }
+/* Row tiles: m rows make f_tiles(m) tiles of near-equal height, tile j rows [f_tile_row(j), f_tile_row(j + 1)),
+ * at most F_MR and (once m > F_MR) at least F_MR / 2. A remainder tile of one or two rows would keep too few
+ * fma chains in flight to hide the latency (AVX2 M=8 K=N=4096 on Zen 5 as 6 + 2 rows: 3.2 ms; as 4 + 4:
+ * 2.7 ms). */
+static inline ptrdiff_t f_tiles(ptrdiff_t m) { return (m + F_MR - 1) / F_MR; }
+static inline ptrdiff_t f_tile_row(ptrdiff_t j, ptrdiff_t m) { return j * m / f_tiles(m); }
 
-/* x[m][k] -> tiles of F_MR rows, each k's F_MR values together (one stream per tile; rows
- * 4*K bytes apart would share L1 sets when K is a multiple of 1024). Padding rows are 0. */
+/* Floats of packed x for m x k. */
+static inline ptrdiff_t qrt_fp_packed_x_size(ptrdiff_t m, ptrdiff_t k) { return m * k; }
+
+/* x[m][k] -> row tiles in turn, tile j (its rows from r0 = f_tile_row(j) on) at r0 * k, each k's values
+ * of its rows together (one stream per tile; rows 4*K bytes apart would share L1 sets when K is a
+ * multiple of 1024). */
 static void qrt_fp_pack_x(const float* x, ptrdiff_t m, ptrdiff_t k, float* out) {
-    for (ptrdiff_t i0 = 0; i0 < m; i0 += F_MR) {
-        float* tile = out + i0 * k;
-        int rows = (int)(m - i0 < F_MR ? m - i0 : F_MR);
+    for (ptrdiff_t j = 0; j < f_tiles(m); j++) {
+        const ptrdiff_t r0 = f_tile_row(j, m), rows = f_tile_row(j + 1, m) - r0;
+        float* tile = out + r0 * k;
         for (ptrdiff_t t = 0; t < k; t++)
-            for (int r = 0; r < F_MR; r++)
-                tile[t * F_MR + r] = r < rows ? x[(i0 + r) * k + t] : 0.0f;
+            for (ptrdiff_t r = 0; r < rows; r++)
+                tile[t * rows + r] = x[(r0 + r) * k + t];
     }
 }
 
-/* For the r < mr rows of a packed x tile, over `count` k from those at xt and w: the fma chain
+/* For the mr rows of a packed x tile, over `count` k from those at xt and w: the fma chain
  * of x[r][t] * w[col][t] in k order, from 0, into c[r][col] (rows F_NR apart). w is the panel's
  * packed weights (strips ws weights apart), float16 bits or (wide) float32.
  *   plain panels (the k are all of k): c = chain;
@@ -66,7 +74,7 @@ QRT_INLINE void f_tile(const float* xt, const int mr, const void* w, ptrdiff_t w
                          : F_LOADW(F_AT((const uint16_t*)w, ws, t, v * F_LANES));
         QRT_UNROLL for (r = 0; r < F_MR; r++) {
             if (r < mr) {
-                f_vec xr = F_SET1(xt[t * F_MR + r]);
+                f_vec xr = F_SET1(xt[t * mr + r]);
                 QRT_UNROLL for (v = 0; v < F_NV; v++)
                     acc[r][v] = F_FMA(xr, wv[v], acc[r][v]);
             }
@@ -106,16 +114,15 @@ static void f_tile_any(const float* xt, int mr, const void* w, ptrdiff_t ws, int
 }
 
 /* One row against F_ROW_NV registers of columns from `w` on (strips ws weights apart, across panel
- * boundaries: a panel's strips follow the previous panel's), over all k: c[col] = chain(x, w[col]), the
- * row's k values F_MR apart (a packed tile's first row). A row's tile keeps only F_NV chains, too few to
- * hide the fma's latency (AVX2 M=1 K=N=4096: 0.5x torch on Zen 4); each output is still one chain in k
- * order, so the bits are the same. */
+ * boundaries: a panel's strips follow the previous panel's), over all k: c[col] = chain(x, w[col]). A
+ * row's tile keeps only F_NV chains, too few to hide the fma's latency (AVX2 M=1 K=N=4096: 0.5x torch on
+ * Zen 4); each output is still one chain in k order, so the bits are the same. */
 QRT_INLINE void f_row(const float* x, const void* w, ptrdiff_t ws, const int wide, ptrdiff_t k, float* c) {
     f_vec acc[F_ROW_NV];
     QRT_UNROLL for (int v = 0; v < F_ROW_NV; v++)
         acc[v] = F_ZERO();
     for (ptrdiff_t t = 0; t < k; t++) {
-        f_vec xr = F_SET1(x[t * F_MR]);
+        f_vec xr = F_SET1(x[t]);
         QRT_UNROLL for (int v = 0; v < F_ROW_NV; v++)
             acc[v] = F_FMA(xr,
                            wide ? F_LOADF(F_AT((const float*)w, ws, t, v * F_LANES))
@@ -138,48 +145,51 @@ QRT_INLINE void f_store_row(float* y, const float* c, const float* bias, ptrdiff
         y[j] = bias ? c[j - j0] + bias[j] : c[j - j0];
 }
 
-/* Cache blocking: row blocks of F_MC rows are the outer loop, so a block of x stays in L2 while every
+/* Cache blocking: blocks of F_MT row tiles are the outer loop, so a block of x stays in L2 while every
  * panel passes it; a panel (K x F_NR weights) stays in L2 while the block's row tiles run over it, each
  * tile's chains over the whole of k in registers. Cutting k into L1-sized slices, with the partial sums
  * in memory between them, and widening each float16 slice to float32 once for the tiles that share it,
  * ran slower on Zen 5 at every shape measured (AVX2 M=8 K=N=4096 4.70 -> 3.15 ms, M=512 155 -> 140 ms;
  * docs/PERFORMANCE.md). */
-#define F_MC (F_MR * 16)
+#define F_MT 16
 
-/* y[i][j] = chain(x[i], w[j]) (+ bias[j], a separate float add) for rows [i0, i1) (i0 a multiple of
- * F_MR) and panels [p0, p1), from x packed by qrt_fp_pack_x and weights packed by qrt_fp_pack with
- * the same `half`. */
+/* y[i][j] = chain(x[i], w[j]) (+ bias[j], a separate float add) for the rows of row tiles [t0, t1) of
+ * the m rows and panels [p0, p1), from x packed by qrt_fp_pack_x and weights packed by qrt_fp_pack
+ * with the same `half`. */
 static void qrt_gemm_fp(const float* xpacked, const void* packed, int half, const float* bias, ptrdiff_t n,
-                        ptrdiff_t k, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, float* y, ptrdiff_t ldy) {
-    float c[F_MC * F_NR];
+                        ptrdiff_t k, ptrdiff_t m, ptrdiff_t t0, ptrdiff_t t1, ptrdiff_t p0, ptrdiff_t p1, float* y,
+                        ptrdiff_t ldy) {
+    float c[F_MT * F_MR * F_NR]; /* tile j of a block: rows F_MR * (j - jb) on, F_NR apart */
     const ptrdiff_t wsize = qrt_fp_wsize(half);
-    ptrdiff_t tail_start = n - n % QRT_F16_TAIL, p, ib, ie, i, kb, j0, j1;
-    if (i1 - i0 == 1) { /* one row: whole passes of F_ROW_NV registers, until the tail quirk's block */
+    ptrdiff_t tail_start = n - n % QRT_F16_TAIL, p, jb, je, j, r, kb, c0, c1;
+    if (m == 1) { /* one row: whole passes of F_ROW_NV registers, until the tail quirk's block */
         const ptrdiff_t per = F_ROW_NV * F_LANES / F_NR;
         for (; p0 + per <= p1 && !f_blocked((p0 + per - 1) * F_NR, tail_start, k); p0 += per) {
-            j0 = p0 * F_NR;
-            j1 = j0 + per * F_NR < n ? j0 + per * F_NR : n;
-            f_row(xpacked + i0 * k, (const char*)packed + j0 * k * wsize, QRT_STRIP * k, wsize == 4, k, c);
-            f_store_row(y + i0 * ldy, c, bias, j0, j1);
+            c0 = p0 * F_NR;
+            c1 = c0 + per * F_NR < n ? c0 + per * F_NR : n;
+            f_row(xpacked, (const char*)packed + c0 * k * wsize, QRT_STRIP * k, wsize == 4, k, c);
+            f_store_row(y, c, bias, c0, c1);
         }
     }
-    for (ib = i0; ib < i1; ib += F_MC) {
-        ie = ib + F_MC < i1 ? ib + F_MC : i1;
+    for (jb = t0; jb < t1; jb += F_MT) {
+        je = jb + F_MT < t1 ? jb + F_MT : t1;
         for (p = p0; p < p1; p++) {
             const char* panel = (const char*)packed + p * F_NR * k * wsize; /* strips QRT_STRIP * k apart */
-            j0 = p * F_NR;
-            j1 = j0 + F_NR < n ? j0 + F_NR : n;
-            int blocked = f_blocked(j0, tail_start, k);
+            c0 = p * F_NR;
+            c1 = c0 + F_NR < n ? c0 + F_NR : n;
+            int blocked = f_blocked(c0, tail_start, k);
             ptrdiff_t slice = blocked ? QRT_F16_BLOCK : k > 0 ? k : 1; /* 1: one pass even when k is 0 */
             for (kb = 0; kb < k || kb == 0; kb += slice) {
                 ptrdiff_t ke = kb + slice < k ? kb + slice : k;
-                for (i = ib; i < ie; i += F_MR)
-                    f_tile_any(xpacked + i * k + kb * F_MR, (int)(ie - i < F_MR ? ie - i : F_MR),
-                               panel + kb * QRT_STRIP * wsize, QRT_STRIP * k, wsize == 4, ke - kb, kb == 0, blocked,
-                               c + (i - ib) * F_NR);
+                for (j = jb; j < je; j++) {
+                    const ptrdiff_t r0 = f_tile_row(j, m), rows = f_tile_row(j + 1, m) - r0;
+                    f_tile_any(xpacked + r0 * k + kb * rows, (int)rows, panel + kb * QRT_STRIP * wsize, QRT_STRIP * k,
+                               wsize == 4, ke - kb, kb == 0, blocked, c + (j - jb) * F_MR * F_NR);
+                }
             }
-            for (i = ib; i < ie; i++)
-                f_store_row(y + i * ldy, c + (i - ib) * F_NR, bias, j0, j1);
+            for (j = jb; j < je; j++)
+                for (r = f_tile_row(j, m); r < f_tile_row(j + 1, m); r++)
+                    f_store_row(y + r * ldy, c + ((j - jb) * F_MR + r - f_tile_row(j, m)) * F_NR, bias, c0, c1);
         }
     }
 }

@@ -56,11 +56,11 @@ typedef struct {
                       ptrdiff_t p1, int small_x, int x_plain, const qrt_epilogue* e); /* small_x: max(x) <= 128 */
 
     /* float16 (half) or float32 weights packed as layout.h says: the same steps, fma chains in fbgemm's
-     * fp16 order, bias added after the chain */
+     * fp16 order, bias added after the chain; x's m rows make ceil(m / fp_mr) row tiles (t0, t1 count them) */
     ptrdiff_t (*fp_packed_x_size)(ptrdiff_t m, ptrdiff_t k);
     void (*fp_pack_x)(const float* x, ptrdiff_t m, ptrdiff_t k, float* out);
     void (*gemm_fp)(const float* xpacked, const void* packed, int half, const float* bias, ptrdiff_t n, ptrdiff_t k,
-                    ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, float* y, ptrdiff_t ldy);
+                    ptrdiff_t m, ptrdiff_t t0, ptrdiff_t t1, ptrdiff_t p0, ptrdiff_t p1, float* y, ptrdiff_t ldy);
 
     /* dynamic quantization of activations */
     int (*min_max)(const float* x, ptrdiff_t n, float* lo, float* hi);
