@@ -14,6 +14,9 @@
 #if T_ROW_NV * T_COLS % QRT_STRIP || T_ROW_NV > 16
 #error "a one-row pass must cover whole strips"
 #endif
+#if T_ROWS > 6
+#error "T_TILE_ANY's switch runs at most 6 rows a call: rows past them would be skipped"
+#endif
 #ifndef QRT_I8_PREFETCH
 #define QRT_I8_PREFETCH 1024 /* bytes ahead */
 #endif
