@@ -2,11 +2,12 @@
  *
  *   cc -O3 -ffp-contract=off -std=c11 -I qrt/kernels bench/gemv_floor.c qrt/kernels/*.c -o /tmp/gemv_floor -lm
  *   /tmp/gemv_floor 256 1024     # k n: the hidden-to-hidden product of an LSTM with hidden 256
+ *   /tmp/gemv_floor 256 1024 avx2  # ... with a kernel variant this CPU runs, instead of the best
  *
  * floor: the same number of weight bytes read once each, straight through, by one vpdpbusd per
  * 64 bytes into eight independent sums: no packing, no epilogue; what the cache level holding the
  * weights delivers to one core (AVX-512 VNNI machines only). qrt: the int8 product of the kernel
- * variant dispatch picks (qrt_kernels_best), on one row, float epilogue, one thread.
+ * variant dispatch picks (qrt_kernels_best) or the one named, on one row, float epilogue, one thread.
  * Best of 7 timings of many repetitions each (the weights stay wherever they settled).
  */
 #define _POSIX_C_SOURCE 200112L
@@ -15,6 +16,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static double now(void) {
@@ -54,11 +56,23 @@ __attribute__((target("avx512f,avx512vnni"))) static double stream_floor(const i
 #endif
 
 int main(int argc, char** argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s k n\n", argv[0]);
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: %s k n [kernel variant]\n", argv[0]);
         return 2;
     }
     const qrt_kernels* kern = qrt_kernels_best();
+    if (argc == 4) { /* a variant by name (it must run on this CPU) */
+        int count;
+        const qrt_kernels* const* all = qrt_kernels_compiled(&count);
+        kern = NULL;
+        for (int v = 0; v < count; v++)
+            if (!strcmp(all[v]->name, argv[3]) && qrt_kernels_runnable(all[v]))
+                kern = all[v];
+        if (!kern) {
+            fprintf(stderr, "no runnable kernel variant %s\n", argv[3]);
+            return 2;
+        }
+    }
     const ptrdiff_t k = atol(argv[1]), n = atol(argv[2]), panels = (n + kern->i8_nr - 1) / kern->i8_nr;
     const size_t bytes = (size_t)qrt_i8_packed_size(n, k);
     int8_t* w = malloc((size_t)(n * k));

@@ -55,6 +55,7 @@ static int qrt_i8_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* ou
 #define T_TILE_ANY i8_tile_any_exact
 #define T_ROW i8_row_exact
 #define T_ROW_PART i8_row_part_exact
+#define T_ROW_STREAM i8_row_stream_exact
 #define T_ROW_NV I8_ROW_NV
 #define T_ACC i8_acc
 #define T_W i8_w
@@ -66,6 +67,7 @@ static int qrt_i8_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* ou
 #define T_DOT I8_DOT
 #define T_STORE I8_STORE
 #define T_LOADC I8_LOADC
+#define T_ADD I8_ADD
 #include "gemm_i8_tile.h"
 
 /* A faster flavour for activations of at most 128 (every dynamic linear with reduce_range, every
@@ -75,6 +77,7 @@ static int qrt_i8_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* ou
 #define T_TILE_ANY i8_tile_any_u7
 #define T_ROW i8_row_u7
 #define T_ROW_PART i8_row_part_u7
+#define T_ROW_STREAM i8_row_stream_u7
 #define T_ROW_NV I8_U7_ROW_NV
 #define T_ACC i8u7_acc
 #define T_W i8u7_w
@@ -86,6 +89,7 @@ static int qrt_i8_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* ou
 #define T_DOT I8_U7_DOT
 #define T_STORE I8_U7_STORE
 #define T_LOADC I8_U7_LOADC
+#define T_ADD I8_U7_ADD
 #include "gemm_i8_tile.h"
 #endif
 
@@ -176,15 +180,21 @@ static void qrt_epilogue_rows(const qrt_epilogue* e, ptrdiff_t i0, ptrdiff_t i1,
 #define I8_ROW_BYTES (32 * 1024)
 #define I8_ROW_CHUNK 1024 /* columns a call of T_ROW takes (whole strips): 4 KiB of sums on the stack */
 
-/* Row i of x (group g at xrow + g * xs) against the columns of panels [p0, p1), to the epilogue e. */
-static void qrt_gemm_row(const uint8_t* xrow, ptrdiff_t xs, int small_x, const int32_t* col_offset,
+/* One row whose weights are past L1 but at most I8_STREAM_BYTES takes them a strip at a time (T_ROW_STREAM);
+ * beyond, from L3 or DRAM, the panel tiles' few streams at once kept up with the memory better (Zen 5: K=1024
+ * N=4096 in 37 us against 42 us a strip at a time; K=N=1024, 1 MiB, 7.3-7.8 against 6.9 us). */
+#define I8_STREAM_BYTES (1024 * 1024)
+
+/* Row i of x (group g at xrow + g * xs) against the columns of panels [p0, p1), to the epilogue e: in passes
+ * of registers across strips (T_ROW), or a strip at a time (stream, T_ROW_STREAM). */
+static void qrt_gemm_row(const uint8_t* xrow, ptrdiff_t xs, int small_x, int stream, const int32_t* col_offset,
                          const int8_t* packed, const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k,
                          ptrdiff_t i, ptrdiff_t p0, ptrdiff_t p1, const qrt_epilogue* e) {
     void (*row)(const uint8_t*, ptrdiff_t, const int8_t*, ptrdiff_t, ptrdiff_t, ptrdiff_t, const int32_t*, int32_t*) =
-        i8_row_exact;
+        stream ? i8_row_stream_exact : i8_row_exact;
 #if defined(I8_U7_COLS)
     if (small_x)
-        row = i8_row_u7;
+        row = stream ? i8_row_stream_u7 : i8_row_u7;
 #else
     (void)small_x;
 #endif
@@ -236,8 +246,9 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, const int32_t* col_offset, con
 #endif
     int32_t c[I8_MC * I8_NR];
     ptrdiff_t kp = qrt_round_up(k, 4), groups = kp / 4, xs = x_plain ? 4 : 4 * I8_MR, p, ib, ie, i, gb, j0, j1;
-    if (i1 - i0 == 1 && kp >= 4 && (p1 - p0) * I8_NR * kp <= I8_ROW_BYTES) {
-        qrt_gemm_row(xpacked + i0 * kp, xs, small_x, col_offset, packed, w_zp, x_rowsum, n, k, i0, p0, p1, e);
+    if (i1 - i0 == 1 && kp >= 4 && (p1 - p0) * I8_NR * kp <= I8_STREAM_BYTES) {
+        qrt_gemm_row(xpacked + i0 * kp, xs, small_x, (p1 - p0) * I8_NR * kp > I8_ROW_BYTES, col_offset, packed, w_zp,
+                     x_rowsum, n, k, i0, p0, p1, e);
         return;
     }
     /* K slices let a block of rows share a panel's slice in L1; one row reads each weight once: no slices */

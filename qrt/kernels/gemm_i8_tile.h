@@ -3,11 +3,14 @@
  *   T_TILE, T_TILE_ANY  names of the two functions defined here
  *   T_ACC, T_W, T_X     accumulator, weight and broadcast x types
  *   T_COLS, T_ROWS      columns per accumulator; most rows one call keeps in registers
- *   T_ROW, T_ROW_PART   names of the one-row functions; T_ROW_NV: accumulators a one-row pass keeps
- *   T_LOADW(p), T_SETX(word), T_DOT(acc, x, w), T_STORE(out, acc), T_LOADC(p)
+ *   T_ROW, T_ROW_PART, T_ROW_STREAM  names of the one-row functions; T_ROW_NV: accumulators a one-row pass keeps
+ *   T_LOADW(p), T_SETX(word), T_DOT(acc, x, w), T_STORE(out, acc), T_LOADC(p), T_ADD(a, b) (a + b, lane by lane)
  * and undefines them at the end.
  */
 #define T_NV (I8_NR / T_COLS)
+#define T_STRIP_NV (QRT_STRIP / T_COLS)
+/* a streamed strip keeps 8 accumulators in all (at least one sum) */
+#define T_STREAM_SUMS (T_STRIP_NV < 8 ? 8 / T_STRIP_NV : 1)
 #if QRT_STRIP % T_COLS
 #error "a register's columns must lie in one strip"
 #endif
@@ -120,6 +123,41 @@ static void T_ROW(const uint8_t* x, ptrdiff_t xs, const int8_t* strips, ptrdiff_
         }
 }
 
+/* The same, one strip (16 columns) at a time, straight through its k in T_STREAM_SUMS independent sums over
+ * alternate groups, added at the end: the core reads one stream of weights, which the hardware prefetcher
+ * follows from L2, where a pass over many strips at once reads as many streams (one row, K=256 N=512, 128 KiB
+ * of weights, Zen 5 avx512-vnni: 0.97 us in panels, 0.69 us so, the streaming floor 0.68). */
+static void T_ROW_STREAM(const uint8_t* x, ptrdiff_t xs, const int8_t* strips, ptrdiff_t ss, ptrdiff_t groups,
+                         ptrdiff_t cols, const int32_t* init, int32_t* c) {
+    static const int32_t zeros[QRT_STRIP];
+    for (ptrdiff_t c0 = 0; c0 < cols; c0 += QRT_STRIP) {
+        const int8_t* strip = strips + c0 / QRT_STRIP * ss;
+        T_ACC acc[T_STREAM_SUMS][T_STRIP_NV];
+        ptrdiff_t g = 0;
+        int s, v;
+        QRT_UNROLL for (v = 0; v < T_STRIP_NV; v++) {
+            acc[0][v] = T_LOADC(init + c0 + v * T_COLS);
+            QRT_UNROLL for (s = 1; s < T_STREAM_SUMS; s++)
+                acc[s][v] = T_LOADC(zeros);
+        }
+        for (; g < groups; g += T_STREAM_SUMS)
+            QRT_UNROLL for (s = 0; s < T_STREAM_SUMS; s++) {
+                if (s > 0 && g + s >= groups)
+                    break;
+                uint32_t word;
+                memcpy(&word, x + (g + s) * xs, 4);
+                T_X xr = T_SETX(word);
+                QRT_UNROLL for (v = 0; v < T_STRIP_NV; v++)
+                    acc[s][v] = T_DOT(acc[s][v], xr, T_LOADW(I8_AT(strip, ss, g + s, v * T_COLS)));
+            }
+        QRT_UNROLL for (v = 0; v < T_STRIP_NV; v++) {
+            QRT_UNROLL for (s = 1; s < T_STREAM_SUMS; s++)
+                acc[0][v] = T_ADD(acc[0][v], acc[s][v]);
+            T_STORE(c + c0 + v * T_COLS, acc[0][v]);
+        }
+    }
+}
+
 /* The mr rows of a tile in calls of at most T_ROWS rows, each with its row count a constant, so the
  * accumulators live in registers. */
 static void T_TILE_ANY(const uint8_t* xtile, ptrdiff_t xs, int mr, const int8_t* panel, ptrdiff_t ss, ptrdiff_t g0,
@@ -139,8 +177,11 @@ static void T_TILE_ANY(const uint8_t* xtile, ptrdiff_t xs, int mr, const int8_t*
 }
 
 #undef T_NV
+#undef T_STRIP_NV
+#undef T_STREAM_SUMS
 #undef T_ROW
 #undef T_ROW_PART
+#undef T_ROW_STREAM
 #undef T_ROW_NV
 #undef T_SUMS
 #undef T_TILE
@@ -155,3 +196,4 @@ static void T_TILE_ANY(const uint8_t* xtile, ptrdiff_t xs, int mr, const int8_t*
 #undef T_DOT
 #undef T_STORE
 #undef T_LOADC
+#undef T_ADD

@@ -19,6 +19,7 @@ typedef __m512i i8_x;
 #define I8_DOT(acc, x, w) _mm512_dpbusd_epi32((acc), (x), (w))
 #define I8_STORE(out, acc) _mm512_storeu_si512((void*)(out), (acc))
 #define I8_LOADC(p) _mm512_loadu_si512((const void*)(p))
+#define I8_ADD(a, b) _mm512_add_epi32((a), (b))
 
 /* The static linear's requantization (gemm_i8.h's qrt_requantize_row) for 16 columns, each lane the same
  * operations in the same order: GCC's vectorisation of the C loop took 4 cycles an output here. */

@@ -26,3 +26,8 @@ QRT_INLINE i8_acc I8_LOADC(const int32_t* p) {
     i8_acc a = {{vzip1q_s32(c, zero), vzip2q_s32(c, zero)}};
     return a;
 }
+QRT_INLINE i8_acc I8_ADD(i8_acc a, i8_acc b) { /* pair forms add lane by lane */
+    a.val[0] = vaddq_s32(a.val[0], b.val[0]);
+    a.val[1] = vaddq_s32(a.val[1], b.val[1]);
+    return a;
+}

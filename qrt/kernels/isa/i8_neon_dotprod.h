@@ -15,3 +15,4 @@ typedef int8x16_t i8_x;
 #define I8_DOT(acc, x, w) vdotq_s32((acc), (w), (x))
 #define I8_STORE(out, acc) vst1q_s32((out), (acc))
 #define I8_LOADC(p) vld1q_s32(p)
+#define I8_ADD(a, b) vaddq_s32((a), (b))
