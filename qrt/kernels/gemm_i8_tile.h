@@ -126,7 +126,7 @@ static void T_ROW(const uint8_t* x, ptrdiff_t xs, const int8_t* strips, ptrdiff_
 /* The same, one strip (16 columns) at a time, straight through its k in T_STREAM_SUMS independent sums over
  * alternate groups, added at the end: the core reads one stream of weights, which the hardware prefetcher
  * follows from L2, where a pass over many strips at once reads as many streams (one row, K=256 N=512, 128 KiB
- * of weights, Zen 5 avx512-vnni: 0.97 us in panels, 0.69 us so, the streaming floor 0.68). */
+ * of weights, Zen 5 avx512-vnni: 0.93-0.97 us in panels, 0.75 us so, the streaming floor 0.67). */
 static void T_ROW_STREAM(const uint8_t* x, ptrdiff_t xs, const int8_t* strips, ptrdiff_t ss, ptrdiff_t groups,
                          ptrdiff_t cols, const int32_t* init, int32_t* c) {
     static const int32_t zeros[QRT_STRIP];
