@@ -81,14 +81,9 @@ QRT_INLINE void T_TILE(const uint8_t* xtile, ptrdiff_t xs, const int mr, const i
     QRT_UNROLL for (r = 0; r < T_ROWS; r++)
         if (r < mr)
             QRT_UNROLL for (v = 0; v < T_NV; v++) {
-                int32_t* out = c + r * I8_NR + v * T_COLS;
-                T_STORE(out, acc[0][r][v]);
-                QRT_UNROLL for (s = 1; s < sums; s++) {
-                    int32_t part[T_COLS];
-                    T_STORE(part, acc[s][r][v]);
-                    QRT_UNROLL for (int j = 0; j < T_COLS; j++)
-                        out[j] = (int32_t)((uint32_t)out[j] + (uint32_t)part[j]);
-                }
+                QRT_UNROLL for (s = 1; s < sums; s++)
+                    acc[0][r][v] = T_ADD(acc[0][r][v], acc[s][r][v]);
+                T_STORE(c + r * I8_NR + v * T_COLS, acc[0][r][v]);
             }
 }
 
