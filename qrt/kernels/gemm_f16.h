@@ -159,9 +159,9 @@ QRT_INLINE void f_store_row(float* y, const float* c, const float* bias, ptrdiff
 static void qrt_gemm_fp(const float* xpacked, const void* packed, int half, const float* bias, ptrdiff_t n,
                         ptrdiff_t k, ptrdiff_t m, ptrdiff_t t0, ptrdiff_t t1, ptrdiff_t p0, ptrdiff_t p1, float* y,
                         ptrdiff_t ldy) {
-    float c[F_MT * F_MR * F_NR]; /* tile j of a block: rows F_MR * (j - jb) on, F_NR apart */
+    float c[F_MT * F_MR * F_NR]; /* a block's tile j: rows F_MR * j on, F_NR apart */
     const ptrdiff_t wsize = qrt_fp_wsize(half);
-    ptrdiff_t tail_start = n - n % QRT_F16_TAIL, p, jb, je, j, r, kb, c0, c1;
+    ptrdiff_t tail_start = n - n % QRT_F16_TAIL, p, jb, je, j, r, kb, c0, c1, row0[F_MT + 1];
     if (m == 1) { /* one row: whole passes of F_ROW_NV registers, until the tail quirk's block */
         const ptrdiff_t per = F_ROW_NV * F_LANES / F_NR;
         for (; p0 + per <= p1 && !f_blocked((p0 + per - 1) * F_NR, tail_start, k); p0 += per) {
@@ -173,6 +173,8 @@ static void qrt_gemm_fp(const float* xpacked, const void* packed, int half, cons
     }
     for (jb = t0; jb < t1; jb += F_MT) {
         je = jb + F_MT < t1 ? jb + F_MT : t1;
+        for (j = jb; j <= je; j++) /* the block's tiles: tile j holds rows [row0[j - jb], row0[j - jb + 1]) */
+            row0[j - jb] = f_tile_row(j, m);
         for (p = p0; p < p1; p++) {
             const char* panel = (const char*)packed + p * F_NR * k * wsize; /* strips QRT_STRIP * k apart */
             c0 = p * F_NR;
@@ -181,15 +183,15 @@ static void qrt_gemm_fp(const float* xpacked, const void* packed, int half, cons
             ptrdiff_t slice = blocked ? QRT_F16_BLOCK : k > 0 ? k : 1; /* 1: one pass even when k is 0 */
             for (kb = 0; kb < k || kb == 0; kb += slice) {
                 ptrdiff_t ke = kb + slice < k ? kb + slice : k;
-                for (j = jb; j < je; j++) {
-                    const ptrdiff_t r0 = f_tile_row(j, m), rows = f_tile_row(j + 1, m) - r0;
-                    f_tile_any(xpacked + r0 * k + kb * rows, (int)rows, panel + kb * QRT_STRIP * wsize, QRT_STRIP * k,
-                               wsize == 4, ke - kb, kb == 0, blocked, c + (j - jb) * F_MR * F_NR);
+                for (j = 0; j < je - jb; j++) {
+                    const ptrdiff_t rows = row0[j + 1] - row0[j];
+                    f_tile_any(xpacked + row0[j] * k + kb * rows, (int)rows, panel + kb * QRT_STRIP * wsize,
+                               QRT_STRIP * k, wsize == 4, ke - kb, kb == 0, blocked, c + j * F_MR * F_NR);
                 }
             }
-            for (j = jb; j < je; j++)
-                for (r = f_tile_row(j, m); r < f_tile_row(j + 1, m); r++)
-                    f_store_row(y + r * ldy, c + ((j - jb) * F_MR + r - f_tile_row(j, m)) * F_NR, bias, c0, c1);
+            for (j = 0; j < je - jb; j++)
+                for (r = 0; r < row0[j + 1] - row0[j]; r++)
+                    f_store_row(y + (row0[j] + r) * ldy, c + (j * F_MR + r) * F_NR, bias, c0, c1);
         }
     }
 }

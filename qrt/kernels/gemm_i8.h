@@ -246,9 +246,10 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, const int32_t* col_offset, con
 #endif
     int32_t c[I8_MC * I8_NR];
     ptrdiff_t kp = qrt_round_up(k, 4), groups = kp / 4, xs = x_plain ? 4 : 4 * I8_MR, p, ib, ie, i, gb, j0, j1;
-    if (i1 - i0 == 1 && kp >= 4 && (p1 - p0) * I8_NR * kp <= I8_STREAM_BYTES) {
-        qrt_gemm_row(xpacked + i0 * kp, xs, small_x, (p1 - p0) * I8_NR * kp > I8_ROW_BYTES, col_offset, packed, w_zp,
-                     x_rowsum, n, k, i0, p0, p1, e);
+    const ptrdiff_t bytes = (p1 - p0) * I8_NR * kp; /* of the weights this call reads */
+    if (i1 - i0 == 1 && kp >= 4 && bytes <= I8_STREAM_BYTES) {
+        qrt_gemm_row(xpacked + i0 * kp, xs, small_x, bytes > I8_ROW_BYTES, col_offset, packed, w_zp, x_rowsum, n, k,
+                     i0, p0, p1, e);
         return;
     }
     /* K slices let a block of rows share a panel's slice in L1; one row reads each weight once: no slices */
