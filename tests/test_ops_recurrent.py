@@ -57,6 +57,30 @@ def test_gate_activations_track_torch_on_a_dense_grid():
     assert np.all(np.abs(tanh) <= 1) and np.all((sigmoid >= 0) & (sigmoid <= 1))
 
 
+def test_gate_activations_clamp_beyond_87_and_keep_nan():
+    """The gates clamp exp's argument to [-87, 87] (on its bits): past 87, to infinity, sigmoid and tanh
+    are their values at +-87 exactly, and NaN stays NaN. sigmoid(-87) is 1/(1 + e^87), not 0."""
+    from qrt import _kernels
+
+    edge = np.float32(87)
+    past = np.nextafter(edge, np.float32(np.inf))
+    x = np.array([edge, past, 88, 1e30, np.inf, np.nan], np.float32)
+    x = np.concatenate([x, -x])
+    tanh, sigmoid = np.empty_like(x), np.empty_like(x)
+    _kernels.gate_activations(x, tanh, sigmoid)
+    for half in (slice(0, 5), slice(6, 11)):
+        assert np.all(sigmoid[half] == sigmoid[half][0]) and np.all(tanh[half] == tanh[half][0])
+    assert sigmoid[0] == 1 and tanh[0] == 1 and tanh[6] == -1
+    exact = np.float32(1 / (1 + np.exp(87.0)))  # 1.6458115e-38: qrt's exp is within an ulp of e^87
+    assert abs(sigmoid[6] - exact) <= np.spacing(exact)
+    assert np.isnan(sigmoid[[5, 11]]).all() and np.isnan(tanh[[5, 11]]).all()
+    # just inside the clamp, exp is still evaluated: sigmoid(-86.99) differs from sigmoid(-87)
+    inside = np.array([-np.nextafter(edge, np.float32(0))], np.float32)
+    t1, s1 = np.empty_like(inside), np.empty_like(inside)
+    _kernels.gate_activations(inside, t1, s1)
+    assert s1[0] > sigmoid[6]
+
+
 def _close(got, want):
     np.testing.assert_allclose(got, want, rtol=STEP_ATOL, atol=STEP_ATOL)
 

@@ -27,29 +27,22 @@
 
 #include "gate_math.h"
 
-static inline int32_t qrt_float_word(float x) {
-    int32_t w;
-    memcpy(&w, &x, sizeof w);
-    return w;
-}
+/* gate_math.h's bit casts, signed as msun's code below reads them */
+static inline int32_t qrt_float_word(float x) { return (int32_t)qrt_float_bits(x); }
 
-static inline float qrt_word_float(int32_t w) {
-    float x;
-    memcpy(&x, &w, sizeof x);
-    return x;
-}
+static inline float qrt_word_float(int32_t w) { return qrt_bits_float((unsigned)w); }
 
 /* exp over the whole float range: gate_math.h's qrt_exp (the same bits on [-87, 87], where the gates
  * clamp), and beyond it the value down to the subnormals, then 0 below -103.9, and inf above 88.7. */
 static inline float qrt_exp_full(float x) {
     x = x < -104.0f ? -104.0f : x;
     x = x > 89.0f ? 89.0f : x;
-    float n;
+    int n;
     const float p = qrt_exp_parts(x, &n);
     /* 2^n, n in [-150, 128], as two factors that are normal floats: p * 2^h is exact, so the result
      * rounds once, only where it is subnormal or overflows (elsewhere, the bits of p * 2^n) */
-    const int32_t ni = (int32_t)n, h = ni / 2;
-    return p * qrt_word_float((h + 127) << 23) * qrt_word_float((ni - h + 127) << 23);
+    const int h = n / 2;
+    return p * qrt_pow2(h) * qrt_pow2(n - h);
 }
 
 /* sigmoid over the whole range: the gates' qrt_sigmoid (the same bits) from -87 up; below, where the
