@@ -187,9 +187,14 @@ static void qrt_epilogue_rows(const qrt_epilogue* e, ptrdiff_t i0, ptrdiff_t i1,
 
 /* Row i of x (group g at xrow + g * xs) against the columns of panels [p0, p1), to the epilogue e: in passes
  * of registers across strips (T_ROW), or a strip at a time (stream, T_ROW_STREAM). */
-static void qrt_gemm_row(const uint8_t* xrow, ptrdiff_t xs, int small_x, int stream, const int32_t* col_offset,
+static void qrt_gemm_row(const uint8_t* xrow, ptrdiff_t xs, int small_x, const int32_t* col_offset,
                          const int8_t* packed, const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k,
                          ptrdiff_t i, ptrdiff_t p0, ptrdiff_t p1, const qrt_epilogue* e) {
+    /* strips wholly past n are padding, whose sums no one reads: a row stops at the strip holding column n - 1
+     * (a 10-column layer reads one 16-column strip of avx512-vnni's 64-column panel, not four) */
+    const ptrdiff_t kp = qrt_round_up(k, 4), last = p1 * I8_NR, end = last < n ? last : n;
+    const ptrdiff_t stop = qrt_round_up(end, QRT_STRIP);
+    const int stream = (stop - p0 * I8_NR) * kp > I8_ROW_BYTES;
     void (*row)(const uint8_t*, ptrdiff_t, const int8_t*, ptrdiff_t, ptrdiff_t, ptrdiff_t, const int32_t*, int32_t*) =
         stream ? i8_row_stream_exact : i8_row_exact;
 #if defined(I8_U7_COLS)
@@ -199,9 +204,8 @@ static void qrt_gemm_row(const uint8_t* xrow, ptrdiff_t xs, int small_x, int str
     (void)small_x;
 #endif
     int32_t c[I8_ROW_CHUNK];
-    const ptrdiff_t kp = qrt_round_up(k, 4), last = p1 * I8_NR, end = last < n ? last : n;
     for (ptrdiff_t j0 = p0 * I8_NR; j0 < end; j0 += I8_ROW_CHUNK) {
-        const ptrdiff_t cols = last - j0 < I8_ROW_CHUNK ? last - j0 : I8_ROW_CHUNK;
+        const ptrdiff_t cols = stop - j0 < I8_ROW_CHUNK ? stop - j0 : I8_ROW_CHUNK;
         row(xrow, xs, packed + j0 * kp, QRT_STRIP * kp, kp / 4, cols, col_offset + j0, c);
         qrt_epilogue_rows(e, i, i + 1, n, j0, j0 + cols < end ? j0 + cols : end, c, 0, w_zp, x_rowsum);
     }
@@ -248,8 +252,7 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, const int32_t* col_offset, con
     ptrdiff_t kp = qrt_round_up(k, 4), groups = kp / 4, xs = x_plain ? 4 : 4 * I8_MR, p, ib, ie, i, gb, j0, j1;
     const ptrdiff_t bytes = (p1 - p0) * I8_NR * kp; /* of the weights this call reads */
     if (i1 - i0 == 1 && kp >= 4 && bytes <= I8_STREAM_BYTES) {
-        qrt_gemm_row(xpacked + i0 * kp, xs, small_x, bytes > I8_ROW_BYTES, col_offset, packed, w_zp, x_rowsum, n, k,
-                     i0, p0, p1, e);
+        qrt_gemm_row(xpacked + i0 * kp, xs, small_x, col_offset, packed, w_zp, x_rowsum, n, k, i0, p0, p1, e);
         return;
     }
     /* K slices let a block of rows share a panel's slice in L1; one row reads each weight once: no slices */
