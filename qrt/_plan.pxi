@@ -249,12 +249,48 @@ cdef class PlanProgram:
     cdef int n_steps, n_slots
     cdef Py_ssize_t arena_size
     cdef list keep, pool, slots, inputs, input_types, fresh, call_slots, fallbacks, outputs
+    cdef list direct  # per output: a fresh array of its own shape that no other output names, returned as it is
+    # the input shapes it was compiled for, flat (dims) with each input's rank (ranks), for takes_shapes
+    cdef cnp.npy_intp* dims
+    cdef int* ranks
+    cdef Py_ssize_t n_ranks
 
     def __cinit__(self):
-        self.steps = NULL
+        self.steps, self.dims, self.ranks = NULL, NULL, NULL
 
     def __dealloc__(self):
         free(self.steps)
+        free(self.dims)
+        free(self.ranks)
+
+    cdef set_shapes(self, tuple shapes):
+        self.n_ranks = len(shapes)
+        self.ranks = <int*>calloc(max(self.n_ranks, 1), sizeof(int))
+        self.dims = <cnp.npy_intp*>calloc(max(sum([len(s) for s in shapes]), 1), sizeof(cnp.npy_intp))
+        if self.ranks == NULL or self.dims == NULL:
+            raise MemoryError()
+        cdef Py_ssize_t i, at = 0
+        for i, shape in enumerate(shapes):
+            self.ranks[i] = len(shape)
+            for d in shape:
+                self.dims[at] = d
+                at += 1
+
+    cdef bint takes_shapes(self, list inputs):
+        """Whether these arrays have the shapes this program was compiled for (a dict lookup by a tuple
+        of their shapes answers the same, from Python objects made for it)."""
+        cdef Py_ssize_t i, d, at = 0
+        if len(inputs) != self.n_ranks:
+            return False
+        for i in range(self.n_ranks):
+            a = inputs[i]
+            if not cnp.PyArray_Check(a) or cnp.PyArray_NDIM(<cnp.ndarray>a) != self.ranks[i]:
+                return False
+            for d in range(self.ranks[i]):
+                if cnp.PyArray_DIMS(<cnp.ndarray>a)[d] != self.dims[at + d]:
+                    return False
+            at += self.ranks[i]
+        return True
 
     def __init__(self, dict spec):
         self.inputs = list(spec["inputs"])
@@ -267,6 +303,9 @@ cdef class PlanProgram:
         self.keep, self.pool = [], []
         self.fresh = [(i, s[2], s[3].num) for i, s in enumerate(self.slots) if s[0] == SLOT_FRESH]
         self.call_slots = [i for i, s in enumerate(self.slots) if s[0] in (SLOT_INPUT, SLOT_FRESH, SLOT_OBJECT)]
+        named = [o[0] for o in self.outputs]
+        self.direct = [o[0] >= 0 and self.slots[o[0]][0] == SLOT_FRESH and named.count(o[0]) == 1
+                       and tuple(self.slots[o[0]][2]) == tuple(o[1]) for o in self.outputs]
         steps = spec["steps"]
         self.steps = <plan_step*>calloc(max(len(steps), 1), sizeof(plan_step))
         if self.steps == NULL:
@@ -409,13 +448,20 @@ cdef class PlanProgram:
 
     cdef list collect(self, _PlanBuffers bs):
         """The outputs: arrays made for this call as they are; anything else the call does not own, copied."""
-        cdef list out = [], handed = []
+        cdef Py_ssize_t j, n = len(self.outputs)
+        cdef list out = [None] * n, handed = []
         cdef int slot, kind, i, nd
         cdef cnp.npy_intp dims[32]
-        for spec in self.outputs:
+        for j in range(n):
+            spec = self.outputs[j]
             slot = spec[0]
+            if self.direct[j]:
+                out[j] = bs.objs[slot]
+                if n > 1:  # a fallback's result among the other outputs may be this very array
+                    handed.append(out[j])
+                continue
             if slot < 0:  # a stored tensor
-                out.append(spec[1].copy())
+                out[j] = spec[1].copy()
                 continue
             shape = spec[1]
             kind = self.slots[slot][0]
@@ -424,19 +470,27 @@ cdef class PlanProgram:
                 # a fallback's view (of the arena, an input, a stored tensor) or an array already handed
                 # out (two outputs, one a reshape of the other, say) is copied: outputs are the caller's,
                 # and never alias each other
-                shared = (kind == SLOT_OBJECT and v.base is not None) or any(v is o for o in handed)
+                shared = (kind == SLOT_OBJECT and v.base is not None) or is_in(v, handed)
                 handed.append(v)
                 if v.shape != shape:
                     v = v.reshape(shape)
-                out.append(v.copy() if shared else v)
+                out[j] = v.copy() if shared else v
                 continue
             nd = len(shape)
             for i in range(nd):
                 dims[i] = shape[i]
             v = cnp.PyArray_EMPTY(nd, dims, self.slots[slot][3].num, 0)
             memcpy(cnp.PyArray_DATA(v), bs.ptrs[slot], cnp.PyArray_NBYTES(v))
-            out.append(v)
+            out[j] = v
         return out
+
+
+cdef bint is_in(v, list objs):
+    """Whether v is one of objs (by identity)."""
+    for o in objs:
+        if o is v:
+            return True
+    return False
 
 
 cdef bint any_nested(inputs):
@@ -471,6 +525,7 @@ cdef class PlanExecutor:
     """Runs a model's programs by input shapes; ``miss(inputs)`` answers (and compiles) a new set of
     shapes, ``slow(inputs)`` answers a call the program hands back (the per-node path)."""
     cdef dict programs
+    cdef object last  # the program of the last call: the next one usually has the same shapes
     cdef object miss, slow
     cdef Py_ssize_t n_inputs
     # calls a compiled program handed back to the per-node path (a kernel refused its input, a fallback
@@ -512,7 +567,7 @@ cdef class PlanExecutor:
             flat = [(<dict>inputs).get(name) for name in self.names]  # a missing name: None, not an array
         else:
             return None
-        out = self.try_run(flat)
+        out = self._try_run(flat)
         if out is None:
             return None
         if self.out_tree is not None:
@@ -521,10 +576,12 @@ cdef class PlanExecutor:
 
     def add(self, tuple key, program) -> None:
         """The program for inputs of these shapes; None: answer them with the per-node path."""
+        if program is not None:
+            (<PlanProgram>program).set_shapes(key)
         self.programs[key] = program if program is not None else False
 
     def clear(self) -> None:
-        self.programs = {}
+        self.programs, self.last = {}, None
 
     def program_count(self) -> int:
         return len(self.programs)
@@ -544,15 +601,21 @@ cdef class PlanExecutor:
     def try_run(self, list inputs):
         """The outputs if a compiled program takes these arrays exactly as they are (shapes seen
         before, dtypes, C order, native byte order); else None: bind and check them, then run()."""
+        return self._try_run(inputs)
+
+    cdef object _try_run(self, list inputs):
         cdef Py_ssize_t i
         if len(inputs) != self.n_inputs:
             return None
-        for a in inputs:
-            if not cnp.PyArray_Check(a):
+        prog = self.last
+        if prog is None or not (<PlanProgram>prog).takes_shapes(inputs):
+            for a in inputs:
+                if not cnp.PyArray_Check(a):
+                    return None
+            prog = self.programs.get(tuple([a.shape for a in inputs]))
+            if not prog:
                 return None
-        prog = self.programs.get(tuple([a.shape for a in inputs]))
-        if not prog:
-            return None
+            self.last = prog
         for i in range(self.n_inputs):
             if not (<PlanProgram>prog).conforms(i, inputs[i]):
                 return None
@@ -571,7 +634,7 @@ cdef class PlanExecutor:
             flat[<Py_ssize_t>free[i]] = given[i]
         for i in range(len(state)):
             flat[<Py_ssize_t>state_in[i]] = state[i]
-        out = self.try_run(flat)
+        out = self._try_run(flat)
         if out is None:
             return None
         for i in range(len(state_out)):
