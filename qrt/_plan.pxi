@@ -249,6 +249,7 @@ cdef class PlanProgram:
     cdef int n_steps, n_slots
     cdef Py_ssize_t arena_size
     cdef list keep, pool, slots, inputs, input_types, fresh, call_slots, fallbacks, outputs
+    cdef object spare  # a free buffer set kept apart from the pool: one thread's calls never resize a list
     cdef list direct  # per output: a fresh array of its own shape that no other output names, returned as it is
     # the input shapes it was compiled for, flat (dims) with each input's rank (ranks), for takes_shapes
     cdef cnp.npy_intp* dims
@@ -339,12 +340,16 @@ cdef class PlanProgram:
         return a
 
     cdef _PlanBuffers buffers(self):
-        """A buffer set: one from the pool, or a new one."""
+        """A buffer set: the spare one, one from the pool, or a new one."""
+        cdef _PlanBuffers bs
+        if self.spare is not None:
+            bs, self.spare = self.spare, None
+            return bs
         try:
             return self.pool.pop()
         except IndexError:
             pass
-        cdef _PlanBuffers bs = _PlanBuffers.__new__(_PlanBuffers)
+        bs = _PlanBuffers.__new__(_PlanBuffers)
         bs.ptrs = <void**>calloc(max(self.n_slots, 1), sizeof(void*))
         if bs.ptrs == NULL:
             raise MemoryError()
@@ -399,7 +404,10 @@ cdef class PlanProgram:
             for slot in self.call_slots:
                 bs.objs[slot] = None
             bs.error = None
-            self.pool.append(bs)
+            if self.spare is None:
+                self.spare = bs
+            else:
+                self.pool.append(bs)
 
     cdef bint conforms(self, int i, a):
         """Input i may be read as it is: an aligned C-contiguous array of its dtype in native byte order."""

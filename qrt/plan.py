@@ -515,6 +515,7 @@ class Stream:
         self._tuple = g.output_tuple
         self._state: list[np.ndarray] | None = None
         self._names = names
+        self._native_step = plan._executor.stream_step  # step()'s first try, looked up once
 
     def reset(self, state: Mapping[str, np.ndarray] | None = None) -> None:
         """Start a new sequence: from zeros (of the next step's batch), or from the given state by input name."""
@@ -534,7 +535,7 @@ class Stream:
     def step(self, inputs: np.ndarray | Sequence[np.ndarray]) -> Any:
         given = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
         if self._state is not None:  # the common step, in one native call: arrays a compiled program takes
-            out = self._plan._executor.stream_step(given, self._free, self._state, self._state_in, self._state_out)
+            out = self._native_step(given, self._free, self._state, self._state_in, self._state_out)
             if out is not None:
                 return self._result(out)
         if len(given) != len(self._free):
