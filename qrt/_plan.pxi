@@ -576,8 +576,10 @@ cdef class PlanExecutor:
         else:
             return None
         out = self._try_run(flat)
-        if out is None:
-            return None
+        return None if out is None else self.shaped(out)
+
+    cdef object shaped(self, list out):
+        """The flat outputs nested as Model.run returns them."""
         if self.out_tree is not None:
             return nest_outputs(self.out_tree, out)
         return tuple(out) if self.out_tuple else out[0]
@@ -630,11 +632,19 @@ cdef class PlanExecutor:
         out = (<PlanProgram>prog).call(inputs, True)
         return self.hand_back(inputs) if out is None else out
 
-    def stream_step(self, list given, list free, list state, list state_in, list state_out):
-        """Stream.step's common call: the flat outputs for the inputs `given` (at the positions `free`) and
-        `state` (at `state_in`), if a compiled program takes these arrays as they are; the new state
-        (outputs `state_out`, made read-only) replaces state's items. None: Stream.step checks them."""
+    def stream_step(self, inputs, list free, list state, list state_in, list state_out):
+        """Stream.step's common call: the outputs, nested as Model.run returns them, for `inputs` (one array
+        or a sequence, at the positions `free`) and `state` (at `state_in`), if a compiled program takes
+        these arrays as they are; the new state (outputs `state_out`, made read-only) replaces state's
+        items. None: Stream.step checks them."""
         cdef Py_ssize_t i
+        cdef list given
+        if cnp.PyArray_CheckExact(inputs):
+            given = [inputs]
+        elif type(inputs) is list or type(inputs) is tuple:
+            given = list(inputs)
+        else:
+            return None
         if len(given) != len(free) or len(free) + len(state) != self.n_inputs:
             return None
         cdef list flat = [None] * self.n_inputs
@@ -649,7 +659,7 @@ cdef class PlanExecutor:
             a = out[<Py_ssize_t>state_out[i]]
             cnp.PyArray_CLEARFLAGS(<cnp.ndarray>a, cnp.NPY_ARRAY_WRITEABLE)
             state[i] = a
-        return out
+        return self.shaped(out)
 
     cdef hand_back(self, list inputs):
         self.handed_back += 1

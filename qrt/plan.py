@@ -533,11 +533,11 @@ class Stream:
         self._state = arrays
 
     def step(self, inputs: np.ndarray | Sequence[np.ndarray]) -> Any:
-        given = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
         if self._state is not None:  # the common step, in one native call: arrays a compiled program takes
-            out = self._native_step(given, self._free, self._state, self._state_in, self._state_out)
-            if out is not None:
-                return self._result(out)
+            result = self._native_step(inputs, self._free, self._state, self._state_in, self._state_out)
+            if result is not None:
+                return result
+        given = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
         if len(given) != len(self._free):
             raise ValueError(f"step takes {len(self._free)} input(s): {[self._names[k] for k in self._free]}")
         if self._state is None:
