@@ -265,9 +265,13 @@ cdef class PlanProgram:
         free(self.ranks)
 
     cdef set_shapes(self, tuple shapes):
+        """The input shapes this program was compiled for (the executor's key for it)."""
+        cdef Py_ssize_t total = sum([len(s) for s in shapes])
+        free(self.ranks)
+        free(self.dims)
         self.n_ranks = len(shapes)
         self.ranks = <int*>calloc(max(self.n_ranks, 1), sizeof(int))
-        self.dims = <cnp.npy_intp*>calloc(max(sum([len(s) for s in shapes]), 1), sizeof(cnp.npy_intp))
+        self.dims = <cnp.npy_intp*>calloc(max(total, 1), sizeof(cnp.npy_intp))
         if self.ranks == NULL or self.dims == NULL:
             raise MemoryError()
         cdef Py_ssize_t i, at = 0
