@@ -9,8 +9,6 @@
  */
 #define T_NV (I8_NR / T_COLS)
 #define T_STRIP_NV (QRT_STRIP / T_COLS)
-/* a streamed strip keeps 8 accumulators in all (at least one sum) */
-#define T_STREAM_SUMS (T_STRIP_NV < 8 ? 8 / T_STRIP_NV : 1)
 #if QRT_STRIP % T_COLS
 #error "a register's columns must lie in one strip"
 #endif
@@ -134,39 +132,14 @@ static void T_ROW(const uint8_t* x, ptrdiff_t xs, const int8_t* strips, ptrdiff_
         }
 }
 
-/* The same, one strip (16 columns) at a time, straight through its k in T_STREAM_SUMS independent sums over
- * alternate groups, added at the end: the core reads one stream of weights, which the hardware prefetcher
- * follows from L2, where a pass over many strips at once reads as many streams (one row, K=256 N=512, 128 KiB
- * of weights, Zen 5 avx512-vnni: 0.93-0.97 us in panels, 0.75 us so, the streaming floor 0.67). */
+/* The same, one strip (16 columns) at a time, straight through its k (T_ROW_PART: 8 sums over alternate
+ * groups where the strip is fewer than 8 registers): the core reads one stream of weights, which the hardware
+ * prefetcher follows from L2, where a pass over many strips at once reads as many streams (one row, K=256
+ * N=512, 128 KiB of weights, Zen 5 avx512-vnni: 0.93-0.97 us in panels, 0.75 us so, the streaming floor 0.67). */
 static void T_ROW_STREAM(const uint8_t* x, ptrdiff_t xs, const int8_t* strips, ptrdiff_t ss, ptrdiff_t groups,
                          ptrdiff_t cols, const int32_t* init, int32_t* c) {
-    static const int32_t zeros[QRT_STRIP];
-    for (ptrdiff_t c0 = 0; c0 < cols; c0 += QRT_STRIP) {
-        const int8_t* strip = strips + c0 / QRT_STRIP * ss;
-        T_ACC acc[T_STREAM_SUMS][T_STRIP_NV];
-        ptrdiff_t g = 0;
-        int s, v;
-        QRT_UNROLL for (v = 0; v < T_STRIP_NV; v++) {
-            acc[0][v] = T_LOADC(init + c0 + v * T_COLS);
-            QRT_UNROLL for (s = 1; s < T_STREAM_SUMS; s++)
-                acc[s][v] = T_LOADC(zeros);
-        }
-        for (; g < groups; g += T_STREAM_SUMS)
-            QRT_UNROLL for (s = 0; s < T_STREAM_SUMS; s++) {
-                if (s > 0 && g + s >= groups)
-                    break;
-                uint32_t word;
-                memcpy(&word, x + (g + s) * xs, 4);
-                T_X xr = T_SETX(word);
-                QRT_UNROLL for (v = 0; v < T_STRIP_NV; v++)
-                    acc[s][v] = T_DOT(acc[s][v], xr, T_LOADW(I8_AT(strip, ss, g + s, v * T_COLS)));
-            }
-        QRT_UNROLL for (v = 0; v < T_STRIP_NV; v++) {
-            QRT_UNROLL for (s = 1; s < T_STREAM_SUMS; s++)
-                acc[0][v] = T_ADD(acc[0][v], acc[s][v]);
-            T_STORE(c + c0 + v * T_COLS, acc[0][v]);
-        }
-    }
+    for (ptrdiff_t c0 = 0; c0 < cols; c0 += QRT_STRIP)
+        T_ROW_PART(x, xs, strips + c0 / QRT_STRIP * ss, ss, groups, T_STRIP_NV, init + c0, c + c0);
 }
 
 /* The mr rows of a tile in calls of at most T_ROWS rows, each with its row count a constant, so the
@@ -189,7 +162,6 @@ static void T_TILE_ANY(const uint8_t* xtile, ptrdiff_t xs, int mr, const int8_t*
 
 #undef T_NV
 #undef T_STRIP_NV
-#undef T_STREAM_SUMS
 #undef T_ROW
 #undef T_ROW_PART
 #undef T_ROW_STREAM
