@@ -35,11 +35,7 @@ static inline float qrt_word_float(int32_t w) { return qrt_bits_float((unsigned)
 /* exp over the whole float range: gate_math.h's qrt_exp (the same bits on [-87, 87], where the gates
  * clamp), and beyond it the value down to the subnormals, then 0 below -103.9, and inf above 88.7. */
 static inline float qrt_exp_full(float x) {
-    /* clamped to [-104, 89] on the bits, as qrt_exp is (0x42d00000 is 104, 0x42b20000 89) */
-    const unsigned bits = qrt_float_bits(x), magnitude = bits & 0x7fffffffu;
-    const unsigned bound = bits >> 31 ? 0x42d00000u : 0x42b20000u;
-    if (magnitude > bound && magnitude <= 0x7f800000u)
-        x = qrt_bits_float((bits & 0x80000000u) | bound);
+    x = qrt_clamp_bits(x, 0x42d00000u, 0x42b20000u); /* to [-104, 89], as qrt_exp clamps */
     int n;
     const float p = qrt_exp_parts(x, &n);
     /* 2^n, n in [-150, 128], as two factors that are normal floats: p * 2^h is exact, so the result

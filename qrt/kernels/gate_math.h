@@ -72,15 +72,20 @@ QRT_GATE_FN float qrt_exp_parts(float x, int* n_out) {
 /* 2^n, n in [-126, 127] (any bits for a NaN's n: unsigned arithmetic cannot overflow) */
 QRT_GATE_FN float qrt_pow2(int n) { return qrt_bits_float(((unsigned)n + 127u) << 23); }
 
-/* exp(x), clamped to [-87, 87] first: beyond that the callers' results no longer change
- * (sigmoid reaches 0 or 1 to within 1e-38; tanh is 1 in float32 from |x| > 9). The clamp is on the
- * bits, |x| past 87's (0x42ae0000) and not NaN's: written as float compares, GCC carried both clamped
- * cases through exp as constants: with that, nearbyintf and a conversion to int, Zen 5's LSTM gate loops
- * ran 8-17% slower. */
-QRT_GATE_FN float qrt_exp(float x) {
+/* x clamped to [-below, above], both bounds given as the bits of positive floats, on x's bits: |x| past
+ * the bound on its side (infinity included) becomes that bound with x's sign; NaN stays NaN. Written as
+ * float compares, GCC carried both clamped cases through exp as constants: with that, nearbyintf and a
+ * conversion to int, Zen 5's LSTM gate loops ran 8-17% slower. */
+QRT_GATE_FN float qrt_clamp_bits(float x, unsigned below, unsigned above) {
     const unsigned bits = qrt_float_bits(x), magnitude = bits & 0x7fffffffu;
-    if (magnitude > 0x42ae0000u && magnitude <= 0x7f800000u)
-        x = qrt_bits_float((bits & 0x80000000u) | 0x42ae0000u);
+    const unsigned bound = bits >> 31 ? below : above;
+    return magnitude > bound && magnitude <= 0x7f800000u ? qrt_bits_float((bits & 0x80000000u) | bound) : x;
+}
+
+/* exp(x), clamped to [-87, 87] (0x42ae0000) first: beyond that the callers' results no longer change
+ * (sigmoid reaches 0 or 1 to within 1e-38; tanh is 1 in float32 from |x| > 9). */
+QRT_GATE_FN float qrt_exp(float x) {
+    x = qrt_clamp_bits(x, 0x42ae0000u, 0x42ae0000u);
     int n;
     const float p = qrt_exp_parts(x, &n);
     return p * qrt_pow2(n);
