@@ -79,12 +79,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     const ptrdiff_t m = atol(argv[1]), k = atol(argv[2]), n = atol(argv[3]);
-    int count;
-    const qrt_kernels* const* all = qrt_kernels_compiled(&count);
-    const qrt_kernels* kern = NULL;
-    for (int i = 0; i < count; i++)
-        if (strcmp(all[i]->name, "avx2") == 0)
-            kern = all[i];
+    const qrt_kernels* kern = qrt_kernels_named("avx2");
     if (!kern || m < 1 || k < 1 || n < 1) {
         fprintf(stderr, "needs m, k, n >= 1 and a CPU that runs the avx2 variant\n");
         return 2;

@@ -16,7 +16,6 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 static double now(void) {
@@ -62,12 +61,7 @@ int main(int argc, char** argv) {
     }
     const qrt_kernels* kern = qrt_kernels_best();
     if (argc == 4) { /* a variant by name (it must run on this CPU) */
-        int count;
-        const qrt_kernels* const* all = qrt_kernels_compiled(&count);
-        kern = NULL;
-        for (int v = 0; v < count; v++)
-            if (!strcmp(all[v]->name, argv[3]) && qrt_kernels_runnable(all[v]))
-                kern = all[v];
+        kern = qrt_kernels_named(argv[3]);
         if (!kern) {
             fprintf(stderr, "no runnable kernel variant %s\n", argv[3]);
             return 2;

@@ -1,6 +1,8 @@
 /* Which kernel variants this build holds, which this CPU can run, and the best of them. */
 #include "qrt_kernels.h"
 
+#include <string.h>
+
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 #ifndef HWCAP_ASIMDDP
@@ -82,4 +84,13 @@ const qrt_kernels* qrt_kernels_best(void) {
         if (qrt_kernels_runnable(all[i]))
             return all[i];
     return &qrt_kernels_portable;
+}
+
+const qrt_kernels* qrt_kernels_named(const char* name) {
+    int n;
+    const qrt_kernels* const* all = qrt_kernels_compiled(&n);
+    for (int i = 0; i < n; i++)
+        if (strcmp(all[i]->name, name) == 0)
+            return qrt_kernels_runnable(all[i]) ? all[i] : NULL;
+    return NULL;
 }

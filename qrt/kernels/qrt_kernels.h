@@ -78,5 +78,7 @@ const qrt_kernels* const* qrt_kernels_compiled(int* count);
 int qrt_kernels_runnable(const qrt_kernels* k);
 /* The best variant this CPU can run. */
 const qrt_kernels* qrt_kernels_best(void);
+/* The variant of this name if this build holds it and this CPU runs it, else NULL (the C harnesses in bench/). */
+const qrt_kernels* qrt_kernels_named(const char* name);
 
 #endif /* QRT_KERNELS_H */
