@@ -97,7 +97,6 @@ class Model:
         # the whole model in one native call per run (qrt/plan.py); the GPU backend has none
         steps = [step for _, step, _, _ in self._steps]
         self._plan = build_plan(g, qfile.tensors, steps) if device == "cpu" else None
-        self._call = self._plan.call if self._plan is not None else None  # run()'s first try, looked up once
 
     @property
     def inputs(self) -> tuple[ValueSpec, ...]:
@@ -235,11 +234,11 @@ class Model:
 
         Returns one array, or tuples nested as the source model returned them (output_structure).
         """
-        if self._call is not None:
+        if self._plan is not None:
             # the common calls (one array, a flat list, arguments nested as forward()'s, a dict of every
             # input) at shapes already compiled: one native call, no binding, outputs nested as below;
             # None unless the arrays fit a compiled program exactly
-            result = self._call(inputs)
+            result = self._plan.call(inputs)
             if result is not None:
                 return result
             out = self._plan.run(self._bind(inputs))

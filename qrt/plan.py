@@ -515,7 +515,6 @@ class Stream:
         self._tuple = g.output_tuple
         self._state: list[np.ndarray] | None = None
         self._names = names
-        self._native_step = plan._executor.stream_step  # step()'s first try, looked up once
 
     def reset(self, state: Mapping[str, np.ndarray] | None = None) -> None:
         """Start a new sequence: from zeros (of the next step's batch), or from the given state by input name."""
@@ -534,7 +533,7 @@ class Stream:
 
     def step(self, inputs: np.ndarray | Sequence[np.ndarray]) -> Any:
         if self._state is not None:  # the common step, in one native call: arrays a compiled program takes
-            result = self._native_step(inputs, self._free, self._state, self._state_in, self._state_out)
+            result = self._plan._executor.stream_step(inputs, self._free, self._state, self._state_in, self._state_out)
             if result is not None:
                 return result
         given = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
