@@ -828,15 +828,15 @@ cdef class DynamicLinear:
         release(&p)
         return err
 
-    def __call__(self, const float[:, ::1] x, float[:, ::1] y):
-        """y = layer(x). Shapes are checked here, before the GIL is released."""
+    def __call__(self, const float[:, ::1] x, float[:, ::1] y, bint relu=False):
+        """y = layer(x), then max(y, 0) if relu. Shapes are checked here, before the GIL is released."""
         cdef Py_ssize_t m = x.shape[0]
         if x.shape[1] != self.in_features or y.shape[0] != m or y.shape[1] != self.out_features:
             raise ValueError("DynamicLinear: shape mismatch")
         cdef int err
         with nogil:
             err = self.forward(&x[0, 0] if m and self.in_features else NULL, m,
-                               &y[0, 0] if m and self.out_features else NULL, False)
+                               &y[0, 0] if m and self.out_features else NULL, relu)
         check_error(err)
 
 

@@ -50,12 +50,34 @@ static int qrt_i8_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* ou
     return largest;
 }
 
+/* Where a tile puts its finished sums when they are a dynamic linear's outputs, whole strips of them, and its
+ * flavour has the ISA's form of qrt_dequantize_row for one register (T_DEQUANTIZE): straight from the
+ * registers to y, not through the int32 buffer and qrt_epilogue_rows (Zen 5, avx512-vnni, M=35 K=64 N=256:
+ * 2.2 -> 1.6-1.7 us; one-row passes gained nothing so, and keep the buffer). Columns count from the panel's
+ * first. */
+typedef struct {
+    float* y;            /* the output of the tile's first row and column */
+    ptrdiff_t ldy;       /* its row stride */
+    ptrdiff_t cols;      /* columns that are outputs: whole strips, fewer than a panel's where n ends */
+    const float* scale;  /* fl(x_scale * w_scale[j]) from the first column */
+    const float* bias;   /* e->bias from the first column; -0.0 for a layer without bias: fma(a, s, -0.0) is
+                          * fl(a * s), zeros' signs included, so one formula serves both */
+    int relu;            /* e->relu */
+} i8_out;
+
 /* The exact flavour, on every ISA: any u8 activations. */
 #define T_TILE i8_tile_exact
 #define T_TILE_ANY i8_tile_any_exact
 #define T_ROW i8_row_exact
 #define T_ROW_PART i8_row_part_exact
 #define T_ROW_STREAM i8_row_stream_exact
+#define T_FINISH i8_finish_exact
+#if defined(I8_DEQUANTIZE)
+#define T_DEQUANTIZE I8_DEQUANTIZE
+#define I8_FUSES 1
+#else
+#define I8_FUSES 0
+#endif
 #define T_ROW_NV I8_ROW_NV
 #define T_ACC i8_acc
 #define T_W i8_w
@@ -78,6 +100,13 @@ static int qrt_i8_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* ou
 #define T_ROW i8_row_u7
 #define T_ROW_PART i8_row_part_u7
 #define T_ROW_STREAM i8_row_stream_u7
+#define T_FINISH i8_finish_u7
+#if defined(I8_U7_DEQUANTIZE)
+#define T_DEQUANTIZE I8_U7_DEQUANTIZE
+#define I8_U7_FUSES 1
+#else
+#define I8_U7_FUSES 0
+#endif
 #define T_ROW_NV I8_U7_ROW_NV
 #define T_ACC i8u7_acc
 #define T_W i8u7_w
@@ -185,6 +214,33 @@ static void qrt_epilogue_rows(const qrt_epilogue* e, ptrdiff_t i0, ptrdiff_t i1,
  * N=4096 in 37 us against 42 us a strip at a time; K=N=1024, 1 MiB, 7.3-7.8 against 6.9 us). */
 #define I8_STREAM_BYTES (1024 * 1024)
 
+/* Whether a product's tiles may put their sums to e's floats straight from the registers (i8_out): a dynamic
+ * linear's outputs (not raw sums, not requantized), with no w_zp * rowsum(x) to subtract first, in a flavour
+ * that has the ISA's one-register epilogue. */
+static int i8_fused(const qrt_epilogue* e, const int32_t* x_rowsum, int small_x) {
+    if (e->acc || e->q || x_rowsum)
+        return 0;
+#if defined(I8_U7_COLS)
+    if (small_x)
+        return I8_U7_FUSES;
+#else
+    (void)small_x;
+#endif
+    return I8_FUSES;
+}
+
+/* out for columns [j0, j1) of e (y still to be set), its tables filled in (room for j1 - j0 each: scale, and
+ * no_bias, used when e has no bias) */
+static i8_out i8_out_at(const qrt_epilogue* e, ptrdiff_t n, ptrdiff_t j0, ptrdiff_t j1, float* scale, float* no_bias) {
+    for (ptrdiff_t j = j0; j < j1; j++)
+        scale[j - j0] = e->x_scale * e->w_scale[j];
+    if (!e->bias)
+        for (ptrdiff_t j = j0; j < j1; j++)
+            no_bias[j - j0] = -0.0f;
+    i8_out out = {NULL, n, j1 - j0, scale, e->bias ? e->bias + j0 : no_bias, e->relu};
+    return out;
+}
+
 /* Row i of x (group g at xrow + g * xs) against the columns of panels [p0, p1), to the epilogue e: in passes
  * of registers across strips (T_ROW), or a strip at a time (stream, T_ROW_STREAM). */
 static void qrt_gemm_row(const uint8_t* xrow, ptrdiff_t xs, int small_x, const int32_t* col_offset,
@@ -240,15 +296,14 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, const int32_t* col_offset, con
                           const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0,
                           ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, int small_x, int x_plain, const qrt_epilogue* e) {
     void (*tile)(const uint8_t*, ptrdiff_t, int, const int8_t*, ptrdiff_t, ptrdiff_t, ptrdiff_t, const int32_t*,
-                 int32_t*) =
-        i8_tile_any_exact;
+                 int32_t*, const i8_out*) = i8_tile_any_exact;
 #if defined(I8_U7_COLS)
     if (small_x)
         tile = i8_tile_any_u7;
-#else
-    (void)small_x;
 #endif
+    const int fused = i8_fused(e, x_rowsum, small_x);
     int32_t c[I8_MC * I8_NR];
+    float scale[I8_NR], no_bias[I8_NR];
     ptrdiff_t kp = qrt_round_up(k, 4), groups = kp / 4, xs = x_plain ? 4 : 4 * I8_MR, p, ib, ie, i, gb, j0, j1;
     const ptrdiff_t bytes = (p1 - p0) * I8_NR * kp; /* of the weights this call reads */
     if (i1 - i0 == 1 && kp >= 4 && bytes <= I8_STREAM_BYTES) {
@@ -261,15 +316,20 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, const int32_t* col_offset, con
         const int8_t* panel = packed + p * I8_NR * kp;
         j0 = p * I8_NR;
         j1 = j0 + I8_NR < n ? j0 + I8_NR : n;
+        const int whole = fused && (j1 - j0) % QRT_STRIP == 0;
+        i8_out out = whole ? i8_out_at(e, n, j0, j1, scale, no_bias) : (i8_out){0};
         for (ib = i0; ib < i1; ib += I8_MC) {
             ie = ib + I8_MC < i1 ? ib + I8_MC : i1;
             for (gb = 0; gb < groups || gb == 0; gb += kc) {
                 ptrdiff_t ge = gb + kc < groups ? gb + kc : groups;
-                for (i = ib; i < ie; i += I8_MR)
+                for (i = ib; i < ie; i += I8_MR) {
+                    out.y = e->y + i * n + j0; /* the last slice's sums are outputs */
                     tile(xpacked + i * kp, xs, (int)(ie - i < I8_MR ? ie - i : I8_MR), panel, QRT_STRIP * kp, gb, ge,
-                         gb == 0 ? col_offset + j0 : NULL, c + (i - ib) * I8_NR);
+                         gb == 0 ? col_offset + j0 : NULL, c + (i - ib) * I8_NR, whole && ge == groups ? &out : NULL);
+                }
             }
-            qrt_epilogue_rows(e, ib, ie, n, j0, j1, c, I8_NR, w_zp, x_rowsum);
+            if (!whole)
+                qrt_epilogue_rows(e, ib, ie, n, j0, j1, c, I8_NR, w_zp, x_rowsum);
         }
     }
 }

@@ -5,6 +5,7 @@
  *   T_COLS, T_ROWS      columns per accumulator; most rows one call keeps in registers
  *   T_ROW, T_ROW_PART, T_ROW_STREAM  names of the one-row functions; T_ROW_NV: accumulators a one-row pass keeps
  *   T_LOADW(p), T_SETX(word), T_DOT(acc, x, w), T_STORE(out, acc), T_LOADC(p), T_ADD(a, b) (a + b, lane by lane)
+ *   T_DEQUANTIZE(y, acc, scale, bias, relu)  optional: the dynamic linear's epilogue on one accumulator (i8_out)
  * and undefines them at the end.
  */
 #define T_NV (I8_NR / T_COLS)
@@ -35,12 +36,30 @@
 #define T_SUMS(mr) ((mr) * T_NV >= 8 ? 1 : (mr) * T_NV >= 4 ? 2 : 4)
 #endif
 
+/* The finished sums of row r, columns [col, col + T_COLS) of a tile: into c (c[col]), or, with out, as the
+ * dynamic linear's floats straight from the register (only a flavour with T_DEQUANTIZE is given out), none
+ * past out's columns. */
+QRT_INLINE void T_FINISH(const i8_out* out, ptrdiff_t r, ptrdiff_t col, T_ACC acc, int32_t* c) {
+#if defined(T_DEQUANTIZE)
+    if (out) {
+        if (col < out->cols)
+            T_DEQUANTIZE(out->y + r * out->ldy + col, acc, out->scale + col, out->bias + col, out->relu);
+        return;
+    }
+#else
+    (void)out;
+    (void)r;
+    (void)col;
+#endif
+    T_STORE(c, acc);
+}
+
 /* c[r][col] = start[col] + sum over the k of groups [g0, g1) of (x[r][t] - I8_XBIAS) * panel column col,
  * for the r < mr rows of one x tile: row r's group g at xtile + g * xs + 4 * r; the panel's strips are
  * ss bytes apart; start is `init` (one row, shared by all rows) or, when init is NULL, c itself
- * (continuing an earlier slice). c rows are I8_NR apart. */
+ * (continuing an earlier slice). c rows are I8_NR apart; with out (the last slice), the rows go to out instead. */
 QRT_INLINE void T_TILE(const uint8_t* xtile, ptrdiff_t xs, const int mr, const int8_t* panel, ptrdiff_t ss,
-                       ptrdiff_t g0, ptrdiff_t g1, const int32_t* init, int32_t* c) {
+                       ptrdiff_t g0, ptrdiff_t g1, const int32_t* init, int32_t* c, const i8_out* out) {
     static const int32_t zeros[I8_NR];
     const int sums = T_SUMS(mr);
     T_ACC acc[4][T_ROWS][T_NV];
@@ -76,12 +95,13 @@ QRT_INLINE void T_TILE(const uint8_t* xtile, ptrdiff_t xs, const int mr, const i
             }
         }
     }
+    const i8_out o = out ? *out : (i8_out){0}; /* a local copy: no store to y can change its fields */
     QRT_UNROLL for (r = 0; r < T_ROWS; r++)
         if (r < mr)
             QRT_UNROLL for (v = 0; v < T_NV; v++) {
                 QRT_UNROLL for (s = 1; s < sums; s++)
                     acc[0][r][v] = T_ADD(acc[0][r][v], acc[s][r][v]);
-                T_STORE(c + r * I8_NR + v * T_COLS, acc[0][r][v]);
+                T_FINISH(out ? &o : NULL, r, v * T_COLS, acc[0][r][v], c + r * I8_NR + v * T_COLS);
             }
 }
 
@@ -143,19 +163,25 @@ static void T_ROW_STREAM(const uint8_t* x, ptrdiff_t xs, const int8_t* strips, p
 }
 
 /* The mr rows of a tile in calls of at most T_ROWS rows, each with its row count a constant, so the
- * accumulators live in registers. */
+ * accumulators live in registers. out (or NULL): as T_TILE's, for the tile's first row. */
 static void T_TILE_ANY(const uint8_t* xtile, ptrdiff_t xs, int mr, const int8_t* panel, ptrdiff_t ss, ptrdiff_t g0,
-                       ptrdiff_t g1, const int32_t* init, int32_t* c) {
+                       ptrdiff_t g1, const int32_t* init, int32_t* c, const i8_out* out) {
     for (int r0 = 0; r0 < mr; r0 += T_ROWS) {
         const uint8_t* xt = xtile + r0 * 4;
         int32_t* cr = c + r0 * I8_NR;
+        i8_out o;
+        if (out) { /* the same columns, r0 rows further down */
+            o = *out;
+            o.y += r0 * o.ldy;
+        }
+        const i8_out* ro = out ? &o : NULL;
         switch (mr - r0 < T_ROWS ? mr - r0 : T_ROWS) {
-        case 1: T_TILE(xt, xs, 1, panel, ss, g0, g1, init, cr); break;
-        case 2: T_TILE(xt, xs, 2, panel, ss, g0, g1, init, cr); break;
-        case 3: T_TILE(xt, xs, 3, panel, ss, g0, g1, init, cr); break;
-        case 4: T_TILE(xt, xs, 4, panel, ss, g0, g1, init, cr); break;
-        case 5: T_TILE(xt, xs, 5, panel, ss, g0, g1, init, cr); break;
-        default: T_TILE(xt, xs, 6, panel, ss, g0, g1, init, cr); break;
+        case 1: T_TILE(xt, xs, 1, panel, ss, g0, g1, init, cr, ro); break;
+        case 2: T_TILE(xt, xs, 2, panel, ss, g0, g1, init, cr, ro); break;
+        case 3: T_TILE(xt, xs, 3, panel, ss, g0, g1, init, cr, ro); break;
+        case 4: T_TILE(xt, xs, 4, panel, ss, g0, g1, init, cr, ro); break;
+        case 5: T_TILE(xt, xs, 5, panel, ss, g0, g1, init, cr, ro); break;
+        default: T_TILE(xt, xs, 6, panel, ss, g0, g1, init, cr, ro); break;
         }
     }
 }
@@ -169,6 +195,8 @@ static void T_TILE_ANY(const uint8_t* xtile, ptrdiff_t xs, int mr, const int8_t*
 #undef T_SUMS
 #undef T_TILE
 #undef T_TILE_ANY
+#undef T_FINISH
+#undef T_DEQUANTIZE
 #undef T_ACC
 #undef T_W
 #undef T_X
