@@ -228,7 +228,8 @@ cdef void choose_qparams(float lo, float hi, bint reduce_range, float* scale, in
     lo = lo if lo < 0 else 0
     hi = hi if hi > 0 else 0
     s = (<double>hi - lo) / (qmax - qmin)
-    if <float>s == 0 or isinf(<float>1.0 / <float>s):
+    # 1 / fl(s) overflows only where fl(s) < 2^-127, far below SMALL_SCALE: a common scale takes no division here
+    if <float>s == 0 or (s < <double>SMALL_SCALE and isinf(<float>1.0 / <float>s)):
         s = 0.1
     if s < <double>SMALL_SCALE:
         org = <float>s

@@ -278,34 +278,36 @@ def test_requantization_identical_to_portable(variant_name, per_channel, bias, r
 
 
 @pytest.mark.parametrize("variant_name", [v for v in RUNNABLE if v != "portable"])
+@pytest.mark.parametrize("m,k,n", [(35, 64, 256), (35, 64, 94), (7, 300, 131), (2, 5, 48)])
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
 @pytest.mark.parametrize("relu", [False, True], ids=["linear", "relu"])
-def test_dynamic_epilogue_identical_to_portable(variant_name, bias, relu):
+def test_dynamic_epilogue_identical_to_portable(variant_name, m, k, n, bias, relu):
     """The dynamic linear's epilogue applied to a tile's registers (avx512-vnni, avx-vnni, neon-dotprod) against
     portable's C loop over stored sums: panels of whole strips and cut ones (n = 94: 64 + 30 on avx512-vnni),
     over one K slice and over two (k = 300), a tile of one row (m = 7 on 6-row tiles), both signs of zero (a
-    no-bias layer's -0.0 where a sum is 0 and a weight scale negative), ReLU at 0."""
+    no-bias layer's -0.0 where a sum is 0 and a weight scale negative), ReLU at 0; and nothing written past
+    the output."""
     rng = np.random.default_rng(11)
-    for m, k, n in [(35, 64, 256), (35, 64, 94), (7, 300, 131), (2, 5, 48)]:
-        w8 = rng.integers(-128, 128, (n, k), dtype=np.int8)
-        scale = (rng.random(n) * 0.01 + 1e-3).astype(np.float32) * rng.choice([-1, 1], n).astype(np.float32)
-        b = rng.standard_normal(n).astype(np.float32) * 0.01 if bias else None
-        x = rng.standard_normal((m, k)).astype(np.float32)
-        x[1] = 0.0  # sums of exactly 0: +-0.0 by the sign of the scale without bias
+    w8 = rng.integers(-128, 128, (n, k), dtype=np.int8)
+    scale = (rng.random(n) * 0.01 + 1e-3).astype(np.float32) * rng.choice([-1, 1], n).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32) * 0.01 if bias else None
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    x[1] = 0.0  # sums of exactly 0: +-0.0 by the sign of the scale without bias
 
-        def make():
-            return K.DynamicLinear(w8, scale, np.zeros(n, np.int32), b)
+    def make():
+        return K.DynamicLinear(w8, scale, np.zeros(n, np.int32), b)
 
-        def run(layer):
-            y = np.full((m + 1, n), 7.0, np.float32)  # a row past the output, which nothing may write
-            layer(x, y[:m], relu)
-            assert (y[m] == 7.0).all()
-            return [y[:m]]
+    def run(layer):
+        y = np.full((m + 1, n), 7.0, np.float32)  # a row past the output, which nothing may write
+        layer(x, y[:m], relu)
+        assert (y[m] == 7.0).all()
+        return [y[:m]]
 
-        got, want = _outputs_of(variant_name, make, run), _outputs_of("portable", make, run)
-        np.testing.assert_array_equal(got[0], want[0])
-        if not bias and not relu:  # the sign of zero is part of what is compared
-            assert np.signbit(want[0].view(np.float32)[want[0].view(np.float32) == 0]).any()
+    got, want = _outputs_of(variant_name, make, run), _outputs_of("portable", make, run)
+    np.testing.assert_array_equal(got[0], want[0])
+    if not bias and not relu:  # the sign of zero is part of what is compared
+        zeros = want[0].view(np.float32)[want[0].view(np.float32) == 0]
+        assert np.signbit(zeros).any() and not np.signbit(zeros).all()
 
 
 @pytest.mark.parametrize("variant_name", [v for v in RUNNABLE if v != "portable"])

@@ -28,14 +28,15 @@ from qrt import _kernels as K
 from qrt.builder import GraphBuilder
 
 SIZES = [(1, 1), (1, 7), (37, 13), (300, 65), (64, 64), (129, 33)]
-RANGES = ["normal", "tiny", "large", "positive", "zeros", "constant"]
+RANGES = ["normal", "tiny", "minute", "large", "positive", "zeros", "constant"]
 
 
 def _activations(shape, kind, rng):
     x = rng.standard_normal(shape).astype(np.float32)
     return {
         "normal": x,
-        "tiny": x * np.float32(1e-5),
+        "tiny": x * np.float32(1e-5),  # a scale below torch's SMALL_SCALE (6.1e-5): the range is widened
+        "minute": x * np.float32(1e-37),  # 1 / fl(scale) overflows: torch takes 0.1 (every x still quantizes to zp)
         "large": x * np.float32(1e3),
         "positive": np.abs(x) + np.float32(0.5),
         "zeros": np.zeros(shape, np.float32),
