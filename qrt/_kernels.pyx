@@ -44,7 +44,7 @@ cdef extern from "qrt_kernels.h" nogil:
         const char* name
         const char* i8_isa
         const char* fp_isa
-        int i8_nr, i8_mr, fp_nr, fp_mr
+        int i8_nr, i8_mr, i8_small_x, fp_nr, fp_mr
         ptrdiff_t (*i8_packed_x_size)(ptrdiff_t m, ptrdiff_t k) noexcept nogil
         int (*i8_pack_x)(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* out) noexcept nogil
         void (*i8_col_offset)(int32_t x_zp, const int32_t* w_rowsum, const int32_t* w_zp, ptrdiff_t n,
@@ -616,8 +616,11 @@ cdef class PackedS8:
         if xp == NULL or col_offset == NULL or (self.any_zp and xsum == NULL):
             err = -1
         else:
-            # the faster flavour takes activations of at most 128; both are exact
-            small_x = (kern.u8_max(x, k) if plain else kern.i8_pack_x(x, m, k, xp)) <= 128
+            # the faster flavour, where the variant has one, takes activations of at most 128; both are exact
+            if plain:
+                small_x = kern.i8_small_x and kern.u8_max(x, k) <= 128
+            else:
+                small_x = kern.i8_pack_x(x, m, k, xp) <= 128
             kern.i8_col_offset(x_zp, self.rowsum, self.zp if self.any_zp else NULL, n, k, col_offset)
             memset(col_offset + n, 0, (panels * nr - n) * sizeof(int32_t))  # padding columns, never stored
             if self.any_zp:

@@ -10,8 +10,14 @@
 #define QRT_CAT_(a, b) a##b
 #define QRT_CAT(a, b) QRT_CAT_(a, b)
 
+#if defined(I8_U7_COLS)
+#define I8_SMALL_X 1
+#else
+#define I8_SMALL_X 0
+#endif
+
 const qrt_kernels QRT_CAT(qrt_kernels_, QRT_VARIANT_ID) = {
-    QRT_VARIANT_NAME, QRT_I8_ISA, QRT_F16_ISA, I8_NR, I8_MR, F_NR, F_MR,
+    QRT_VARIANT_NAME, QRT_I8_ISA, QRT_F16_ISA, I8_NR, I8_MR, I8_SMALL_X, F_NR, F_MR,
     qrt_i8_packed_x_size, qrt_i8_pack_x, qrt_i8_col_offset, qrt_gemm_u8s8,
     qrt_fp_packed_x_size, qrt_fp_pack_x, qrt_gemm_fp,
     qrt_min_max, qrt_quantize_u8, qrt_u8_max,
