@@ -61,6 +61,8 @@ cdef extern from "qrt_kernels.h" nogil:
         int (*min_max)(const float* x, ptrdiff_t n, float* lo, float* hi) noexcept nogil
         void (*quantize_u8)(const float* x, ptrdiff_t n, float inv, float zp, uint8_t* q) noexcept nogil
         int (*u8_max)(const uint8_t* x, ptrdiff_t n) noexcept nogil
+        int (*quantize_dynamic)(const float* x, ptrdiff_t n, int reduce_range, uint8_t* q, float* scale,
+                                int32_t* zero_point) noexcept nogil
         void (*gate_update)(int kind, const float* gi, float* gh, const float* h, const float* c, float* h_out,
                             float* c_out, ptrdiff_t batch, ptrdiff_t hidden, ptrdiff_t j0,
                             ptrdiff_t j1) noexcept nogil
@@ -72,9 +74,6 @@ ctypedef fused qint_t:
     uint8_t
     int8_t
     int32_t
-
-# fbgemm's SMALL_SCALE_THRESHOLD: a float, widened to double where compared.
-cdef float SMALL_SCALE = 6.1e-5
 
 
 cdef inline int64_t round_clamp(float v, int64_t qmin, int64_t qmax, int* nan) noexcept nogil:
@@ -218,42 +217,8 @@ def dequantize_per_channel(const qint_t[:, :, ::1] q, const double[::1] scale,
 
 # ------------------------------------------------------------ dynamic quantization of activations
 
-cdef void choose_qparams(float lo, float hi, bint reduce_range, float* scale, int32_t* zero_point) noexcept nogil:
-    """PyTorch's ChooseQuantizationParams for a quint8 activation (NUMERICS.md steps 2-5)."""
-    cdef int32_t qmin = 0
-    cdef int32_t qmax = 127 if reduce_range else 255
-    cdef double s
-    cdef float org, amp
-    cdef double zp_min, zp_max, err_min, err_max, zp
-    lo = lo if lo < 0 else 0
-    hi = hi if hi > 0 else 0
-    s = (<double>hi - lo) / (qmax - qmin)
-    # 1 / fl(s) overflows only where fl(s) < 2^-127, far below SMALL_SCALE: a common scale takes no division here
-    if <float>s == 0 or (s < <double>SMALL_SCALE and isinf(<float>1.0 / <float>s)):
-        s = 0.1
-    if s < <double>SMALL_SCALE:
-        org = <float>s
-        s = SMALL_SCALE
-        if lo == 0:
-            hi = SMALL_SCALE * (qmax - qmin)
-        elif hi == 0:
-            lo = -SMALL_SCALE * (qmax - qmin)
-        else:
-            amp = SMALL_SCALE / org
-            lo = lo * amp
-            hi = hi * amp
-    zp_min = qmin - lo / s
-    zp_max = qmax - hi / s
-    err_min = fabs(<double>qmin) - fabs(lo / s)
-    err_max = fabs(<double>qmax) - fabs(hi / s)
-    zp = zp_min if err_min < err_max else zp_max
-    if zp < qmin:
-        zero_point[0] = qmin
-    elif zp > qmax:
-        zero_point[0] = qmax
-    else:
-        zero_point[0] = <int32_t>nearbyint(zp)
-    scale[0] = <float>s
+cdef extern from "quantize_params.h" nogil:
+    void qrt_choose_qparams(float lo, float hi, int reduce_range, float* scale, int32_t* zero_point)
 
 
 # ------------------------------------------------------------ GEMM kernels
@@ -404,27 +369,22 @@ cdef int quantize_activations(const qrt_kernels* kern, const float* x, Py_ssize_
     cdef float hi[64]
     cdef int bad[64]
     cdef float inv, zp
-    if parts == 1:  # the common small case: no parallel region to open
-        bad[0] = kern.min_max(x, n, &lo[0], &hi[0])
-    else:
-        for c in prange(parts, num_threads=parts, schedule="static"):
-            bad[c] = kern.min_max(x + chunk(n, parts, c), chunk(n, parts, c + 1) - chunk(n, parts, c),
-                                  &lo[c], &hi[c])
+    if parts == 1:  # the common small case: one call of the variant, no parallel region to open
+        return kern.quantize_dynamic(x, n, reduce_range, q, scale, zero_point)
+    for c in prange(parts, num_threads=parts, schedule="static"):
+        bad[c] = kern.min_max(x + chunk(n, parts, c), chunk(n, parts, c + 1) - chunk(n, parts, c), &lo[c], &hi[c])
     for c in range(1, parts):
         bad[0] |= bad[c]
         lo[0] = lo[c] if lo[c] < lo[0] else lo[0]
         hi[0] = hi[c] if hi[c] > hi[0] else hi[0]
     if bad[0]:
         return 1
-    choose_qparams(lo[0], hi[0], reduce_range, scale, zero_point)
+    qrt_choose_qparams(lo[0], hi[0], reduce_range, scale, zero_point)
     inv, zp = <float>1.0 / scale[0], <float>zero_point[0]
     # clamp to 255 even under reduce_range: PyTorch does the same
-    if parts == 1:
-        kern.quantize_u8(x, n, inv, zp, q)
-    else:
-        for c in prange(parts, num_threads=parts, schedule="static"):
-            kern.quantize_u8(x + chunk(n, parts, c), chunk(n, parts, c + 1) - chunk(n, parts, c), inv, zp,
-                             q + chunk(n, parts, c))
+    for c in prange(parts, num_threads=parts, schedule="static"):
+        kern.quantize_u8(x + chunk(n, parts, c), chunk(n, parts, c + 1) - chunk(n, parts, c), inv, zp,
+                         q + chunk(n, parts, c))
     return 0
 
 

@@ -1,4 +1,6 @@
 /* Dynamic quantization of activations: vectorisable loops, included once per variant (variant.h). */
+#include "quantize_params.h"
+
 /* Min and max of x[0..n) (n >= 1); returns 1 if any is NaN or infinite (torch's parameter choice has
  * no defined result for those: its zero point becomes a cast of NaN). Kept in 4 x 8 lanes (GCC/Clang vector
  * extensions), so it runs as vector compares and selects, 4 independent ones at a time (one chain of
@@ -73,4 +75,18 @@ static int qrt_u8_max(const uint8_t* x, ptrdiff_t n) {
     for (ptrdiff_t i = 0; i < n; i++)
         largest = x[i] > largest ? x[i] : largest;
     return largest;
+}
+
+/* x[0..n) (n >= 1) quantized dynamically on one thread: its range (qrt_min_max), torch's parameters for it,
+ * then q (qrt_quantize_u8, clamped to 255 even under reduce_range, as PyTorch does). One call where the
+ * driver made three: a batch-1 recurrent step quantizes its hidden state so every step. Returns 1 on NaN or
+ * infinity (q, scale and zero point then unset). */
+static int qrt_quantize_dynamic(const float* x, ptrdiff_t n, int reduce_range, uint8_t* q, float* scale,
+                                int32_t* zero_point) {
+    float lo, hi;
+    if (qrt_min_max(x, n, &lo, &hi))
+        return 1;
+    qrt_choose_qparams(lo, hi, reduce_range, scale, zero_point);
+    qrt_quantize_u8(x, n, 1.0f / *scale, (float)*zero_point, q);
+    return 0;
 }
