@@ -446,26 +446,27 @@ def test_long_rows_with_infinities_nan_and_signed_zeros(tmp_path, every_build):
 
 
 @pytest.mark.parametrize("n", [1, 5, 15, 16, 17, 94, 301])
-def test_softmax_rows_read_and_write_past_a_row_only_into_the_next(every_build, n):
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_softmax_rows_read_and_write_past_a_row_only_into_the_next(every_build, n, log):
     """A row with rows after it reads its reductions' last lanes past its end (masked off) and writes
     log_softmax's last block into the next row, which writes it again: the same bits as each row alone
     (no row after it, every tail lane by lane), and nothing written past the last row."""
     x = (RNG.standard_normal((35, n, 1)) * 4).astype(np.float32)
     x[3, n // 2] = -np.inf
-    for build, variant in every_build.items():
-        for log in (False, True):
-            def run():
-                ops = K.FloatOps()
-                y = np.full((36, n, 1), 7.0, np.float32)  # a row past the output, which nothing may write
-                ops.softmax(log, x, y[:35])
-                alone = np.empty_like(x)
-                for r in range(35):
-                    ops.softmax(log, x[r : r + 1], alone[r : r + 1])
-                return y, alone
 
-            y, alone = _under(variant, run)
-            assert (y[35] == 7.0).all(), (build, log)
-            assert _same_bits(y[:35], alone), (build, log)
+    def run():
+        ops = K.FloatOps()
+        y = np.full((36, n, 1), 7.0, np.float32)  # a row past the output, which nothing may write
+        ops.softmax(log, x, y[:35])
+        alone = np.empty_like(x)
+        for r in range(35):
+            ops.softmax(log, x[r : r + 1], alone[r : r + 1])
+        return y, alone
+
+    for build, variant in every_build.items():
+        y, alone = _under(variant, run)
+        assert (y[35] == 7.0).all(), build
+        assert _same_bits(y[:35], alone), build
 
 
 # ------------------------------------------------------------ add, sub, mul, div
