@@ -53,9 +53,30 @@ QRT_INLINE void qrt_lane_reduce(int op, const float* restrict x, ptrdiff_t n, pt
             typedef int32_t lanes_i __attribute__((vector_size(QRT_LANES * sizeof(float))));
             lanes_f va;
             memcpy(&va, acc, sizeof va);
-            for (; j + QRT_LANES <= nb; j += QRT_LANES) {
+            ptrdiff_t vend = nb / QRT_LANES * QRT_LANES; /* where the vectors stop */
+#if defined(QRT_FLOAT_OPS_LANES_IN_ONE)
+            /* the block's last lanes as one more vector, read past the row where later rows are there to read,
+             * the lanes past it set to what leaves a lane as it is (-inf for max; -0.0 for the sums: -0.0
+             * squared is +0.0, and a sum from +0.0 is never -0.0): 35x94 log_softmax 3.1 -> 2.3 us on AVX-512;
+             * with AVX2's two registers a vector, 6.7 -> 7.3 us, so only where one register holds the lanes */
+            if (vend < nb && j0 + vend + QRT_LANES <= n + over)
+                vend += QRT_LANES;
+#else
+            (void)over;
+#endif
+            for (; j < vend; j += QRT_LANES) {
                 lanes_f v;
                 memcpy(&v, block + j, sizeof v);
+#if defined(QRT_FLOAT_OPS_LANES_IN_ONE)
+                if (j + QRT_LANES > nb) {
+                    static const int32_t lanes[QRT_LANES] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+                    lanes_i lane;
+                    memcpy(&lane, lanes, sizeof lane);
+                    const lanes_i in = lane < (lanes_i){0} + (int32_t)(nb - j);
+                    const lanes_f ident = (lanes_f){0} + (op == QRT_RED_MAX ? -INFINITY : -0.0f);
+                    v = (lanes_f)((in & (lanes_i)v) | (~in & (lanes_i)ident));
+                }
+#endif
                 if (op == QRT_RED_MAX) { /* qrt_red_combine's max, lane by lane */
                     const lanes_i take = (v > va) | (v != v);
                     va = (lanes_f)((take & (lanes_i)v) | (~take & (lanes_i)va));
@@ -63,31 +84,6 @@ QRT_INLINE void qrt_lane_reduce(int op, const float* restrict x, ptrdiff_t n, pt
                     va = va + (op == QRT_RED_SUM_SQUARES ? v * v : v);
                 }
             }
-#if defined(QRT_FLOAT_OPS_LANES_IN_ONE)
-            if (j < nb && j0 + j + QRT_LANES <= n + over) {
-                /* the block's last lanes as one vector read past the row, the lanes past it set to what
-                 * leaves a lane as it is (-inf for max; -0.0 for the sums: -0.0 squared is +0.0, and a sum
-                 * from +0.0 is never -0.0): 35x94 log_softmax 3.1 -> 2.3 us on AVX-512; with AVX2's two
-                 * registers a vector, 6.7 -> 7.3 us, so only where one register holds the lanes */
-                static const int32_t lanes[QRT_LANES] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-                lanes_f v;
-                lanes_i lane;
-                memcpy(&v, block + j, sizeof v);
-                memcpy(&lane, lanes, sizeof lane);
-                const lanes_i in = lane < (lanes_i){0} + (int32_t)(nb - j);
-                const lanes_f ident = (lanes_f){0} + (op == QRT_RED_MAX ? -INFINITY : -0.0f);
-                v = (lanes_f)((in & (lanes_i)v) | (~in & (lanes_i)ident));
-                if (op == QRT_RED_MAX) {
-                    const lanes_i take = (v > va) | (v != v);
-                    va = (lanes_f)((take & (lanes_i)v) | (~take & (lanes_i)va));
-                } else {
-                    va = va + (op == QRT_RED_SUM_SQUARES ? v * v : v);
-                }
-                j = nb;
-            }
-#else
-            (void)over;
-#endif
             memcpy(acc, &va, sizeof va);
 #endif
             for (; j + QRT_LANES <= nb; j += QRT_LANES)
