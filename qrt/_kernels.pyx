@@ -1027,6 +1027,14 @@ cdef class Recurrent:
         cdef prepared_input xin
         cdef int err = 0
         cdef const float* gi_t
+        # The states a step reads and writes, swapped after each step rather than copied back: c between the
+        # caller's c and c_new; h straight into y's row for the step where that row is b * hidden floats in
+        # a row (one batch row, or rows hidden apart), which the next step then reads.
+        cdef float* h_in = h
+        cdef float* c_in = c
+        cdef float* h_out = h_new
+        cdef float* c_out = c_new
+        cdef bint h_in_y = b == 1 or ldb == hidden
         memset(&xin, 0, sizeof(xin))
         if whole:
             err = self.ih.prepare(x if n_in else NULL, steps * b, &xin, q, steps * b * n_in)
@@ -1043,15 +1051,22 @@ cdef class Recurrent:
                     err = self.ih.project(&xin, first * b, min(block, steps - s) * b, gi, False)
                 gi_t = gi + (t - first) * b * rows
             if err == 0:
-                err = self.hh.forward(h, b, gh, False)
+                err = self.hh.forward(h_in, b, gh, False)
             if err:
                 break
-            self.update(gi_t, gh, h, c, h_new, c_new, b)
-            memcpy(h, h_new, b * hidden * sizeof(float))
+            if h_in_y:
+                h_out = y + t * ldt
+            self.update(gi_t, gh, h_in, c_in, h_out, c_out, b)
+            if not h_in_y:
+                for i in range(b):
+                    memcpy(y + t * ldt + i * ldb, h_out + i * hidden, hidden * sizeof(float))
+            h_in, h_out = h_out, h_in
             if self.kind == QRT_LSTM:
-                memcpy(c, c_new, b * hidden * sizeof(float))
-            for i in range(b):
-                memcpy(y + t * ldt + i * ldb, h_new + i * hidden, hidden * sizeof(float))
+                c_in, c_out = c_out, c_in
+        if h_in != h:
+            memcpy(h, h_in, b * hidden * sizeof(float))
+        if c_in != c:
+            memcpy(c, c_in, b * hidden * sizeof(float))
         release(&xin)
         return err
 
