@@ -47,9 +47,7 @@ cdef extern from "qrt_kernels.h" nogil:
         int i8_nr, i8_mr, i8_small_x, fp_nr, fp_mr
         ptrdiff_t (*i8_packed_x_size)(ptrdiff_t m, ptrdiff_t k) noexcept nogil
         int (*i8_pack_x)(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* out) noexcept nogil
-        void (*i8_col_offset)(int32_t x_zp, const int32_t* w_rowsum, const int32_t* w_zp, ptrdiff_t n,
-                              ptrdiff_t k, int32_t* out) noexcept nogil
-        void (*gemm_u8s8)(const uint8_t* xpacked, const int32_t* col_offset, const int8_t* packed,
+        void (*gemm_u8s8)(const uint8_t* xpacked, int32_t x_zp, const int32_t* w_rowsum, const int8_t* packed,
                           const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0,
                           ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, int small_x, int x_plain,
                           const qrt_epilogue* e) noexcept nogil
@@ -473,7 +471,6 @@ def gemm_f32_chain_reference(const float[:, ::1] x, const float[:, ::1] w, bias,
 
 cdef enum:
     SCRATCH_BYTES = 8192  # a call's buffers up to this size are on its stack: batch 1 allocates nothing
-    SCRATCH_INTS = 2048  # SCRATCH_BYTES of int32
     SCRATCH_ROWS = 64
 
 
@@ -485,6 +482,7 @@ cdef object aligned_empty(Py_ssize_t nbytes):
 
 
 cdef extern from "layout.h" nogil:
+    enum: QRT_I8_NPAD
     ptrdiff_t qrt_i8_packed_size(ptrdiff_t n, ptrdiff_t k)
     void qrt_i8_pack(const int8_t* w, ptrdiff_t n, ptrdiff_t k, int8_t* out)
     ptrdiff_t qrt_fp_packed_size(ptrdiff_t n, ptrdiff_t k)
@@ -538,9 +536,10 @@ cdef class PackedS8:
         self.n, self.k = weight.shape
         self.kern = active
         p, packed = packed_data(weight, np.int8, qrt_i8_packed_size(self.n, self.k))
-        rs = np.ascontiguousarray(p.row_sums, np.int32)
-        if rs.shape != (self.n,):
-            raise ValueError(f"row sums of shape {list(rs.shape)}, expected [{self.n}]")
+        if np.shape(p.row_sums) != (self.n,):
+            raise ValueError(f"row sums of shape {list(np.shape(p.row_sums))}, expected [{self.n}]")
+        rs = np.zeros((self.n + QRT_I8_NPAD - 1) // QRT_I8_NPAD * QRT_I8_NPAD, np.int32)  # zero to whole panels, read
+        rs[:self.n] = p.row_sums
         z = np.ascontiguousarray(np.broadcast_to(np.asarray(zero_point, np.int32), (self.n,)))
         cdef const int8_t[::1] pv = packed
         cdef const int32_t[::1] zv = z, rv = rs
@@ -558,22 +557,19 @@ cdef class PackedS8:
         # one row with whole groups of 4 k is read as it is; anything else is packed into row tiles
         cdef bint plain = m == 1 and k > 0 and k % 4 == 0, small_x
         # small buffers live on this call's stack (a batch-1 product allocates nothing), larger ones on the heap
-        cdef int32_t offset_stack[SCRATCH_INTS]
         cdef int32_t xsum_stack[SCRATCH_ROWS]
         cdef uint8_t xp_stack[SCRATCH_BYTES]
-        cdef int32_t* col_offset = offset_stack
         cdef int32_t* xsum = NULL
+        cdef const int32_t* w_zp = self.zp if self.any_zp else NULL
         cdef uint8_t* xp = <uint8_t*>x if plain else xp_stack
         cdef int err = 0
         if m == 0 or n == 0:
             return 0
-        if panels * nr > SCRATCH_INTS:
-            col_offset = <int32_t*>malloc(panels * nr * sizeof(int32_t))
         if not plain and kern.i8_packed_x_size(m, k) > SCRATCH_BYTES:
             xp = <uint8_t*>malloc(kern.i8_packed_x_size(m, k))
         if self.any_zp:  # rowsum(x) is only needed against nonzero weight zero points
             xsum = &xsum_stack[0] if m <= SCRATCH_ROWS else <int32_t*>malloc(m * sizeof(int32_t))
-        if xp == NULL or col_offset == NULL or (self.any_zp and xsum == NULL):
+        if xp == NULL or (self.any_zp and xsum == NULL):
             err = -1
         else:
             # the faster flavour, where the variant has one, takes activations of at most 128; both are exact
@@ -581,8 +577,6 @@ cdef class PackedS8:
                 small_x = kern.i8_small_x and kern.u8_max(x, k) <= 128
             else:
                 small_x = kern.i8_pack_x(x, m, k, xp) <= 128
-            kern.i8_col_offset(x_zp, self.rowsum, self.zp if self.any_zp else NULL, n, k, col_offset)
-            memset(col_offset + n, 0, (panels * nr - n) * sizeof(int32_t))  # padding columns, never stored
             if self.any_zp:
                 for i in range(m):
                     xsum[i] = 0
@@ -590,18 +584,17 @@ cdef class PackedS8:
                         xsum[i] += x[i * k + t]
             split_work(m, panels, mr, <int64_t>m * n * k, MIN_WORK_I8, &cn, &cm)
             if cn * cm == 1:
-                kern.gemm_u8s8(xp, col_offset, self.packed, self.zp, xsum, n, k, 0, m, 0, panels, small_x, plain, e)
+                kern.gemm_u8s8(xp, x_zp, self.rowsum, self.packed, w_zp, xsum, n, k, 0, m, 0, panels, small_x, plain,
+                               e)
             else:
                 for task in prange(cn * cm, num_threads=cn * cm, schedule="static"):
-                    kern.gemm_u8s8(xp, col_offset, self.packed, self.zp, xsum, n, k,
+                    kern.gemm_u8s8(xp, x_zp, self.rowsum, self.packed, w_zp, xsum, n, k,
                                    chunk((m + mr - 1) // mr, cm, task % cm) * mr,
                                    min(chunk((m + mr - 1) // mr, cm, task % cm + 1) * mr, m),
                                    chunk(panels, cn, task // cm), chunk(panels, cn, task // cm + 1), small_x, plain,
                                    e)
         if xsum != xsum_stack:
             free(xsum)
-        if col_offset != offset_stack:
-            free(col_offset)
         if xp != xp_stack and not plain:
             free(xp)
         return err

@@ -23,7 +23,7 @@ from qrt import _kernels as K
 
 # (m, n, k): K = 1, M = 0 and 1, sizes just off multiples of 4, 16 and 64, more rows than one tile; one row
 # read as it is (k a multiple of 4) or packed, over one K slice or several; buffers past the stack's
-# (SCRATCH_BYTES: column offsets of n > 2048, packed x of many k); one row over weights of at most 32 KiB
+# (SCRATCH_BYTES: packed x of many k); many panels at one row; one row over weights of at most 32 KiB
 # (the one-row passes: whole passes and every smaller one, across panels), over more (a strip at a time, to
 # 1 MiB) and over more than 1 MiB (panel tiles); a last tile of one row
 SHAPES = [(0, 5, 3), (1, 1, 1), (1, 7, 1), (3, 1, 5), (1, 65, 4), (5, 17, 3), (7, 63, 65), (13, 130, 129),

@@ -99,6 +99,7 @@ typedef struct {
 #define T_DOT I8_DOT
 #define T_STORE I8_STORE
 #define T_LOADC I8_LOADC
+#define T_OFFSET I8_OFFSET
 #define T_ADD I8_ADD
 #include "gemm_i8_tile.h"
 
@@ -128,6 +129,7 @@ typedef struct {
 #define T_DOT I8_U7_DOT
 #define T_STORE I8_U7_STORE
 #define T_LOADC I8_U7_LOADC
+#define T_OFFSET I8_U7_OFFSET
 #define T_ADD I8_U7_ADD
 #include "gemm_i8_tile.h"
 #endif
@@ -251,9 +253,35 @@ static i8_out i8_out_at(const qrt_epilogue* e, ptrdiff_t n, ptrdiff_t j0, ptrdif
     return out;
 }
 
+/* The part of qrt_gemm_u8s8's expansion that depends on the column only, for columns [0, n) of weights with row
+ * sums w_rowsum and zero points w_zp, against x_zp: what each sum starts from. Symmetric weights (torch's
+ * dynamic linears) need none of it: their sums start from w_rowsum[j] * (I8_XBIAS - x_zp) (i8_offsets below). */
+static void qrt_i8_col_offset(int32_t x_zp, const int32_t* w_rowsum, const int32_t* w_zp, ptrdiff_t n, ptrdiff_t k,
+                              int32_t* out) {
+    uint32_t zx = (uint32_t)x_zp, kz = (uint32_t)k * zx;
+    for (ptrdiff_t j = 0; j < n; j++)
+        out[j] = (int32_t)(((uint32_t)I8_XBIAS - zx) * (uint32_t)w_rowsum[j] + kz * (uint32_t)w_zp[j]);
+}
+
+/* Where the sums of columns [j0, j0 + cols) start (qrt_gemm_u8s8's expansion), as init[col] * f: the weights'
+ * row sums times I8_XBIAS - x_zp, multiplied in the registers that take them; with weight zero points, offsets
+ * computed into start (room for cols), times 1. Columns past n start from 0. */
+static const int32_t* i8_offsets(int32_t x_zp, const int32_t* w_rowsum, const int32_t* w_zp, ptrdiff_t n, ptrdiff_t k,
+                                 ptrdiff_t j0, ptrdiff_t cols, int32_t* start, int32_t* f) {
+    if (!w_zp) {
+        *f = (int32_t)((uint32_t)I8_XBIAS - (uint32_t)x_zp);
+        return w_rowsum + j0;
+    }
+    const ptrdiff_t real = n - j0 < cols ? n - j0 : cols;
+    qrt_i8_col_offset(x_zp, w_rowsum + j0, w_zp + j0, real, k, start);
+    memset(start + real, 0, (size_t)(cols - real) * sizeof(int32_t));
+    *f = 1;
+    return start;
+}
+
 /* Row i of x (group g at xrow + g * xs) against the columns of panels [p0, p1), to the epilogue e: in passes
  * of registers across strips (T_ROW), or a strip at a time (stream, T_ROW_STREAM). */
-static void qrt_gemm_row(const uint8_t* xrow, ptrdiff_t xs, int small_x, const int32_t* col_offset,
+static void qrt_gemm_row(const uint8_t* xrow, ptrdiff_t xs, int small_x, int32_t x_zp, const int32_t* w_rowsum,
                          const int8_t* packed, const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k,
                          ptrdiff_t i, ptrdiff_t p0, ptrdiff_t p1, const qrt_epilogue* e) {
     /* strips wholly past n are padding, whose sums no one reads: a row stops at the strip holding column n - 1
@@ -261,63 +289,50 @@ static void qrt_gemm_row(const uint8_t* xrow, ptrdiff_t xs, int small_x, const i
     const ptrdiff_t kp = qrt_round_up(k, 4), last = p1 * I8_NR, end = last < n ? last : n;
     const ptrdiff_t stop = qrt_round_up(end, QRT_STRIP);
     const int stream = (stop - p0 * I8_NR) * kp > I8_ROW_BYTES;
-    void (*row)(const uint8_t*, ptrdiff_t, const int8_t*, ptrdiff_t, ptrdiff_t, ptrdiff_t, const int32_t*, int32_t*) =
-        stream ? i8_row_stream_exact : i8_row_exact;
+    void (*row)(const uint8_t*, ptrdiff_t, const int8_t*, ptrdiff_t, ptrdiff_t, ptrdiff_t, const int32_t*, int32_t,
+                int32_t*) = stream ? i8_row_stream_exact : i8_row_exact;
 #if defined(I8_U7_COLS)
     if (small_x)
         row = stream ? i8_row_stream_u7 : i8_row_u7;
 #else
     (void)small_x;
 #endif
-    int32_t c[I8_ROW_CHUNK];
+    int32_t c[I8_ROW_CHUNK], start[I8_ROW_CHUNK], f;
     for (ptrdiff_t j0 = p0 * I8_NR; j0 < end; j0 += I8_ROW_CHUNK) {
         const ptrdiff_t cols = stop - j0 < I8_ROW_CHUNK ? stop - j0 : I8_ROW_CHUNK;
-        row(xrow, xs, packed + j0 * kp, QRT_STRIP * kp, kp / 4, cols, col_offset + j0, c);
+        const int32_t* init = i8_offsets(x_zp, w_rowsum, w_zp, n, k, j0, cols, start, &f);
+        row(xrow, xs, packed + j0 * kp, QRT_STRIP * kp, kp / 4, cols, init, f, c);
         qrt_epilogue_rows(e, i, i + 1, n, j0, j0 + cols < end ? j0 + cols : end, c, 0, w_zp, x_rowsum);
     }
-}
-
-/* The part of the expansion below that depends on the column only, for columns [0, n) of weights
- * with row sums w_rowsum and zero points w_zp (NULL: all 0), against x_zp: what each sum starts from. */
-static void qrt_i8_col_offset(int32_t x_zp, const int32_t* w_rowsum, const int32_t* w_zp, ptrdiff_t n, ptrdiff_t k,
-                              int32_t* out) {
-    uint32_t zx = (uint32_t)x_zp, kz = (uint32_t)k * zx;
-    if (!w_zp) { /* symmetric weights (torch's dynamic linears): one product per column, not two */
-        for (ptrdiff_t j = 0; j < n; j++)
-            out[j] = (int32_t)(((uint32_t)I8_XBIAS - zx) * (uint32_t)w_rowsum[j]);
-        return;
-    }
-    for (ptrdiff_t j = 0; j < n; j++)
-        out[j] = (int32_t)(((uint32_t)I8_XBIAS - zx) * (uint32_t)w_rowsum[j] + kz * (uint32_t)w_zp[j]);
 }
 
 /* acc[i][j] = sum_t (x[i][t] - x_zp) * (w[j][t] - w_zp[j]) in int32 (wrapping), for
  * rows [i0, i1) (i0 a multiple of I8_MR) and columns of panels [p0, p1) (clipped to n),
  * from x packed by qrt_i8_pack_x.
  *
- * Expanded as dot(x, w) + col_offset[j] - w_zp[j] * rowsum(x)[i], where col_offset (from
- * qrt_i8_col_offset, padded to whole panels) holds - x_zp * rowsum(w)[j] + k * x_zp * w_zp[j]:
- * the dot products start from it, so a sum needs no fixing afterwards unless x_rowsum is given
- * (it may be NULL when every w_zp is 0). All exact modulo 2^32. Each result goes to the epilogue
+ * Expanded as dot(x, w) + col_offset[j] - w_zp[j] * rowsum(x)[i], where col_offset holds
+ * - x_zp * rowsum(w)[j] + k * x_zp * w_zp[j] (i8_offsets: w_rowsum holds rowsum(w), zero past n to a
+ * whole QRT_I8_NPAD, which tiles read): the dot products start from it, so a sum needs no fixing
+ * afterwards unless x_rowsum is given (it may be NULL when w_zp is, every w_zp being 0). All exact modulo 2^32. Each result goes to the epilogue
  * e (row stride n). Activations of at most 128 (small_x) take the faster flavour where the ISA has
  * one; both are exact, so the choice never changes a result. x_plain: xpacked is one row of x as it is
  * (i0 = 0, i1 = 1, k a multiple of 4), which needs no packing. */
-static void qrt_gemm_u8s8(const uint8_t* xpacked, const int32_t* col_offset, const int8_t* packed,
+static void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int32_t* w_rowsum, const int8_t* packed,
                           const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0,
                           ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, int small_x, int x_plain, const qrt_epilogue* e) {
     void (*tile)(const uint8_t*, ptrdiff_t, int, const int8_t*, ptrdiff_t, ptrdiff_t, ptrdiff_t, const int32_t*,
-                 int32_t*, const i8_out*) = i8_tile_any_exact;
+                 int32_t, int32_t*, const i8_out*) = i8_tile_any_exact;
 #if defined(I8_U7_COLS)
     if (small_x)
         tile = i8_tile_any_u7;
 #endif
     const int fused = i8_fused(e, x_rowsum, small_x);
-    int32_t c[I8_MC * I8_NR];
+    int32_t c[I8_MC * I8_NR], start[I8_NR], f;
     float scale[I8_NR], no_bias[I8_NR];
     ptrdiff_t kp = qrt_round_up(k, 4), groups = kp / 4, xs = x_plain ? 4 : 4 * I8_MR, p, ib, ie, i, gb, j0, j1;
     const ptrdiff_t bytes = (p1 - p0) * I8_NR * kp; /* of the weights this call reads */
     if (i1 - i0 == 1 && kp >= 4 && bytes <= I8_STREAM_BYTES) {
-        qrt_gemm_row(xpacked + i0 * kp, xs, small_x, col_offset, packed, w_zp, x_rowsum, n, k, i0, p0, p1, e);
+        qrt_gemm_row(xpacked + i0 * kp, xs, small_x, x_zp, w_rowsum, packed, w_zp, x_rowsum, n, k, i0, p0, p1, e);
         return;
     }
     /* K slices let a block of rows share a panel's slice in L1; one row reads each weight once: no slices */
@@ -326,6 +341,7 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, const int32_t* col_offset, con
         const int8_t* panel = packed + p * I8_NR * kp;
         j0 = p * I8_NR;
         j1 = j0 + I8_NR < n ? j0 + I8_NR : n;
+        const int32_t* init = i8_offsets(x_zp, w_rowsum, w_zp, n, k, j0, I8_NR, start, &f);
         const int whole = fused && (j1 - j0) % QRT_STRIP == 0;
         i8_out out = whole ? i8_out_at(e, n, j0, j1, scale, no_bias) : (i8_out){0};
         for (ib = i0; ib < i1; ib += I8_MC) {
@@ -336,7 +352,7 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, const int32_t* col_offset, con
                     if (whole) /* the last slice's sums are outputs */
                         out.y = e->y + i * n + j0;
                     tile(xpacked + i * kp, xs, (int)(ie - i < I8_MR ? ie - i : I8_MR), panel, QRT_STRIP * kp, gb, ge,
-                         gb == 0 ? col_offset + j0 : NULL, c + (i - ib) * I8_NR, whole && ge == groups ? &out : NULL);
+                         gb == 0 ? init : NULL, f, c + (i - ib) * I8_NR, whole && ge == groups ? &out : NULL);
                 }
             }
             if (!whole)

@@ -5,6 +5,7 @@
  *   T_COLS, T_ROWS      columns per accumulator; most rows one call keeps in registers
  *   T_ROW, T_ROW_PART, T_ROW_STREAM  names of the one-row functions; T_ROW_NV: accumulators a one-row pass keeps
  *   T_LOADW(p), T_SETX(word), T_DOT(acc, x, w), T_STORE(out, acc), T_LOADC(p), T_ADD(a, b) (a + b, lane by lane)
+ *   T_OFFSET(p, f)      where a sum starts: p[col] * f (wrapping), in the accumulator's form
  *   T_DEQUANTIZE(y, acc, scale, bias, relu)  optional: the dynamic linear's epilogue on one accumulator (i8_out)
  * and undefines them at the end.
  */
@@ -56,19 +57,22 @@ QRT_INLINE void T_FINISH(const i8_out* out, ptrdiff_t r, ptrdiff_t col, T_ACC ac
 
 /* c[r][col] = start[col] + sum over the k of groups [g0, g1) of (x[r][t] - I8_XBIAS) * panel column col,
  * for the r < mr rows of one x tile: row r's group g at xtile + g * xs + 4 * r; the panel's strips are
- * ss bytes apart; start is `init` (one row, shared by all rows) or, when init is NULL, c itself
+ * ss bytes apart; start is init[col] * f (one row, shared by all rows) or, when init is NULL, c itself
  * (continuing an earlier slice). c rows are I8_NR apart; with out (the last slice), the rows go to out instead. */
 QRT_INLINE void T_TILE(const uint8_t* xtile, ptrdiff_t xs, const int mr, const int8_t* panel, ptrdiff_t ss,
-                       ptrdiff_t g0, ptrdiff_t g1, const int32_t* init, int32_t* c, const i8_out* out) {
+                       ptrdiff_t g0, ptrdiff_t g1, const int32_t* init, int32_t f, int32_t* c, const i8_out* out) {
     static const int32_t zeros[I8_NR];
     const int sums = T_SUMS(mr);
-    T_ACC acc[4][T_ROWS][T_NV];
+    T_ACC acc[4][T_ROWS][T_NV], start[T_NV];
     ptrdiff_t g;
     int r, v, s;
+    if (init)
+        QRT_UNROLL for (v = 0; v < T_NV; v++)
+            start[v] = T_OFFSET(init + v * T_COLS, f);
     QRT_UNROLL for (r = 0; r < T_ROWS; r++)
         if (r < mr)
             QRT_UNROLL for (v = 0; v < T_NV; v++) {
-                acc[0][r][v] = init ? T_LOADC(init + v * T_COLS) : T_LOADC(c + r * I8_NR + v * T_COLS);
+                acc[0][r][v] = init ? start[v] : T_LOADC(c + r * I8_NR + v * T_COLS);
                 QRT_UNROLL for (s = 1; s < sums; s++)
                     acc[s][r][v] = T_LOADC(zeros);
             }
@@ -106,17 +110,17 @@ QRT_INLINE void T_TILE(const uint8_t* xtile, ptrdiff_t xs, const int mr, const i
 }
 
 /* One row against nv registers of columns from `strips` on (strips ss bytes apart; nv a constant once
- * inlined): c[col] = init[col] + sum over the k of `groups` groups of (x[t] - I8_XBIAS) * w[col][t], the
+ * inlined): c[col] = init[col] * f + sum over the k of `groups` groups of (x[t] - I8_XBIAS) * w[col][t], the
  * row's group g at x + g * xs. Fewer than 8 registers keep 8 / nv sums each over alternate groups, added
  * at the end, as T_TILE does: 8 chains at least (avx512-vnni K=512 N=10, one register: 0.15 -> 0.06 us). */
 QRT_INLINE void T_ROW_PART(const uint8_t* x, ptrdiff_t xs, const int8_t* strips, ptrdiff_t ss, ptrdiff_t groups,
-                           const int nv, const int32_t* init, int32_t* c) {
+                           const int nv, const int32_t* init, int32_t f, int32_t* c) {
     static const int32_t zeros[T_COLS];
     const int sums = nv >= 8 ? 1 : 8 / nv;
     T_ACC acc[8][T_ROW_NV];
     int v, s;
     QRT_UNROLL for (v = 0; v < nv; v++) {
-        acc[0][v] = T_LOADC(init + v * T_COLS);
+        acc[0][v] = T_OFFSET(init + v * T_COLS, f);
         QRT_UNROLL for (s = 1; s < sums; s++)
             acc[s][v] = T_LOADC(zeros);
     }
@@ -141,13 +145,13 @@ QRT_INLINE void T_ROW_PART(const uint8_t* x, ptrdiff_t xs, const int8_t* strips,
  * panel's strips follow the previous panel's), the rest in passes of 8, 4, 2 and 1 registers: a one-row
  * product keeps as many independent sums as the registers hold, not a panel's few. */
 static void T_ROW(const uint8_t* x, ptrdiff_t xs, const int8_t* strips, ptrdiff_t ss, ptrdiff_t groups,
-                  ptrdiff_t cols, const int32_t* init, int32_t* c) {
+                  ptrdiff_t cols, const int32_t* init, int32_t f, int32_t* c) {
     ptrdiff_t c0 = 0;
     for (; c0 + T_ROW_NV * T_COLS <= cols; c0 += T_ROW_NV * T_COLS)
-        T_ROW_PART(x, xs, strips + c0 / QRT_STRIP * ss, ss, groups, T_ROW_NV, init + c0, c + c0);
+        T_ROW_PART(x, xs, strips + c0 / QRT_STRIP * ss, ss, groups, T_ROW_NV, init + c0, f, c + c0);
     QRT_UNROLL for (int nv = 8; nv >= 1; nv /= 2)
         if (nv < T_ROW_NV && nv * T_COLS % QRT_STRIP == 0 && cols - c0 >= nv * T_COLS) {
-            T_ROW_PART(x, xs, strips + c0 / QRT_STRIP * ss, ss, groups, nv, init + c0, c + c0);
+            T_ROW_PART(x, xs, strips + c0 / QRT_STRIP * ss, ss, groups, nv, init + c0, f, c + c0);
             c0 += nv * T_COLS;
         }
 }
@@ -157,15 +161,15 @@ static void T_ROW(const uint8_t* x, ptrdiff_t xs, const int8_t* strips, ptrdiff_
  * prefetcher follows from L2, where a pass over many strips at once reads as many streams (one row, K=256
  * N=512, 128 KiB of weights, Zen 5 avx512-vnni: 0.93-0.97 us in panels, 0.75 us so, the streaming floor 0.67). */
 static void T_ROW_STREAM(const uint8_t* x, ptrdiff_t xs, const int8_t* strips, ptrdiff_t ss, ptrdiff_t groups,
-                         ptrdiff_t cols, const int32_t* init, int32_t* c) {
+                         ptrdiff_t cols, const int32_t* init, int32_t f, int32_t* c) {
     for (ptrdiff_t c0 = 0; c0 < cols; c0 += QRT_STRIP)
-        T_ROW_PART(x, xs, strips + c0 / QRT_STRIP * ss, ss, groups, T_STRIP_NV, init + c0, c + c0);
+        T_ROW_PART(x, xs, strips + c0 / QRT_STRIP * ss, ss, groups, T_STRIP_NV, init + c0, f, c + c0);
 }
 
 /* The mr rows of a tile in calls of at most T_ROWS rows, each with its row count a constant, so the
  * accumulators live in registers. out (or NULL): as T_TILE's, for the tile's first row. */
 static void T_TILE_ANY(const uint8_t* xtile, ptrdiff_t xs, int mr, const int8_t* panel, ptrdiff_t ss, ptrdiff_t g0,
-                       ptrdiff_t g1, const int32_t* init, int32_t* c, const i8_out* out) {
+                       ptrdiff_t g1, const int32_t* init, int32_t f, int32_t* c, const i8_out* out) {
     for (int r0 = 0; r0 < mr; r0 += T_ROWS) {
         const uint8_t* xt = xtile + r0 * 4;
         int32_t* cr = c + r0 * I8_NR;
@@ -176,12 +180,12 @@ static void T_TILE_ANY(const uint8_t* xtile, ptrdiff_t xs, int mr, const int8_t*
         }
         const i8_out* ro = out ? &o : NULL;
         switch (mr - r0 < T_ROWS ? mr - r0 : T_ROWS) {
-        case 1: T_TILE(xt, xs, 1, panel, ss, g0, g1, init, cr, ro); break;
-        case 2: T_TILE(xt, xs, 2, panel, ss, g0, g1, init, cr, ro); break;
-        case 3: T_TILE(xt, xs, 3, panel, ss, g0, g1, init, cr, ro); break;
-        case 4: T_TILE(xt, xs, 4, panel, ss, g0, g1, init, cr, ro); break;
-        case 5: T_TILE(xt, xs, 5, panel, ss, g0, g1, init, cr, ro); break;
-        default: T_TILE(xt, xs, 6, panel, ss, g0, g1, init, cr, ro); break;
+        case 1: T_TILE(xt, xs, 1, panel, ss, g0, g1, init, f, cr, ro); break;
+        case 2: T_TILE(xt, xs, 2, panel, ss, g0, g1, init, f, cr, ro); break;
+        case 3: T_TILE(xt, xs, 3, panel, ss, g0, g1, init, f, cr, ro); break;
+        case 4: T_TILE(xt, xs, 4, panel, ss, g0, g1, init, f, cr, ro); break;
+        case 5: T_TILE(xt, xs, 5, panel, ss, g0, g1, init, f, cr, ro); break;
+        default: T_TILE(xt, xs, 6, panel, ss, g0, g1, init, f, cr, ro); break;
         }
     }
 }
@@ -207,4 +211,5 @@ static void T_TILE_ANY(const uint8_t* xtile, ptrdiff_t xs, int mr, const int8_t*
 #undef T_DOT
 #undef T_STORE
 #undef T_LOADC
+#undef T_OFFSET
 #undef T_ADD

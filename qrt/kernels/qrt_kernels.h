@@ -47,14 +47,13 @@ typedef struct {
     int i8_small_x;       /* whether the product has a faster flavour for activations <= 128 (its small_x) */
     int fp_nr, fp_mr;     /* ... and of the float product */
 
-    /* int8, weights packed as layout.h says: x[m][k] -> row tiles; column offsets; the product with its epilogue */
+    /* int8, weights packed as layout.h says: x[m][k] -> row tiles; the product with its epilogue (w_rowsum: the
+     * weights' row sums, zero past n to a whole QRT_I8_NPAD; small_x: max(x) <= 128) */
     ptrdiff_t (*i8_packed_x_size)(ptrdiff_t m, ptrdiff_t k);
     int (*i8_pack_x)(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* out); /* returns max(x) */
-    void (*i8_col_offset)(int32_t x_zp, const int32_t* w_rowsum, const int32_t* w_zp, ptrdiff_t n, ptrdiff_t k,
-                          int32_t* out);
-    void (*gemm_u8s8)(const uint8_t* xpacked, const int32_t* col_offset, const int8_t* packed, const int32_t* w_zp,
-                      const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0, ptrdiff_t i1, ptrdiff_t p0,
-                      ptrdiff_t p1, int small_x, int x_plain, const qrt_epilogue* e); /* small_x: max(x) <= 128 */
+    void (*gemm_u8s8)(const uint8_t* xpacked, int32_t x_zp, const int32_t* w_rowsum, const int8_t* packed,
+                      const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0, ptrdiff_t i1,
+                      ptrdiff_t p0, ptrdiff_t p1, int small_x, int x_plain, const qrt_epilogue* e);
 
     /* float16 (half) or float32 weights packed as layout.h says: the same steps, fma chains in fbgemm's
      * fp16 order, bias added after the chain; x's m rows make ceil(m / fp_mr) row tiles (t0, t1 count them) */

@@ -22,6 +22,7 @@ typedef __m256i i8_x;
 #define I8_DOT(acc, x, w) _mm256_add_epi32((acc), _mm256_madd_epi16((x), (w)))
 /* 4 partial sums back into pair form: (c, 0) per column */
 #define I8_LOADC(p) _mm256_cvtepu32_epi64(_mm_loadu_si128((const __m128i*)(p)))
+#define I8_OFFSET(p, f) _mm256_cvtepu32_epi64(_mm_mullo_epi32(_mm_loadu_si128((const __m128i*)(p)), _mm_set1_epi32(f)))
 #define I8_ADD(a, b) _mm256_add_epi32((a), (b)) /* pair forms add lane by lane */
 QRT_INLINE void I8_STORE(int32_t* out, i8_acc acc) {
     int32_t pairs[8];
@@ -45,4 +46,5 @@ typedef __m256i i8u7_x;
     _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((x), (w)), _mm256_set1_epi16(1)))
 #define I8_U7_STORE(out, acc) _mm256_storeu_si256((__m256i*)(out), (acc))
 #define I8_U7_LOADC(p) _mm256_loadu_si256((const __m256i*)(p))
+#define I8_U7_OFFSET(p, f) _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i*)(p)), _mm256_set1_epi32(f))
 #define I8_U7_ADD(a, b) _mm256_add_epi32((a), (b))

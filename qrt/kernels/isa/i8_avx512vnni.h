@@ -20,6 +20,7 @@ typedef __m512i i8_x;
 #define I8_DOT(acc, x, w) _mm512_dpbusd_epi32((acc), (x), (w))
 #define I8_STORE(out, acc) _mm512_storeu_si512((void*)(out), (acc))
 #define I8_LOADC(p) _mm512_loadu_si512((const void*)(p))
+#define I8_OFFSET(p, f) _mm512_mullo_epi32(_mm512_loadu_si512((const void*)(p)), _mm512_set1_epi32(f))
 #define I8_ADD(a, b) _mm512_add_epi32((a), (b))
 
 /* The dynamic linear's epilogue (gemm_i8.h's qrt_dequantize_row) on one accumulator, 16 columns:

@@ -17,6 +17,7 @@ typedef __m256i i8_x;
 #define I8_DOT(acc, x, w) _mm256_dpbusd_avx_epi32((acc), (x), (w))
 #define I8_STORE(out, acc) _mm256_storeu_si256((__m256i*)(out), (acc))
 #define I8_LOADC(p) _mm256_loadu_si256((const __m256i*)(p))
+#define I8_OFFSET(p, f) _mm256_mullo_epi32(_mm256_loadu_si256((const __m256i*)(p)), _mm256_set1_epi32(f))
 #define I8_ADD(a, b) _mm256_add_epi32((a), (b))
 
 /* The dynamic linear's epilogue (gemm_i8.h's qrt_dequantize_row) on one accumulator, 8 columns:

@@ -21,11 +21,13 @@ QRT_INLINE i8_acc I8_DOT(i8_acc acc, i8_x x, i8_w w) {
 }
 QRT_INLINE void I8_STORE(int32_t* out, i8_acc acc) { vst1q_s32(out, vpaddq_s32(acc.val[0], acc.val[1])); }
 /* 4 sums into pair form: (c, 0) per column */
-QRT_INLINE i8_acc I8_LOADC(const int32_t* p) {
-    const int32x4_t c = vld1q_s32(p), zero = vdupq_n_s32(0);
+QRT_INLINE i8_acc i8_pair_form(int32x4_t c) {
+    const int32x4_t zero = vdupq_n_s32(0);
     i8_acc a = {{vzip1q_s32(c, zero), vzip2q_s32(c, zero)}};
     return a;
 }
+#define I8_LOADC(p) i8_pair_form(vld1q_s32(p))
+#define I8_OFFSET(p, f) i8_pair_form(vmulq_n_s32(vld1q_s32(p), (f)))
 QRT_INLINE i8_acc I8_ADD(i8_acc a, i8_acc b) { /* pair forms add lane by lane */
     a.val[0] = vaddq_s32(a.val[0], b.val[0]);
     a.val[1] = vaddq_s32(a.val[1], b.val[1]);

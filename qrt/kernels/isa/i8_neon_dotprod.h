@@ -15,6 +15,7 @@ typedef int8x16_t i8_x;
 #define I8_DOT(acc, x, w) vdotq_s32((acc), (w), (x))
 #define I8_STORE(out, acc) vst1q_s32((out), (acc))
 #define I8_LOADC(p) vld1q_s32(p)
+#define I8_OFFSET(p, f) vmulq_n_s32(vld1q_s32(p), (f))
 #define I8_ADD(a, b) vaddq_s32((a), (b))
 
 /* The dynamic linear's epilogue (gemm_i8.h's qrt_dequantize_row) on one accumulator, 4 columns:

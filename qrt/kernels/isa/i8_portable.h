@@ -18,4 +18,5 @@ QRT_INLINE int32_t I8_DOT(int32_t acc, uint32_t x, const int8_t* w) {
 }
 #define I8_STORE(out, acc) (*(out) = (acc))
 #define I8_LOADC(p) (*(p))
+#define I8_OFFSET(p, f) ((int32_t)((uint32_t)(*(p)) * (uint32_t)(f))) /* wrapping, as the sums */
 #define I8_ADD(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b))) /* wrapping, as the sums */
