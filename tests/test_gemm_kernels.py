@@ -310,6 +310,23 @@ def test_dynamic_epilogue_identical_to_portable(variant_name, m, k, n, bias, rel
         assert np.signbit(zeros).any() and not np.signbit(zeros).all()
 
 
+@pytest.mark.parametrize("k", [1, 7, 16, 33, 100])
+def test_dynamic_quantization_refuses_nan_and_infinity_anywhere(k, variant):
+    """Each variant's range (qrt_min_max, on order keys) finds a NaN of either sign or an infinity wherever it
+    lies in the vector loop, first, last or between; the same input with a finite value there quantizes."""
+    rng = np.random.default_rng(k)
+    layer = K.DynamicLinear(rng.integers(-128, 128, (5, k), dtype=np.int8), np.float32(0.01), np.zeros(5, np.int32))
+    y = np.empty((2, 5), np.float32)
+    for at in sorted({0, k // 2, 2 * k - 1}):
+        for special in (np.nan, -np.nan, np.inf, -np.inf):
+            x = rng.standard_normal((2, k)).astype(np.float32)
+            x.flat[at] = special
+            with pytest.raises(ValueError, match="NaN or infinity"):
+                layer(x, y)
+            x.flat[at] = -0.0
+            layer(x, y)
+
+
 @pytest.mark.parametrize("variant_name", [v for v in RUNNABLE if v != "portable"])
 @pytest.mark.parametrize("kind", ["rnn_tanh", "rnn_relu", "lstm", "gru"])
 def test_recurrent_steps_identical_to_portable(variant_name, kind):
