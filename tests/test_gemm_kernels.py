@@ -283,10 +283,10 @@ def test_requantization_identical_to_portable(variant_name, per_channel, bias, r
 @pytest.mark.parametrize("relu", [False, True], ids=["linear", "relu"])
 def test_dynamic_epilogue_identical_to_portable(variant_name, m, k, n, bias, relu):
     """The dynamic linear's epilogue applied to a tile's registers (avx512-vnni, avx-vnni, neon-dotprod) against
-    portable's C loop over stored sums: panels of whole strips and cut ones (n = 94: 64 + 30 on avx512-vnni),
-    over one K slice and over two (k = 300), a tile of one row (m = 7 on 6-row tiles), both signs of zero (a
-    no-bias layer's -0.0 where a sum is 0 and a weight scale negative), ReLU at 0; and nothing written past
-    the output."""
+    portable's C loop over stored sums: panels of whole strips and cut ones (n = 94: 64 + 30 on avx512-vnni, the
+    last register's first 14 lanes stored), over one K slice and over two (k = 300), a tile of one row (m = 7 on
+    6-row tiles), both signs of zero (a no-bias layer's -0.0 where a sum is 0 and a weight scale negative), ReLU
+    at 0; and nothing written past the output."""
     rng = np.random.default_rng(11)
     w8 = rng.integers(-128, 128, (n, k), dtype=np.int8)
     scale = (rng.random(n) * 0.01 + 1e-3).astype(np.float32) * rng.choice([-1, 1], n).astype(np.float32)

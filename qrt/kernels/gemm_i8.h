@@ -60,15 +60,15 @@ static int qrt_i8_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* ou
     return largest;
 }
 
-/* Where a tile puts its finished sums when they are a dynamic linear's outputs, whole strips of them, and its
- * flavour has the ISA's form of qrt_dequantize_row for one register (T_DEQUANTIZE): straight from the
- * registers to y, not through the int32 buffer and qrt_epilogue_rows (Zen 5, avx512-vnni, M=35 K=64 N=256:
- * 2.2 -> 1.6-1.7 us; one-row passes gained nothing so, and keep the buffer). Columns count from the panel's
- * first. */
+/* Where a tile puts its finished sums when they are a dynamic linear's outputs and its flavour has the ISA's
+ * form of qrt_dequantize_row for one register (T_DEQUANTIZE): straight from the registers to y, not through
+ * the int32 buffer and qrt_epilogue_rows (Zen 5, avx512-vnni, M=35 K=64 N=256: 2.2 -> 1.6-1.7 us; one-row
+ * passes gained nothing so, and keep the buffer); where n ends inside a register, its first lanes only (N=94:
+ * 1.0 -> 0.8-0.9 us, its last panel 30 columns). Columns count from the panel's first. */
 typedef struct {
     float* y;            /* the output of the tile's first row and column */
     ptrdiff_t ldy;       /* its row stride */
-    ptrdiff_t cols;      /* columns that are outputs: whole strips, fewer than a panel's where n ends */
+    ptrdiff_t cols;      /* columns that are outputs: fewer than a panel's where n ends */
     const float* scale;  /* fl(x_scale * w_scale[j]) from the first column */
     const float* bias;   /* e->bias from the first column; -0.0 for a layer without bias: fma(a, s, -0.0) is
                           * fl(a * s), zeros' signs included, so one formula serves both */
@@ -241,15 +241,20 @@ static int i8_fused(const qrt_epilogue* e, const int32_t* x_rowsum, int small_x)
     return I8_FUSES;
 }
 
-/* out for columns [j0, j1) of e (y still to be set), its tables filled in (room for j1 - j0 each: scale, and
- * no_bias, used when e has no bias) */
-static i8_out i8_out_at(const qrt_epilogue* e, ptrdiff_t n, ptrdiff_t j0, ptrdiff_t j1, float* scale, float* no_bias) {
-    for (ptrdiff_t j = j0; j < j1; j++)
-        scale[j - j0] = e->x_scale * e->w_scale[j];
-    if (!e->bias)
-        for (ptrdiff_t j = j0; j < j1; j++)
-            no_bias[j - j0] = -0.0f;
-    i8_out out = {NULL, n, j1 - j0, scale, e->bias ? e->bias + j0 : no_bias, e->relu};
+/* out for columns [j0, j1) of e (y still to be set), its tables filled in (room for I8_NR each: scale, and
+ * bias where e has none or n ends inside the panel, so a register's loads stay in the tables; the lanes past
+ * j1 of the register where n ends, read but never stored, are 0) */
+static i8_out i8_out_at(const qrt_epilogue* e, ptrdiff_t n, ptrdiff_t j0, ptrdiff_t j1, float* scale, float* bias) {
+    const ptrdiff_t cols = j1 - j0, end = qrt_round_up(cols, QRT_STRIP);
+    for (ptrdiff_t j = 0; j < cols; j++)
+        scale[j] = e->x_scale * e->w_scale[j0 + j];
+    const int copy = !e->bias || cols < I8_NR;
+    if (copy)
+        for (ptrdiff_t j = 0; j < cols; j++)
+            bias[j] = e->bias ? e->bias[j0 + j] : -0.0f;
+    for (ptrdiff_t j = cols; j < end; j++)
+        scale[j] = bias[j] = 0.0f;
+    i8_out out = {NULL, n, cols, scale, copy ? bias : e->bias + j0, e->relu};
     return out;
 }
 
@@ -328,7 +333,7 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int32_t* w
 #endif
     const int fused = i8_fused(e, x_rowsum, small_x);
     int32_t c[I8_MC * I8_NR], start[I8_NR], f;
-    float scale[I8_NR], no_bias[I8_NR];
+    float scale[I8_NR], bias[I8_NR];
     ptrdiff_t kp = qrt_round_up(k, 4), groups = kp / 4, xs = x_plain ? 4 : 4 * I8_MR, p, ib, ie, i, gb, j0, j1;
     const ptrdiff_t bytes = (p1 - p0) * I8_NR * kp; /* of the weights this call reads */
     if (i1 - i0 == 1 && kp >= 4 && bytes <= I8_STREAM_BYTES) {
@@ -342,20 +347,19 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int32_t* w
         j0 = p * I8_NR;
         j1 = j0 + I8_NR < n ? j0 + I8_NR : n;
         const int32_t* init = i8_offsets(x_zp, w_rowsum, w_zp, n, k, j0, I8_NR, start, &f);
-        const int whole = fused && (j1 - j0) % QRT_STRIP == 0;
-        i8_out out = whole ? i8_out_at(e, n, j0, j1, scale, no_bias) : (i8_out){0};
+        i8_out out = fused ? i8_out_at(e, n, j0, j1, scale, bias) : (i8_out){0};
         for (ib = i0; ib < i1; ib += I8_MC) {
             ie = ib + I8_MC < i1 ? ib + I8_MC : i1;
             for (gb = 0; gb < groups || gb == 0; gb += kc) {
                 ptrdiff_t ge = gb + kc < groups ? gb + kc : groups;
                 for (i = ib; i < ie; i += I8_MR) {
-                    if (whole) /* the last slice's sums are outputs */
+                    if (fused) /* the last slice's sums are outputs */
                         out.y = e->y + i * n + j0;
                     tile(xpacked + i * kp, xs, (int)(ie - i < I8_MR ? ie - i : I8_MR), panel, QRT_STRIP * kp, gb, ge,
-                         gb == 0 ? init : NULL, f, c + (i - ib) * I8_NR, whole && ge == groups ? &out : NULL);
+                         gb == 0 ? init : NULL, f, c + (i - ib) * I8_NR, fused && ge == groups ? &out : NULL);
                 }
             }
-            if (!whole)
+            if (!fused)
                 qrt_epilogue_rows(e, ib, ie, n, j0, j1, c, I8_NR, w_zp, x_rowsum);
         }
     }

@@ -6,7 +6,8 @@
  *   T_ROW, T_ROW_PART, T_ROW_STREAM  names of the one-row functions; T_ROW_NV: accumulators a one-row pass keeps
  *   T_LOADW(p), T_SETX(word), T_DOT(acc, x, w), T_STORE(out, acc), T_LOADC(p), T_ADD(a, b) (a + b, lane by lane)
  *   T_OFFSET(p, f)      where a sum starts: p[col] * f (wrapping), in the accumulator's form
- *   T_DEQUANTIZE(y, acc, scale, bias, relu)  optional: the dynamic linear's epilogue on one accumulator (i8_out)
+ *   T_DEQUANTIZE(y, acc, scale, bias, relu, lanes)  optional: the dynamic linear's epilogue on one accumulator
+ *                       (i8_out), its first `lanes` outputs stored
  * and undefines them at the end.
  */
 #define T_NV (I8_NR / T_COLS)
@@ -43,8 +44,11 @@
 QRT_INLINE void T_FINISH(const i8_out* out, ptrdiff_t r, ptrdiff_t col, T_ACC acc, int32_t* c) {
 #if defined(T_DEQUANTIZE)
     if (out) {
-        if (col < out->cols)
-            T_DEQUANTIZE(out->y + r * out->ldy + col, acc, out->scale + col, out->bias + col, out->relu);
+        float* y = out->y + r * out->ldy + col;
+        if (col + T_COLS <= out->cols) /* a whole register: the lane count a constant, a plain store */
+            T_DEQUANTIZE(y, acc, out->scale + col, out->bias + col, out->relu, T_COLS);
+        else if (col < out->cols)
+            T_DEQUANTIZE(y, acc, out->scale + col, out->bias + col, out->relu, (int)(out->cols - col));
         return;
     }
 #else

@@ -21,12 +21,15 @@ typedef __m256i i8_x;
 #define I8_ADD(a, b) _mm256_add_epi32((a), (b))
 
 /* The dynamic linear's epilogue (gemm_i8.h's qrt_dequantize_row) on one accumulator, 8 columns:
- * y = fma(fl(acc), scale, bias) (i8_out's tables), then +0.0 where y <= 0 under relu */
+ * y = fma(fl(acc), scale, bias) (i8_out's tables), then +0.0 where y <= 0 under relu; the first `lanes` stored */
 #define I8_DEQUANTIZE i8_dequantize
-QRT_INLINE void i8_dequantize(float* y, __m256i acc, const float* scale, const float* bias, int relu) {
+QRT_INLINE void i8_dequantize(float* y, __m256i acc, const float* scale, const float* bias, int relu, int lanes) {
     const __m256 a = _mm256_cvtepi32_ps(acc), s = _mm256_loadu_ps(scale);
     __m256 v = _mm256_fmadd_ps(a, s, _mm256_loadu_ps(bias));
     if (relu)
         v = _mm256_blendv_ps(v, _mm256_setzero_ps(), _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LE_OQ));
-    _mm256_storeu_ps(y, v);
+    if (lanes == 8)
+        _mm256_storeu_ps(y, v);
+    else
+        _mm256_maskstore_ps(y, _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), v);
 }

@@ -19,12 +19,18 @@ typedef int8x16_t i8_x;
 #define I8_ADD(a, b) vaddq_s32((a), (b))
 
 /* The dynamic linear's epilogue (gemm_i8.h's qrt_dequantize_row) on one accumulator, 4 columns:
- * y = fma(fl(acc), scale, bias) (i8_out's tables), then +0.0 where y <= 0 under relu */
+ * y = fma(fl(acc), scale, bias) (i8_out's tables), then +0.0 where y <= 0 under relu; the first `lanes` stored */
 #define I8_DEQUANTIZE i8_dequantize
-QRT_INLINE void i8_dequantize(float* y, int32x4_t acc, const float* scale, const float* bias, int relu) {
+QRT_INLINE void i8_dequantize(float* y, int32x4_t acc, const float* scale, const float* bias, int relu, int lanes) {
     const float32x4_t a = vcvtq_f32_s32(acc), s = vld1q_f32(scale);
     float32x4_t v = vfmaq_f32(vld1q_f32(bias), a, s);
     if (relu)
         v = vbslq_f32(vcleq_f32(v, vdupq_n_f32(0.0f)), vdupq_n_f32(0.0f), v);
-    vst1q_f32(y, v);
+    if (lanes == 4) {
+        vst1q_f32(y, v);
+    } else { /* where n ends inside the register: no masked store on NEON */
+        float part[4];
+        vst1q_f32(part, v);
+        memcpy(y, part, (size_t)lanes * sizeof(float));
+    }
 }
