@@ -538,7 +538,8 @@ cdef class PackedS8:
         p, packed = packed_data(weight, np.int8, qrt_i8_packed_size(self.n, self.k))
         if np.shape(p.row_sums) != (self.n,):
             raise ValueError(f"row sums of shape {list(np.shape(p.row_sums))}, expected [{self.n}]")
-        rs = np.zeros((self.n + QRT_I8_NPAD - 1) // QRT_I8_NPAD * QRT_I8_NPAD, np.int32)  # zero to whole panels, read
+        # zero-padded to whole panels: the tiles start every column's sum from it, padding columns too
+        rs = np.zeros((self.n + QRT_I8_NPAD - 1) // QRT_I8_NPAD * QRT_I8_NPAD, np.int32)
         rs[:self.n] = p.row_sums
         z = np.ascontiguousarray(np.broadcast_to(np.asarray(zero_point, np.int32), (self.n,)))
         cdef const int8_t[::1] pv = packed

@@ -70,8 +70,8 @@ typedef struct {
     ptrdiff_t ldy;       /* its row stride */
     ptrdiff_t cols;      /* columns that are outputs: fewer than a panel's where n ends */
     const float* scale;  /* fl(x_scale * w_scale[j]) from the first column */
-    const float* bias;   /* e->bias from the first column; -0.0 for a layer without bias: fma(a, s, -0.0) is
-                          * fl(a * s), zeros' signs included, so one formula serves both */
+    const float* bias;   /* e->bias from the first column (a copy where n ends inside the panel); -0.0 for a
+                          * layer without bias: fma(a, s, -0.0) is fl(a * s), zeros' signs included */
     int relu;            /* e->relu */
 } i8_out;
 

@@ -34,20 +34,20 @@ static int qrt_min_max(const float* x, ptrdiff_t n, float* lo, float* hi) {
     return mx >= qrt_order_key(INFINITY) || mn <= qrt_order_key(-INFINITY);
 }
 
-/* q = clamp(rne(fma(x, inv, zp)), 0, 255) (NUMERICS.md Q1) for finite x (both callers take x's range first,
+/* q = clamp(rne(fma(x, inv, zp)), 0, 255) (NUMERICS.md Q1) for x not NaN (both callers take x's range first,
  * which refuses NaN and infinity). Rounded by the 1.5 * 2^23 shift (qrt_exp_parts, gate_math.h: nearest, ties
- * to even, for |y| < 2^22) and clamped as an integer: beyond 2^22, infinities included, the shifted bits stay
- * on y's side of 0 and clamp to 0 or 255 as y would. GCC compiled float clamps of nearbyintf's result into
- * mask juggling: 2240 floats in 209 -> 113 ns on avx512-vnni, 531 -> 278 on avx2 (Zen 5). */
+ * to even, for |y| < 2^22) and clamped on the bits as an int32: they order as the shifted value does while it
+ * is positive, and a shifted value below 1.5 * 2^23 (y < 0, negative values included) clamps to 0; beyond
+ * 2^22 they clamp to 255 as y would (every 7th float bit pattern checked against nearbyintf's). GCC compiled
+ * float clamps of nearbyintf's result into mask juggling: 2240 floats in 209 -> 113 ns on avx512-vnni, 531 ->
+ * 278 on avx2 (Zen 5). */
 static void qrt_quantize_u8(const float* x, ptrdiff_t n, float inv, float zp, uint8_t* q) {
     for (ptrdiff_t i = 0; i < n; i++) {
-        const float y = fmaf(x[i], inv, zp), shifted = y + 12582912.0f;
-        uint32_t b;
-        memcpy(&b, &shifted, sizeof b);
-        int32_t v = (int32_t)(b - 0x4b400000u); /* less the bits of 1.5 * 2^23 */
-        v = v < 0 ? 0 : v;
-        v = v > 255 ? 255 : v;
-        q[i] = (uint8_t)v;
+        const float shifted = fmaf(x[i], inv, zp) + 12582912.0f;
+        int32_t v;
+        memcpy(&v, &shifted, sizeof v);
+        v = (v > 0x4b400000 ? v : 0x4b400000) - 0x4b400000; /* less the bits of 1.5 * 2^23, 0 at least */
+        q[i] = (uint8_t)(v < 255 ? v : 255);
     }
 }
 
