@@ -318,8 +318,8 @@ static void qrt_gemm_row(const uint8_t* xrow, ptrdiff_t xs, int small_x, int32_t
  * Expanded as dot(x, w) + col_offset[j] - w_zp[j] * rowsum(x)[i], where col_offset holds
  * - x_zp * rowsum(w)[j] + k * x_zp * w_zp[j] (i8_offsets: w_rowsum holds rowsum(w), zero past n to a
  * whole QRT_I8_NPAD, which tiles read): the dot products start from it, so a sum needs no fixing
- * afterwards unless x_rowsum is given (it may be NULL when w_zp is, every w_zp being 0). All exact modulo 2^32. Each result goes to the epilogue
- * e (row stride n). Activations of at most 128 (small_x) take the faster flavour where the ISA has
+ * afterwards unless x_rowsum is given (it may be NULL when w_zp is, every w_zp being 0). All exact
+ * modulo 2^32. Each result goes to the epilogue e (row stride n). Activations of at most 128 (small_x) take the faster flavour where the ISA has
  * one; both are exact, so the choice never changes a result. x_plain: xpacked is one row of x as it is
  * (i0 = 0, i1 = 1, k a multiple of 4), which needs no packing. */
 static void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int32_t* w_rowsum, const int8_t* packed,

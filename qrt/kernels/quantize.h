@@ -1,20 +1,15 @@
 /* Dynamic quantization of activations: vectorisable loops, included once per variant (variant.h). */
+#include "gate_math.h"
 #include "quantize_params.h"
 
 /* A float's bits as an int32 that orders as the float does: negative floats' magnitude bits flipped, so
- * -inf < -1 < -0 < +0 < 1 < +inf, with NaNs past the infinities on the side of their sign. Its own inverse. */
-QRT_INLINE int32_t qrt_order_key(float v) {
-    uint32_t b;
-    memcpy(&b, &v, sizeof b);
-    return (int32_t)(b ^ ((uint32_t)((int32_t)b >> 31) >> 1));
-}
+ * -inf < -1 < -0 < +0 < 1 < +inf, with NaNs past the infinities on the side of their sign. The flip keeps the
+ * sign bit, so it is its own inverse. */
+QRT_INLINE uint32_t qrt_order_flip(uint32_t b) { return b ^ ((uint32_t)((int32_t)b >> 31) >> 1); }
 
-QRT_INLINE float qrt_order_float(int32_t key) {
-    const uint32_t b = (uint32_t)key ^ ((uint32_t)(key >> 31) >> 1);
-    float v;
-    memcpy(&v, &b, sizeof v);
-    return v;
-}
+QRT_INLINE int32_t qrt_order_key(float v) { return (int32_t)qrt_order_flip(qrt_float_bits(v)); }
+
+QRT_INLINE float qrt_order_float(int32_t key) { return qrt_bits_float(qrt_order_flip((uint32_t)key)); }
 
 /* Min and max of x[0..n) (n >= 1); returns 1 if any is NaN or infinite (torch's parameter choice has no
  * defined result for those: its zero point becomes a cast of NaN), lo and hi then unset. Taken on order keys,
@@ -43,9 +38,7 @@ static int qrt_min_max(const float* x, ptrdiff_t n, float* lo, float* hi) {
  * 278 on avx2 (Zen 5). */
 static void qrt_quantize_u8(const float* x, ptrdiff_t n, float inv, float zp, uint8_t* q) {
     for (ptrdiff_t i = 0; i < n; i++) {
-        const float shifted = fmaf(x[i], inv, zp) + 12582912.0f;
-        int32_t v;
-        memcpy(&v, &shifted, sizeof v);
+        int32_t v = (int32_t)qrt_float_bits(fmaf(x[i], inv, zp) + 12582912.0f);
         v = (v > 0x4b400000 ? v : 0x4b400000) - 0x4b400000; /* less the bits of 1.5 * 2^23, 0 at least */
         q[i] = (uint8_t)(v < 255 ? v : 255);
     }

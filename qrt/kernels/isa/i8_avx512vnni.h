@@ -4,8 +4,9 @@
 #define I8_NR 64
 #define I8_MR 6
 #define I8_COLS 16
-#define I8_ROW_NV 8 /* a one-row pass: 8 of the 32 registers, 128 columns (16 ran M=1 K=64 N=256 in 73-79 ns, 8 in 67-72:
-                        * GCC kept 16 strips' addresses in too few registers, spilling them in the loop) */
+/* a one-row pass: 8 of the 32 registers, 128 columns (16 ran M=1 K=64 N=256 in 73-79 ns, 8 in 67-72: GCC kept
+ * 16 strips' addresses in too few registers, spilling them in the loop) */
+#define I8_ROW_NV 8
 #define I8_XBIAS 0
 /* One row (batch 1) reads its panels straight through, which the hardware prefetcher follows: software
  * prefetches only slowed it, 1.1-1.5x at every size from L2 to DRAM (Ice Lake, bench/gemv_floor.c).

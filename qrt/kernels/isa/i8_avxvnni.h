@@ -31,5 +31,6 @@ QRT_INLINE void i8_dequantize(float* y, __m256i acc, const float* scale, const f
     if (lanes == 8)
         _mm256_storeu_ps(y, v);
     else
-        _mm256_maskstore_ps(y, _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), v);
+        _mm256_maskstore_ps(y, _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+                            v);
 }
