@@ -86,13 +86,13 @@ def quantized_weight(n: int, k: int, rng: np.random.Generator) -> tuple[np.ndarr
 def _linear_row(size: int, batch: int, layer, lin16, lin32, w_int, rng: np.random.Generator, peak: float) -> dict:
     x = cp.asarray(rng.normal(0, 1, (batch, size)).astype(np.float32))
     xt = torch.as_tensor(x, device="cuda")
-    xq, params = gpu.quantize_dynamic(x, layer.w.kp, layer.qmax)
+    xq, params = gpu.quantize.quantize_dynamic(x, layer.w.kp, layer.qmax)
     y = cp.empty((batch, size), cp.float32)
     epi = layer.w.float_epilogue(layer.w.xsum(xq), params)
     row = {"size": size, "batch": batch}
     row["qrt"] = median_ms(lambda: layer(x))
-    row["qrt_quant"] = median_ms(lambda: gpu.quantize_dynamic(x, layer.w.kp, layer.qmax))
-    row["qrt_gemm"] = median_ms(lambda: gpu.gemm(xq, batch, layer.w, y, epi, requant=False))
+    row["qrt_quant"] = median_ms(lambda: gpu.quantize.quantize_dynamic(x, layer.w.kp, layer.qmax))
+    row["qrt_gemm"] = median_ms(lambda: gpu.linear.gemm(xq, batch, layer.w, y, epi, requant=False))
     with torch.no_grad():
         x16 = xt.half()
         row["torch_fp16"] = median_ms(lambda: lin16(x16))
@@ -115,7 +115,7 @@ def bench_linear(quick: bool, peak: float) -> list[dict]:
     for size in (1024, 4096):
         w, q, s = quantized_weight(size, size, rng)
         bias = rng.normal(0, 0.1, size).astype(np.float32)
-        layer = gpu.DynamicLinearInt8(q, s, np.zeros(size, np.int32), bias, True)
+        layer = gpu.linear.DynamicLinearInt8(q, s, np.zeros(size, np.int32), bias, True)
         lin16 = torch.nn.Linear(size, size).cuda().half()
         lin32 = torch.nn.Linear(size, size).cuda()
         w_int = torch.from_numpy(q).cuda().t()  # [k, n] column-major view: what _int_mm wants for b
@@ -160,8 +160,8 @@ def bench_rnn(quick: bool) -> list[dict]:
         _, q_hh, s_hh = quantized_weight(hidden, hidden, rng)
         b_ih, b_hh = (rng.normal(0, 0.1, hidden).astype(np.float32) for _ in range(2))
         z = np.zeros(hidden, np.int32)
-        cell = gpu.RNNCell(gpu.DynamicLinearInt8(q_ih, s_ih, z, b_ih, True),
-                           gpu.DynamicLinearInt8(q_hh, s_hh, z, b_hh, True), relu=False)
+        cell = gpu.recurrent.RNNCell(gpu.linear.DynamicLinearInt8(q_ih, s_ih, z, b_ih, True),
+                           gpu.linear.DynamicLinearInt8(q_hh, s_hh, z, b_hh, True), relu=False)
         tcell = torch.nn.RNNCell(n_in, hidden).cuda().half()
         trnn = torch.nn.RNN(n_in, hidden).cuda().half()
         for batch in (1, 32):
@@ -194,14 +194,14 @@ def bench_sequence(quick: bool) -> list[dict]:
     steps, n_in, samples = 100, 128, 7 if quick else 21
     rows = []
     for kind, tlayer in (("lstm", torch.nn.LSTM), ("gru", torch.nn.GRU)):
-        gates = gpu.GATES[kind]
+        gates = gpu.recurrent.GATES[kind]
         for hidden in (256, 1024):
             _, q_ih, s_ih = quantized_weight(gates * hidden, n_in, rng)
             _, q_hh, s_hh = quantized_weight(gates * hidden, hidden, rng)
             b_ih, b_hh = (rng.normal(0, 0.1, gates * hidden).astype(np.float32) for _ in range(2))
             z = np.zeros(gates * hidden, np.int32)
-            run = gpu.Recurrent(kind, gpu.DynamicLinearInt8(q_ih, s_ih, z, b_ih, True),
-                                gpu.DynamicLinearInt8(q_hh, s_hh, z, b_hh, True))
+            run = gpu.recurrent.Recurrent(kind, gpu.linear.DynamicLinearInt8(q_ih, s_ih, z, b_ih, True),
+                                gpu.linear.DynamicLinearInt8(q_hh, s_hh, z, b_hh, True))
             tl = tlayer(n_in, hidden).cuda().half()
             for batch in (1, 32):
                 rows.append(_sequence_row(kind, hidden, batch, run, tl, steps, n_in, samples, rng))

@@ -20,6 +20,7 @@ import pytest
 import qrt
 from qrt import gpu
 from qrt.builder import GraphBuilder
+from qrt.gpu import linear as gpu_linear
 from qrt.ops import layer_prefix
 
 
@@ -106,9 +107,9 @@ def _both(path, inputs):
 @pytest.fixture(params=["gemv", "mma"])
 def gemm_path(request, monkeypatch):
     """Run a test under each GEMM kernel, forced whatever the batch size."""
-    if request.param == "mma" and _MISSING is None and not gpu._has_mma():
+    if request.param == "mma" and _MISSING is None and not gpu.runtime.has_mma():
         pytest.skip("this GPU has no integer mma.sync (sm_80+)")
-    monkeypatch.setattr(gpu, "GEMM_PATH", request.param)
+    monkeypatch.setattr(gpu_linear, "GEMM_PATH", request.param)
     return request.param
 
 
@@ -202,7 +203,7 @@ def test_dynamic_linear_large_input_and_rank3(tmp_path, gemm_path):
     # 240 * 700 values: more than one block quantizes (dq_partial + dq_finish)
     path = _dynamic_model(tmp_path, 700, 45, rank=3)
     x = RNG.normal(0, 3, (4, 60, 700)).astype(np.float32)
-    assert x.size > gpu.SMALL_QUANT
+    assert x.size > gpu.quantize.SMALL_QUANT
     np.testing.assert_array_equal(*_both(path, x))
 
 

@@ -1,0 +1,77 @@
+"""The CUDA backend: the CPU backend's ops as CuPy raw kernels (qrt/cuda/*.cu), in the CPU backend's shape.
+
+``prepare(node, consts)`` runs once per node at load time and uploads the node's weights; the step it
+returns takes the node's run-time inputs (device arrays) and returns device arrays, launching kernels
+only (no host synchronisation), so that a whole model can be captured into one CUDA graph
+(qrt/gpu/plan.py). One module per op family, as qrt.cpu: quantize.py, linear.py, recurrent.py,
+tensor_ops.py, float_ops.py; runtime.py compiles the sources and holds what they share.
+
+Every result is bit-identical to the CPU backend: every float step in the kernels names its
+rounding, the sources are compiled with --fmad=false and without flush-to-zero, and the float
+functions are the CPU's own C (qrt/kernels/gate_math.h, float_math.h) compiled as device code.
+
+CuPy is imported only when a CUDA model is loaded; ``import qrt`` never does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..cpu.types import Prepare, Step
+from ..graph import Graph, Node
+from . import float_ops, linear, quantize, recurrent, tensor_ops
+from .runtime import (
+    NVRTC_OPTIONS,
+    SOURCE_DIR,
+    CUDAUnavailableError,
+    array_module,
+    kernel_source,
+    require_cuda,
+)
+
+__all__ = [
+    "IMPLEMENTATIONS",
+    "NVRTC_OPTIONS",
+    "SOURCE_DIR",
+    "CUDAUnavailableError",
+    "array_module",
+    "check_graph",
+    "kernel_source",
+    "prepare",
+    "require_cuda",
+]
+
+IMPLEMENTATIONS: dict[str, Prepare] = {
+    **quantize.IMPLEMENTATIONS,
+    **linear.IMPLEMENTATIONS,
+    **recurrent.IMPLEMENTATIONS,
+    **tensor_ops.IMPLEMENTATIONS,
+    **float_ops.IMPLEMENTATIONS,
+}
+
+
+def check_graph(graph: Graph) -> None:
+    """Refuse a model using ops this backend lacks, naming them all, before anything is uploaded."""
+    def lacking(n: Node) -> str | None:
+        if n.op not in IMPLEMENTATIONS:
+            return n.op
+        shapes = {graph.values[v].shape for v in n.inputs.values()}
+        if n.op == "add" and len(shapes) > 1:  # the CUDA add takes equal shapes only
+            return "add (broadcasting)"
+        return None
+
+    missing = sorted({lacking(n) for n in graph.nodes} - {None})
+    if missing:
+        nodes = [n.name for n in graph.nodes if lacking(n) is not None]
+        more = f" and {len(nodes) - 5} more" if len(nodes) > 5 else ""
+        raise NotImplementedError(
+            f"device='cuda' does not implement op(s) {missing} (node(s) {nodes[:5]}{more}): "
+            "load this model with device='cpu'"
+        )
+
+
+def prepare(node: Node, consts: Mapping[str, np.ndarray]) -> Step:
+    """Upload a node's constants once; return its step over run-time inputs (check_graph has passed)."""
+    return IMPLEMENTATIONS[node.op](node, consts)

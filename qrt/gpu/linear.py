@@ -1,0 +1,219 @@
+"""The linear ops on the device: static and dynamic int8 (GEMV by dp4a or tensor-core MMA), float16
+weights in fbgemm's order, and float32 in the CPU's fixed order.
+
+Integers and the floats of the epilogues are bit-identical to the CPU backend (qrt/cuda/gemm_s8.cu,
+linear_fp16.cu, linear_float.cu).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..cpu.types import Prepare, Step
+from ..graph import Node
+from .quantize import dq_workspace, quantize_dynamic, row_sums
+from .runtime import check_size, cupy, dev, has_mma, kernel, qparams_array, round_up
+
+KP_ALIGN = 64  # inner size padding: the MMA kernel's k tile
+NP_ALIGN = 128  # weight rows padding: the MMA kernel's n tile
+GEMV_MAX_ROWS = 8  # GEMM path for more rows (when the device has integer MMA)
+
+# None: choose per call; "gemv" or "mma" forces a path (tests compare the two).
+GEMM_PATH: str | None = None
+
+
+
+class Int8Weights:
+    """A qint8 weight set on the device: padded to [Np, Kp], row sums, scales, bias."""
+
+    def __init__(self, weight: np.ndarray, scale: Any, zero_point: Any, bias: Any) -> None:
+        cp = cupy()
+        n, k = weight.shape
+        self.n, self.k = n, k
+        self.kp = round_up(k, KP_ALIGN)
+        padded = np.zeros((round_up(n, NP_ALIGN), self.kp), np.int8)
+        padded[:n, :k] = weight
+        self.w = cp.asarray(padded)
+        self.wsum = cp.asarray(np.asarray(weight).sum(axis=1, dtype=np.int32))
+        zp = np.ascontiguousarray(np.broadcast_to(np.asarray(zero_point, np.int32), (n,)))
+        self.has_wzp = bool(np.any(zp != 0))
+        self.wzp = cp.asarray(zp)
+        self.s_w = cp.asarray(np.ascontiguousarray(np.broadcast_to(np.asarray(scale, np.float32), (n,))))
+        self.has_bias = bias is not None
+        self.bias = cp.asarray(np.ascontiguousarray(bias, np.float32)) if bias is not None else cp.zeros(1, cp.float32)
+        self.dummy_i32 = cp.zeros(1, cp.int32)
+        self.dummy_f32 = cp.zeros(1, cp.float32)
+
+    def xsum(self, q: Any, sums: Any = None) -> Any:
+        return row_sums(q, sums) if self.has_wzp else self.dummy_i32
+
+    def float_epilogue(self, xsum: Any, params: Any) -> tuple:
+        """Kernel arguments of the EPI_FLOAT epilogue (gemm_common.cuh Epilogue)."""
+        i32, f = np.int32, self.dummy_f32
+        return (i32(self.k), self.wsum, self.wzp, xsum, i32(self.has_wzp), params, self.s_w, self.bias,
+                i32(self.has_bias), f, f, np.float32(0), i32(0), i32(0))
+
+
+def gemm(x_q: Any, m: int, w: Int8Weights, y: Any, epilogue: tuple, requant: bool) -> None:
+    """y[m, n] = epilogue(exact int32 q_x @ q_w.T), by GEMV (dp4a) or tensor-core MMA."""
+    path = GEMM_PATH or ("gemv" if m <= GEMV_MAX_ROWS or not has_mma() else "mma")
+    kind = "requant" if requant else "float"
+    args = (x_q, np.int32(m), np.int32(w.kp), w.w, np.int32(w.n), y) + epilogue
+    if path == "gemv":
+        mb = 1 if m == 1 else 2 if m == 2 else 4 if m <= 4 else 8
+        grid = (-(-w.n // 8), min(-(-m // mb), 65535))
+        kernel("gemm_s8.cu", f"gemv_{kind}_{mb}")(grid, (256,), args)
+    elif path == "mma":
+        if -(-m // 128) > 65535:
+            raise ValueError(f"{m} rows is more than the CUDA GEMM's grid allows")
+        kernel("gemm_s8.cu", f"gemm_{kind}")((w.w.shape[0] // 128, -(-m // 128)), (256,), args)
+    else:
+        raise ValueError(f"GEMM_PATH must be None, 'gemv' or 'mma', got {path!r}")
+
+
+class DynamicLinearInt8:
+    """Dynamic quantized linear with qint8 weights, x quantized on the device per call."""
+
+    def __init__(self, weight: np.ndarray, scale: Any, zero_point: Any, bias: Any, reduce_range: bool) -> None:
+        self.w = Int8Weights(weight, scale, zero_point, bias)
+        self.qmax = 127 if reduce_range else 255
+        self.in_features, self.out_features = self.w.k, self.w.n
+
+    def workspace(self, m: int) -> tuple:
+        """Buffers for calls on m rows, so that a time loop allocates nothing per step."""
+        cp = cupy()
+        return dq_workspace(m, self.w.kp), cp.empty(m, cp.int32) if self.w.has_wzp else None
+
+    def __call__(self, x: Any, y: Any = None, ws: tuple | None = None) -> Any:
+        """y[m, n] (written into y when given, a C-contiguous float32 array) from float x[m, k]."""
+        cp = cupy()
+        m = x.shape[0]
+        y = cp.empty((m, self.w.n), cp.float32) if y is None else y
+        if m == 0 or self.w.n == 0:
+            return y
+        dq_ws, sums = ws if ws is not None else (None, None)
+        q, params = quantize_dynamic(x, self.w.kp, self.qmax, dq_ws)
+        gemm(q, m, self.w, y, self.w.float_epilogue(self.w.xsum(q, sums), params), requant=False)
+        return y
+
+
+class DynamicLinearFP16:
+    """Float16-weight linear: fbgemm's fma chain order and 512-block tail quirk."""
+
+    def __init__(self, weight: np.ndarray, bias: Any) -> None:
+        cp = cupy()
+        n, k = weight.shape
+        self.in_features, self.out_features = k, n
+        bits = np.ascontiguousarray(np.asarray(weight, np.float16).T).view(np.uint16)
+        self.w_t = cp.asarray(bits)  # [k, n]: a warp's loads at each k are contiguous
+        self.has_bias = bias is not None
+        self.bias = cp.asarray(np.ascontiguousarray(bias, np.float32)) if bias is not None else cp.zeros(1, cp.float32)
+
+    def workspace(self, m: int) -> None:
+        return None  # one kernel, no temporaries
+
+    def __call__(self, x: Any, y: Any = None, ws: Any = None) -> Any:
+        cp = cupy()
+        m, k = x.shape
+        n = self.out_features
+        y = cp.empty((m, n), cp.float32) if y is None else y
+        if m and n:
+            i32 = np.int32
+            kernel("linear_fp16.cu", "linear_fp16")(
+                (-(-n // 128), min(m, 65535)), (128,),
+                (x, i32(m), i32(k), self.w_t, i32(n), self.bias, i32(self.has_bias), y),
+            )
+        return y
+
+
+def dynamic_linear(c: Mapping[str, np.ndarray], reduce_range: bool, prefix: str = "") -> Any:
+    """The device layer for a dynamic linear weight set (prefix: 'ih_', 'hh_', ...)."""
+    w = c[f"{prefix}weight"]
+    if w.dtype == np.int8:
+        return DynamicLinearInt8(
+            w, c[f"{prefix}weight_scale"], c[f"{prefix}weight_zero_point"], c.get(f"{prefix}bias"), reduce_range
+        )
+    return DynamicLinearFP16(w, c.get(f"{prefix}bias"))
+
+
+class StaticLinear:
+    """Static quantized linear (+ReLU), requantized in the GEMM epilogue as the CPU does."""
+
+    def __init__(self, c: Mapping[str, np.ndarray], relu: bool) -> None:
+        cp = cupy()
+        w_scale = c["weight_scale"]
+        bias = c.get("bias")
+        self.w = Int8Weights(c["weight"], w_scale, c["weight_zero_point"], None)
+        n = self.w.n
+        x_scale, y_scale = np.float32(c["x_scale"]), np.float32(c["y_scale"])
+        # The same float32 host arithmetic as qrt._kernels.StaticLinear.
+        a_w = (x_scale * np.broadcast_to(np.asarray(w_scale, np.float32), (n,))).astype(np.float32)
+        b = np.ascontiguousarray(bias if bias is not None else np.zeros(n), dtype=np.float32)
+        self.mult = cp.asarray(np.ascontiguousarray(a_w / y_scale, dtype=np.float32))
+        self.bias = cp.asarray(b)
+        self.bias_q = cp.asarray((b / a_w).astype(np.float32))
+        self.bias_inv = np.float32(1.0 / np.float64(a_w[0])) if n else np.float32(0)
+        self.bias_mode = 0 if bias is None else (2 if np.ndim(w_scale) == 1 else 1)
+        self.params = cp.asarray(qparams_array(x_scale, int(c["x_zero_point"])))
+        self.y_zp = int(c["y_zero_point"])
+        self.lo = self.y_zp if relu else 0  # ReLU is the lower clamp at the zero point
+        self.in_features, self.out_features = self.w.k, n
+
+    def __call__(self, x: Any) -> Any:
+        cp = cupy()
+        m, k = x.shape
+        y = cp.empty((m, self.w.n), cp.uint8)
+        if m == 0 or self.w.n == 0:
+            return y
+        if k != self.w.kp:  # the kernels read whole 64-byte k tiles: pad with zeros
+            check_size("the padded input", m * self.w.kp)
+            padded = cp.zeros((m, self.w.kp), cp.uint8)
+            padded[:, :k] = x
+            x = padded
+        i32, w = np.int32, self.w
+        epilogue = (i32(w.k), w.wsum, w.wzp, w.xsum(x), i32(w.has_wzp), self.params, w.dummy_f32, self.bias,
+                    i32(self.bias_mode), self.mult, self.bias_q, self.bias_inv, i32(self.y_zp), i32(self.lo))
+        gemm(x, m, w, y, epilogue, requant=True)
+        return y
+
+
+def _rows(layer: Any, x_dtype: Any) -> Step:
+    """Apply a [rows, in] -> [rows, out] layer to x of any rank >= 1."""
+
+    def step(x):
+        x = dev(x, x_dtype)
+        lead = x.shape[:-1]
+        y = layer(x.reshape(-1, layer.in_features))
+        return (y.reshape(lead + (layer.out_features,)),)
+
+    return step
+
+
+def _linear(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    return _rows(StaticLinear(c, node.attrs["relu"]), np.uint8)
+
+
+def _linear_dynamic(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    return _rows(dynamic_linear(c, node.attrs["reduce_range"]), np.float32)
+
+
+def _linear_float(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    """Float32 linear through CuPy's matmul (cuBLAS): close to, not bit-exact with, torch's GEMM."""
+    w_t = dev(np.asarray(c["weight"], np.float32).T)
+    bias = None if c.get("bias") is None else dev(c["bias"], np.float32)
+
+    def step(x):
+        y = dev(x, np.float32) @ w_t
+        return (y if bias is None else y + bias,)
+
+    return step
+
+
+IMPLEMENTATIONS: dict[str, Prepare] = {
+    "linear": _linear,
+    "linear_dynamic": _linear_dynamic,
+    "linear_float": _linear_float,
+}

@@ -1,0 +1,185 @@
+"""The recurrent ops on the device: cell steps and whole sequences, as qrt._kernels.Recurrent.
+
+The gates run the CPU's own sigmoid and tanh (qrt/kernels/gate_math.h compiled as device code,
+qrt/cuda/rnn_cell.cu), so both backends give the same bits. Layers and directions are arranged once
+for both backends (qrt/recurrent.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..cpu.types import Prepare, Step
+from ..graph import Node
+from ..recurrent import layer_runs, recurrent_kind, run_sequence
+from .linear import DynamicLinearInt8, dynamic_linear
+from .quantize import quantize_dynamic_pair
+from .runtime import blocks, check_size, cupy, dev, kernel
+
+
+class RNNCell:
+    """One dynamic Elman RNN step; int8 weights run as two launches (quantize x and h, fused step)."""
+
+    def __init__(self, ih: Any, hh: Any, relu: bool) -> None:
+        self.ih, self.hh = ih, hh
+        self.act = "relu" if relu else "tanh"
+        self.fused = isinstance(ih, DynamicLinearInt8) and isinstance(hh, DynamicLinearInt8)
+
+    def __call__(self, x: Any, h: Any) -> Any:
+        cp = cupy()
+        b, hidden = h.shape
+        out = cp.empty((b, hidden), cp.float32)
+        if b == 0 or hidden == 0:
+            return out
+        if not self.fused:
+            gate_update(f"rnn_{self.act}", self.ih(x), self.hh(h), h, h, out, out)
+            return out
+        wi, wh = self.ih.w, self.hh.w
+        qx, px, qh, ph = quantize_dynamic_pair(x, wi.kp, h, wh.kp, self.ih.qmax)
+        mb = 1 if b == 1 else 2 if b == 2 else 4 if b <= 4 else 8
+        args = ()
+        for q, p, w in ((qx, px, wi), (qh, ph, wh)):
+            args += (q, np.int32(w.kp), w.w, np.int32(w.k), w.wsum, w.wzp, w.xsum(q), np.int32(w.has_wzp), p, w.s_w,
+                     w.bias, np.int32(w.has_bias))
+        args += (np.int32(b), np.int32(hidden), out)
+        grid = (-(-hidden // 8), min(-(-b // mb), 65535))
+        kernel("rnn_cell.cu", f"rnn_step_{self.act}_{mb}")(grid, (256,), args)
+        return out
+
+
+def gate_update(kind: str, gi: Any, gh: Any, h: Any, c: Any, h_out: Any, c_out: Any, y: Any = None) -> None:
+    """The elementwise step (rnn_cell.cu gate_update) from gates gi, gh [B, G*H].
+
+    h_out/c_out may be h/c (updated in place). y: a [B, H] view with unit
+    inner stride (a sequence's output at one step) that also receives h'.
+    c and c_out are read and written by LSTM only.
+    """
+    b, hidden = h.shape
+    n = b * hidden
+    if n == 0:
+        return
+    check_size("the state", n)
+    i32 = np.int32
+    y_stride = y.strides[0] // y.itemsize if y is not None else 0
+    kernel("rnn_cell.cu", f"gate_update_{kind}")(
+        (blocks(n),), (256,),
+        (gi, gh, h, c, h_out, c_out, h_out if y is None else y, i32(y_stride), i32(b), i32(hidden)),
+    )
+
+
+GATES = {"rnn_tanh": 1, "rnn_relu": 1, "lstm": 4, "gru": 3}
+
+
+class Recurrent:
+    """One direction of a dynamic recurrent layer on the device, as qrt._kernels.Recurrent.
+
+    ``step`` is one cell step; ``sequence`` the whole time loop, launches only
+    (no host synchronisation), its buffers allocated once per call. For LSTM
+    and GRU the input projection of all steps is one dynamic linear over T*B
+    rows (torch quantizes it over the whole sequence); for RNN it is per step.
+    """
+
+    def __init__(self, kind: str, ih: Any, hh: Any) -> None:
+        self.kind, self.gates = kind, GATES[kind]
+        self.ih, self.hh = ih, hh
+        self.hidden, self.input_size = hh.in_features, ih.in_features
+        if hh.out_features != self.gates * self.hidden or ih.out_features != hh.out_features:
+            raise ValueError("Recurrent: weight shapes do not match the gate count")
+
+    def step(self, x: Any, h: Any, c: Any) -> tuple[Any, Any]:
+        """(h', c') from x [B, I], h and c [B, H] (pass h as c except for LSTM; c' is then h')."""
+        cp = cupy()
+        h_out = cp.empty(h.shape, cp.float32)
+        c_out = cp.empty(h.shape, cp.float32) if self.kind == "lstm" else h_out
+        if h.size:
+            gate_update(self.kind, self.ih(x), self.hh(h), h, c, h_out, c_out)
+        return h_out, c_out
+
+    def sequence(self, x: Any, y: Any, y_offset: int, reverse: bool, h: Any, c: Any) -> None:
+        """Run over x [T, B, I]; write h_t into y[t, :, y_offset:y_offset+H].
+
+        h and c (C-contiguous [B, H]) hold the initial state on entry and the
+        final state on return (pass h as c except for LSTM).
+        """
+        cp = cupy()
+        steps, b = x.shape[:2]
+        hidden, rows = self.hidden, self.gates * self.hidden
+        if steps == 0 or b == 0 or hidden == 0:
+            return
+        whole = self.kind in ("lstm", "gru")
+        if whole:  # one matrix product, quantized over all steps at once
+            gi_all = self.ih(x.reshape(steps * b, self.input_size))
+        else:
+            gi, ih_ws = cp.empty((b, rows), cp.float32), self.ih.workspace(b)
+        gh, hh_ws = cp.empty((b, rows), cp.float32), self.hh.workspace(b)
+        for s in range(steps):
+            t = steps - 1 - s if reverse else s
+            if whole:
+                gi = gi_all[t * b : (t + 1) * b]  # contiguous rows of step t
+            else:
+                self.ih(x[t], gi, ih_ws)
+            self.hh(h, gh, hh_ws)
+            gate_update(self.kind, gi, gh, h, c, h, c, y[t, :, y_offset : y_offset + hidden])
+
+
+
+def _rnn_cell_dynamic(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    rr = node.attrs["reduce_range"]
+    cell = RNNCell(dynamic_linear(c, rr, "ih_"), dynamic_linear(c, rr, "hh_"), node.attrs["nonlinearity"] == "relu")
+
+    def step(x, h):
+        if x.shape[0] != h.shape[0]:
+            raise ValueError(f"x has batch {x.shape[0]} but h has batch {h.shape[0]}")
+        return (cell(dev(x, np.float32), dev(h, np.float32)),)
+
+    return step
+
+
+def _cell(op_kind: str) -> Prepare:
+    """lstm/gru_cell_dynamic: one step, states in and new states out."""
+
+    def prepare(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+        rr = node.attrs["reduce_range"]
+        cell = Recurrent(
+            recurrent_kind(op_kind, node.attrs), dynamic_linear(c, rr, "ih_"), dynamic_linear(c, rr, "hh_")
+        )
+
+        def step(x, h, c_state=None):
+            c_in = h if c_state is None else c_state
+            if x.shape[0] != h.shape[0] or h.shape != c_in.shape:
+                raise ValueError(f"x has batch {x.shape[0]} but the state has shape {list(c_in.shape)}")
+            h = dev(h, np.float32)
+            h_out, c_out = cell.step(dev(x, np.float32), h, h if c_state is None else dev(c_state, np.float32))
+            return (h_out,) if c_state is None else (h_out, c_out)
+
+        return step
+
+    return prepare
+
+
+def _sequence(op_kind: str) -> Prepare:
+    """rnn/lstm/gru_dynamic: every layer and direction, each time loop launched without synchronisation."""
+
+    def prepare(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+        runs = layer_runs(op_kind, node.attrs, c, Recurrent, dynamic_linear)
+        ports = [p for p in ("h0", "c0") if p in node.inputs]  # by port: c0 alone starts h at zeros
+
+        def step(x, *states):
+            given = dict(zip(ports, states))
+            initial = [None if given.get(p) is None else dev(given[p], np.float32) for p in ("h0", "c0")]
+            return run_sequence(runs, node.attrs, op_kind == "lstm", dev(x, np.float32), initial, cupy(),
+                                check_size)
+
+        return step
+
+    return prepare
+
+
+IMPLEMENTATIONS: dict[str, Prepare] = {
+    "rnn_cell_dynamic": _rnn_cell_dynamic,  # the fused int8 Elman step
+    **{f"{kind}_cell_dynamic": _cell(kind) for kind in ("lstm", "gru")},
+    **{f"{kind}_dynamic": _sequence(kind) for kind in ("rnn", "lstm", "gru")},
+}

@@ -1,0 +1,122 @@
+"""What every CUDA launcher shares: CuPy (imported lazily), the compiled modules, sizes and uploads.
+
+CuPy is imported only when a CUDA model is loaded; ``import qrt`` never does.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SOURCE_DIR = Path(__file__).resolve().parent.parent / "cuda"
+# --fmad=false: no contraction, every product and sum rounds as written (the CPU builds with
+# -ffp-contract=off); --ftz=false, --prec-div=true, --prec-sqrt=true: subnormals kept, division and
+# square root correctly rounded, as on the CPU (NVRTC's defaults too, named so a change is seen)
+NVRTC_OPTIONS = ("--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true", "-std=c++17")
+
+
+class CUDAUnavailableError(RuntimeError):
+    """device='cuda' was asked for but CuPy, the NVIDIA driver or a GPU is missing."""
+
+
+def cupy() -> Any:
+    import cupy
+
+    return cupy
+
+
+def require_cuda() -> None:
+    """Raise CUDAUnavailableError saying what is missing, or return if a GPU is usable."""
+    try:
+        import cupy
+    except ImportError as e:
+        raise CUDAUnavailableError(
+            "device='cuda' needs CuPy, which is not installed (pip install cupy-cuda12x); "
+            f"import failed with: {e}"
+        ) from None
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # CUDARuntimeError: no driver, driver too old, no device
+        text = str(e)
+        if "NoDevice" in text or "no CUDA-capable device" in text:
+            raise CUDAUnavailableError(f"device='cuda': no NVIDIA GPU found ({text})") from None
+        raise CUDAUnavailableError(f"device='cuda': no usable NVIDIA driver ({text})") from None
+    if count == 0:
+        raise CUDAUnavailableError("device='cuda': no NVIDIA GPU found (CuPy sees 0 devices)")
+
+
+def array_module(a: Any) -> Any:
+    """The array library owning ``a`` if this backend accepts it (numpy or cupy), else None."""
+    if isinstance(a, np.ndarray):
+        return np
+    cp = cupy()
+    return cp if isinstance(a, cp.ndarray) else None
+
+
+def dev(a: Any, dtype: Any = None) -> Any:
+    """``a`` as a C-contiguous device array (uploaded if it is a NumPy array)."""
+    cp = cupy()
+    return cp.ascontiguousarray(cp.asarray(a, dtype=dtype))
+
+
+# ---------------------------------------------------------------- kernel sources
+
+_lock = threading.Lock()
+_modules: dict[str, Any] = {}
+
+
+def kernel_source(name: str) -> str:
+    """A .cu file with its local #include "..." files inlined (each once).
+
+    Inlined here rather than passed with -I so that CuPy's compile cache,
+    keyed on the source text, sees header changes too.
+    """
+    seen: set[Path] = set()
+
+    def expand(path: Path) -> str:
+        path = path.resolve()
+        if path in seen:
+            return ""
+        seen.add(path)
+        text = re.sub(r"^#pragma once\s*$", "", path.read_text(), flags=re.M)  # inlined once here
+        return re.sub(r'^#include "([^"]+)"\s*$', lambda m: expand(path.parent / m.group(1)), text, flags=re.M)
+
+    return expand(SOURCE_DIR / name)
+
+
+def kernel(source: str, name: str) -> Any:
+    """Entry point ``name`` of qrt/cuda/``source``, compiled once per process."""
+    with _lock:
+        mod = _modules.get(source)
+        if mod is None:
+            mod = _modules[source] = cupy().RawModule(code=kernel_source(source), options=NVRTC_OPTIONS)
+    return mod.get_function(name)
+
+
+def has_mma() -> bool:
+    """Integer mma.sync needs compute capability 8.0 or newer."""
+    return int(cupy().cuda.Device().compute_capability) >= 80
+
+
+def blocks(n: int, per_block: int = 256, cap: int = 4096) -> int:
+    return max(1, min(cap, -(-n // per_block)))
+
+
+def round_up(v: int, a: int) -> int:
+    return -(-max(v, 1) // a) * a
+
+
+def check_size(what: str, n: int) -> None:
+    if n >= 2**31:
+        raise ValueError(f"{what} has {n} elements; the CUDA kernels index with 32 bits")
+
+
+def qparams_array(scale: float, zero_point: int) -> np.ndarray:
+    """A QParams struct (float scale, float inv, int zp, int nan) as 4 int32 words."""
+    s = np.float32(scale)
+    words = np.array([s, np.float32(1) / s], np.float32).view(np.int32)
+    return np.array([words[0], words[1], zero_point, 0], np.int32)
