@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -120,3 +122,43 @@ def qparams_array(scale: float, zero_point: int) -> np.ndarray:
     s = np.float32(scale)
     words = np.array([s, np.float32(1) / s], np.float32).view(np.int32)
     return np.array([words[0], words[1], zero_point, 0], np.int32)
+
+
+# ---------------------------------------------------------------- checks of input values on the device
+
+_active = threading.local()
+
+
+def add_check(flag: Any, describe: Callable[[np.ndarray], str | None]) -> None:
+    """A check of run-time input values made by a kernel (an index in range, say).
+
+    The kernel writes its findings into the device array ``flag`` (zeroed by the step, in stream
+    order, before the kernel). The host cannot read them without waiting for the GPU, so they are
+    read once the whole run is done (or its CUDA graph replayed): ``describe(flag's values)``
+    returns the message of the ValueError to raise, or None if the values were fine. A step called
+    on its own, outside a model's run, is checked at once.
+    """
+    pending = getattr(_active, "checks", None)
+    if pending is None:
+        raise_failed([(flag, describe)])
+    else:
+        pending.append((flag, describe))
+
+
+@contextmanager
+def collecting_checks() -> Iterator[list]:
+    """The checks that steps add inside the block (a model's run, or the capture of its graph)."""
+    before = getattr(_active, "checks", None)
+    _active.checks = checks = []
+    try:
+        yield checks
+    finally:
+        _active.checks = before
+
+
+def raise_failed(checks: list) -> None:
+    """Raise the first failed check's ValueError (waits for the GPU work that wrote the flags)."""
+    for flag, describe in checks:
+        message = describe(cupy().asnumpy(flag))
+        if message is not None:
+            raise ValueError(message)
