@@ -9,8 +9,8 @@ Cases (one thread for every runtime):
 - per-call overhead: a model of one small node (ReLU of 16 values) against ONNX Runtime's
   InferenceSession.run on an Identity model of the same input.
 
-"qrt per node" runs each node's Python step in turn (Model._run_nodes: the path without a plan, the GPU
-backend's); "qrt run" is Model.run, which runs a compiled plan (qrt/plan.py: one native call), and
+"qrt per node" runs each node's Python step in turn (the interpreter, qrt/interpreter.py: what a plan runs
+for new input shapes); "qrt run" is Model.run, which runs a compiled plan (qrt/plan.py: one native call), and
 "qrt stream" a cell stepped by Model.stream (the state stays inside). Figures are medians of interleaved
 samples (bench/harness.py time_calls), so every runtime sees the same machine load; ratios are ORT time /
 qrt time (above 1: qrt is faster).
@@ -42,7 +42,7 @@ warnings.simplefilter("ignore")
 
 def per_node(model: qrt.Model, inputs):
     """The model without its plan: input binding, then each node's Python step in turn."""
-    return lambda: model._run_nodes(model._bind(inputs))
+    return lambda: model._plan._per_node(model._bind(inputs))
 
 
 def mlp(tmp: str):

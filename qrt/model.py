@@ -12,7 +12,7 @@ import numpy as np
 from . import format as qformat
 from .graph import Graph, Tree, ValueSpec, check_input, nest, tree_names, tree_text
 from .ops import OPS
-from .plan import Stream, build_plan
+from .plan import Stream
 
 # One array; a sequence of arrays in input order, or nested as forward()'s arguments; a dict by input
 # name, or by argument name with nested tuples as values (Model.run).
@@ -62,41 +62,19 @@ class Model:
         flat = not g.output_tuple or g.output_structure == tuple(range(len(g.outputs)))
         self._out_nested = None if flat else g.output_structure
 
-        # Every run-time value gets a slot in a flat list; stored tensors that feed
-        # run-time ports (rare: a constant operand of add) are pre-filled.
-        slots: dict[str, int] = {}
-
-        def slot(name: str) -> int:
-            return slots.setdefault(name, len(slots))
-
-        for spec in self.graph.inputs:
-            slot(spec.name)
-        self._steps = []
-        for node in self.graph.nodes:
-            op = OPS[node.op]
-            consts = {p: qfile.tensors[v] for p, v in node.inputs.items() if op.port(p).const}
-            args = [slot(node.inputs[p.name]) for p in op.inputs if not p.const and p.name in node.inputs]
-            outs = [slot(o) for o in node.outputs]
-            self._steps.append((node, backend.prepare(node, consts), args, outs))
-        self._template = [None] * len(slots)
-        for name, i in slots.items():
-            if name in qfile.tensors:
-                self._template[i] = np.array(qfile.tensors[name])
-        self._out_slots = []
-        for spec in self.graph.outputs:
-            if spec.name in qfile.tensors:  # an output that is a stored tensor: hand out a copy
-                self._out_slots.append(np.array(qfile.tensors[spec.name]))
-            else:
-                self._out_slots.append(slot(spec.name))
-        self._in_slots = [slots[s.name] for s in self.graph.inputs]
         # per input: what an array needs to pass check_input untouched (the per-call fast path)
         self._accepts = [
             (np.dtype(s.dtype), len(s.shape), tuple((i, d) for i, d in enumerate(s.shape) if d is not None))
             for s in self.graph.inputs
         ]
-        # the whole model in one native call per run (qrt/plan.py); the GPU backend has none
-        steps = [step for _, step, _, _ in self._steps]
-        self._plan = build_plan(g, qfile.tensors, steps) if device == "cpu" else None
+        self._steps = []  # (node, its prepared step)
+        for node in self.graph.nodes:
+            op = OPS[node.op]
+            consts = {p: qfile.tensors[v] for p, v in node.inputs.items() if op.port(p).const}
+            self._steps.append((node, backend.prepare(node, consts)))
+        # the whole model per call: one native call on the CPU (qrt/plan.py), one CUDA graph on the GPU
+        # (qrt/gpu/plan.py)
+        self._plan = backend.build_plan(g, qfile.tensors, [step for _, step in self._steps])
 
     @property
     def inputs(self) -> tuple[ValueSpec, ...]:
@@ -234,41 +212,20 @@ class Model:
 
         Returns one array, or tuples nested as the source model returned them (output_structure).
         """
-        if self._plan is not None:
-            # the common calls (one array, a flat list, arguments nested as forward()'s, a dict of every
-            # input) at shapes already compiled: one native call, no binding, outputs nested as below;
-            # None unless the arrays fit a compiled program exactly
-            result = self._plan.call(inputs)
-            if result is not None:
-                return result
-            out = self._plan.run(self._bind(inputs))
-        else:
-            out = self._run_nodes(self._bind(inputs))
+        # the common calls (one array, a flat list, arguments nested as forward()'s, a dict of every
+        # input) at shapes already compiled: one native call, no binding, outputs nested as below;
+        # None unless the arrays fit a compiled program exactly (and always None on the GPU)
+        result = self._plan.call(inputs)
+        if result is not None:
+            return result
+        out = self._plan.run(self._bind(inputs))
         if self._out_nested is not None:
             return nest(self._out_nested, out)
         return tuple(out) if self._output_tuple else out[0]
 
-    def _run_nodes(self, given: list[Any]) -> list[Any]:
-        """Every node's step in order, from Python (the GPU backend's path)."""
-        env: list[Any] = list(self._template)
-        for i, a in zip(self._in_slots, given):
-            env[i] = a
-        for node, step, args, outs in self._steps:
-            try:
-                results = step(*[env[i] for i in args])
-            except ValueError as e:
-                raise ValueError(f"node {node.name!r} ({node.op}): {e}") from None
-            for i, r in zip(outs, results):
-                env[i] = r
-        out = [env[s] if isinstance(s, int) else s.copy() for s in self._out_slots]
-        if hasattr(self._backend, "outputs_like"):  # device outputs back in the inputs' array library
-            out = self._backend.outputs_like(out, given)
-        return out
-
     def stream(self, state: Mapping[str, Any] | None = None) -> Stream:
-        """A stateful stepper for a cell model (see qrt.plan.Stream): h (and c) stay inside between calls."""
-        if self._plan is None:
-            raise ValueError("streams run on the CPU backend; this model was loaded for " + self.device)
+        """A stateful stepper for a cell model (see qrt.plan.Stream): h (and c) stay inside between calls
+        (on the GPU, in device memory)."""
         return self._plan.stream(state)
 
 

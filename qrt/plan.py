@@ -37,7 +37,8 @@ import numpy as np
 
 from . import _kernels as K
 from .graph import Graph, check_input, nest
-from .ops import OPS, QUANT_DTYPES, channel_view
+from .interpreter import Interpreter
+from .ops import QUANT_DTYPES, channel_view
 
 MAX_PROGRAMS = 32  # input shape sets whose programs are kept (a free sequence length makes many)
 
@@ -85,13 +86,11 @@ class Plan:
         self.graph = graph
         self._steps = list(steps)
         self._consts = dict(tensors)  # the file's mapped arrays: read, never written, never copied whole
+        self._interpreter = Interpreter(graph, self._steps, self._consts)
         # run-time operands of each node (port order, as Model wires them) and their consumers
-        self._args: list[list[str]] = []
+        self._args = self._interpreter.args
         self._uses: dict[str, list[int]] = {}
-        for i, node in enumerate(graph.nodes):
-            op = OPS[node.op]
-            args = [node.inputs[p.name] for p in op.inputs if not p.const and p.name in node.inputs]
-            self._args.append(args)
+        for i, args in enumerate(self._args):
             for v in args:
                 self._uses.setdefault(v, []).append(i)
         self._input_names = [s.name for s in graph.inputs]
@@ -186,14 +185,8 @@ class Plan:
     # ------------------------------------------------------------------ the per-node path
 
     def _per_node(self, inputs: list[np.ndarray], env: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
-        """Every node's step in order, as Model.run runs them without a plan (env, if given, gets every value)."""
-        values: dict[str, Any] = dict(zip(self._input_names, inputs))
-        for i, node in enumerate(self.graph.nodes):
-            try:
-                results = self._steps[i](*[self._value(values, v) for v in self._args[i]])
-            except ValueError as e:
-                raise ValueError(f"node {node.name!r} ({node.op}): {e}") from None
-            values.update(zip(node.outputs, results))
+        """Every node's step in order, by the interpreter (env, if given, gets every value)."""
+        values = self._interpreter.run(inputs)
         if env is not None:
             env.update(values)
         out: list[np.ndarray] = []
@@ -491,10 +484,12 @@ class Stream:
     state into new arrays, which the next step reads in place, so the returned state arrays are
     read-only. ``reset()`` starts again from zeros (the state at creation) of the next step's batch
     size; ``reset(state)`` from given arrays by input name (copied once).
-    A Stream is one sequence: use one per thread.
+    A Stream is one sequence: use one per thread. On the GPU (a model loaded with device="cuda"),
+    the state stays in device memory between steps; the outputs are CuPy arrays if a step's inputs
+    are, else NumPy arrays.
     """
 
-    def __init__(self, plan: Plan, state: Mapping[str, str] | None = None) -> None:
+    def __init__(self, plan: Any, state: Mapping[str, str] | None = None) -> None:
         g = plan.graph
         self._plan = plan
         names = [s.name for s in g.inputs]
@@ -510,6 +505,9 @@ class Stream:
         self._state_out = [outs.index(o) for o in state.values()]
         self._free = [k for k in range(len(names)) if k not in self._state_in]
         self._specs = g.inputs
+        self._specs_out = g.outputs
+        # the GPU's plan takes CuPy arrays too, and says which library an array belongs to
+        self._array_module = getattr(plan, "array_module", None)
         self._tree = g.output_structure
         self._flat = g.output_structure == tuple(range(len(g.outputs)))
         self._tuple = g.output_tuple
@@ -526,17 +524,19 @@ class Stream:
             spec = self._specs[k]
             if spec.name not in state:
                 raise ValueError(f"reset: missing state {spec.name!r}")
-            a = check_input(spec, state[spec.name]).copy()  # checked as Model.run checks it, then ours
-            a.flags.writeable = False
+            a = check_input(spec, state[spec.name], self._array_module).copy()  # checked as Model.run does
+            if isinstance(a, np.ndarray):
+                a.flags.writeable = False
             arrays.append(a)
         self._state = arrays
 
     def step(self, inputs: np.ndarray | Sequence[np.ndarray]) -> Any:
-        if self._state is not None:  # the common step, in one native call: arrays a compiled program takes
-            result = self._plan._executor.stream_step(inputs, self._free, self._state, self._state_in, self._state_out)
+        executor = getattr(self._plan, "_executor", None)  # the CPU plan's native programs
+        if self._state is not None and executor is not None:  # the common step, in one native call
+            result = executor.stream_step(inputs, self._free, self._state, self._state_in, self._state_out)
             if result is not None:
                 return result
-        given = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
+        given = [inputs] if not isinstance(inputs, (list, tuple)) else list(inputs)
         if len(given) != len(self._free):
             raise ValueError(f"step takes {len(self._free)} input(s): {[self._names[k] for k in self._free]}")
         if self._state is None:
@@ -544,13 +544,20 @@ class Stream:
             self._state = [self._zeros(k, batch) for k in self._state_in]
         flat: list[Any] = [None] * len(self._names)
         for k, a in zip(self._free, given):
-            flat[k] = check_input(self._specs[k], a)
+            flat[k] = check_input(self._specs[k], a, self._array_module)
         for k, a in zip(self._state_in, self._state):
             flat[k] = a
-        out = self._plan.run(flat)
-        state = [out[j] for j in self._state_out]
-        for a in state:
-            a.flags.writeable = False
+        if self._array_module is None:
+            out = self._plan.run(flat)
+            state = [out[j] for j in self._state_out]
+            for a in state:
+                a.flags.writeable = False
+        else:  # the GPU's plan: the state stays in device memory, the rest goes where the inputs came from
+            on_gpu = any(not isinstance(a, np.ndarray) for a in given)
+            out = self._plan.run(flat, [on_gpu or j in self._state_out for j in range(len(self._specs_out))])
+            state = [out[j] for j in self._state_out]
+            if not on_gpu:
+                out = [a if isinstance(a, np.ndarray) else a.get() for a in out]
         self._state = state
         return self._result(out)
 

@@ -6,7 +6,8 @@ weights laid out and summed) and returns a function of the node's run-time
 inputs, in port order, that returns the node's outputs.
 
 One module per op family: quantize.py, linear.py, recurrent.py, tensor_ops.py (indexing, shapes,
-embeddings), float_ops.py (the float math); each lists its ops in IMPLEMENTATIONS.
+embeddings), float_ops.py (the float math); each lists its ops in IMPLEMENTATIONS. ``build_plan``
+(qrt/plan.py) turns the prepared steps into the model's execution plan.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..graph import Node
+from ..plan import build_plan
 from . import float_ops, linear, quantize, recurrent, tensor_ops
 from .types import Prepare, Step
+
+__all__ = ["IMPLEMENTATIONS", "build_plan", "prepare"]
 
 IMPLEMENTATIONS: dict[str, Prepare] = {
     **quantize.IMPLEMENTATIONS,

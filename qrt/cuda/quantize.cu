@@ -26,11 +26,11 @@ __device__ void quantize_per_channel(const float* x, unsigned n, unsigned channe
     }
 }
 
-// Q3 per tensor: fl(q - zp) * s in float32.
+// Q3 per tensor: fl(q - zp) * s in float32, q - zp wrapping in int32 as torch's (and the CPU's) does.
 template <typename T>
 __device__ void dequantize_per_tensor(const T* q, unsigned n, float scale, int zero_point, float* y) {
     for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
-        y[i] = __fmul_rn(__ll2float_rn((long long)q[i] - zero_point), scale);
+        y[i] = __fmul_rn(__int2float_rn((int)((unsigned)(int)q[i] - (unsigned)zero_point)), scale);
 }
 
 // Q3 per channel, as torch computes it: fl(double(fl(fl(q) - fl(zp_c))) * s_c) with s_c float64 (the

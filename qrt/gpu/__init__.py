@@ -22,6 +22,7 @@ import numpy as np
 from ..cpu.types import Prepare, Step
 from ..graph import Graph, Node
 from . import float_ops, linear, quantize, recurrent, tensor_ops
+from .plan import build_plan
 from .runtime import (
     NVRTC_OPTIONS,
     SOURCE_DIR,
@@ -37,6 +38,7 @@ __all__ = [
     "SOURCE_DIR",
     "CUDAUnavailableError",
     "array_module",
+    "build_plan",
     "check_graph",
     "kernel_source",
     "prepare",

@@ -2,7 +2,7 @@
 weights in fbgemm's order, and float32 in the CPU's fixed order.
 
 Integers and the floats of the epilogues are bit-identical to the CPU backend (qrt/cuda/gemm_s8.cu,
-linear_fp16.cu, linear_float.cu).
+linear_chain.cu).
 """
 
 from __future__ import annotations
@@ -100,15 +100,19 @@ class DynamicLinearInt8:
         return y
 
 
-class DynamicLinearFP16:
-    """Float16-weight linear: fbgemm's fma chain order and 512-block tail quirk."""
+class ChainLinear:
+    """Float linear as fbgemm's fp16 kernel rounds it (fma chains, the 512-block tail quirk): float16
+    weights for a dynamic linear, float32 weights (half=False) for linear_float, as the CPU's
+    K.PackedFloat."""
 
-    def __init__(self, weight: np.ndarray, bias: Any) -> None:
+    def __init__(self, weight: np.ndarray, bias: Any, half: bool = True) -> None:
         cp = cupy()
         n, k = weight.shape
         self.in_features, self.out_features = k, n
-        bits = np.ascontiguousarray(np.asarray(weight, np.float16).T).view(np.uint16)
-        self.w_t = cp.asarray(bits)  # [k, n]: a warp's loads at each k are contiguous
+        dtype = np.float16 if half else np.float32
+        w_t = np.ascontiguousarray(np.asarray(weight, dtype).T)  # [k, n]: a warp's loads at each k are contiguous
+        self.w_t = cp.asarray(w_t.view(np.uint16) if half else w_t)
+        self.entry = "linear_fp16" if half else "linear_f32"
         self.has_bias = bias is not None
         self.bias = cp.asarray(np.ascontiguousarray(bias, np.float32)) if bias is not None else cp.zeros(1, cp.float32)
 
@@ -122,7 +126,7 @@ class DynamicLinearFP16:
         y = cp.empty((m, n), cp.float32) if y is None else y
         if m and n:
             i32 = np.int32
-            kernel("linear_fp16.cu", "linear_fp16")(
+            kernel("linear_chain.cu", self.entry)(
                 (-(-n // 128), min(m, 65535)), (128,),
                 (x, i32(m), i32(k), self.w_t, i32(n), self.bias, i32(self.has_bias), y),
             )
@@ -136,7 +140,7 @@ def dynamic_linear(c: Mapping[str, np.ndarray], reduce_range: bool, prefix: str 
         return DynamicLinearInt8(
             w, c[f"{prefix}weight_scale"], c[f"{prefix}weight_zero_point"], c.get(f"{prefix}bias"), reduce_range
         )
-    return DynamicLinearFP16(w, c.get(f"{prefix}bias"))
+    return ChainLinear(w, c.get(f"{prefix}bias"))
 
 
 class StaticLinear:
@@ -201,13 +205,14 @@ def _linear_dynamic(node: Node, c: Mapping[str, np.ndarray]) -> Step:
 
 
 def _linear_float(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    """Float32 linear through CuPy's matmul (cuBLAS): close to, not bit-exact with, torch's GEMM."""
-    w_t = dev(np.asarray(c["weight"], np.float32).T)
-    bias = None if c.get("bias") is None else dev(c["bias"], np.float32)
+    """Float32 linear in the CPU's fixed fma order (not cuBLAS, whose order is its own)."""
+    layer = ChainLinear(c["weight"], c.get("bias"), half=False)
+    rows = _rows(layer, np.float32)
 
     def step(x):
-        y = dev(x, np.float32) @ w_t
-        return (y if bias is None else y + bias,)
+        if x.shape[-1] != layer.in_features:
+            raise ValueError(f"x has {x.shape[-1]} features, expected {layer.in_features}")
+        return rows(x)
 
     return step
 
