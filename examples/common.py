@@ -1,7 +1,9 @@
 """What every example does the same way: save a float model, convert it, time and compare the result.
 
 The examples run from a checkout (`PYTHONPATH=. .venv/bin/python examples/<name>.py`) and from the
-tests (tests/test_examples.py), which import them and check the figures they return.
+tests (tests/test_examples.py), which import them and check the figures they return. They run their
+qrt models on the GPU with `QRT_DEVICE=cuda` (load() below), with the CPU's bits
+(tests/test_examples_gpu.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,17 @@ ROOT = os.path.dirname(HERE)
 for path in (ROOT, HERE):  # the converter from tools/, and the examples as `--model` factories
     if path not in sys.path:
         sys.path.insert(0, path)
+
+
+# where the examples run their qrt models: "cpu", or "cuda" (CuPy and an NVIDIA GPU)
+DEVICE = os.environ.get("QRT_DEVICE", "cpu")
+
+
+def load(path: str):
+    """qrt.load on the examples' device (DEVICE)."""
+    import qrt
+
+    return qrt.load(path, device=DEVICE)
 
 
 def convert(model: nn.Module, factory: str, out_dir: str, *args: str) -> str:

@@ -116,12 +116,11 @@ def decode(encode, step, word: str) -> tuple[list[str], list[np.ndarray]]:
 
 
 def run_example(out_dir: str, quiet: bool = False) -> dict:
-    import qrt
 
     enc, dec = trained()
     enc_path = convert(enc, "g2p_phonemes:make_encoder", out_dir, "--input-shape", "1,8")
     dec_path = convert(dec, "g2p_phonemes:make_decoder", out_dir, "--input-shape", "1", "--input-shape", f"1,{HIDDEN}")
-    q_enc, q_dec = qrt.load(enc_path), qrt.load(dec_path)
+    q_enc, q_dec = common.load(enc_path), common.load(dec_path)
     t_enc, t_dec = quantize_dynamic(enc), quantize_dynamic(dec)
 
     def torch_fn(module):

@@ -57,13 +57,12 @@ def train(model: nn.Module, steps: int = 25) -> None:
 
 
 def run_example(out_dir: str, quiet: bool = False) -> dict:
-    import qrt
 
     torch.manual_seed(0)
     model = make_model()
     train(model)
     path = convert(model, "keyword_spotting:make_model", out_dir, "--input-shape", f"1,{FRAMES},{N_MFCC}")
-    qmodel, reference = qrt.load(path), quantize_dynamic(model)
+    qmodel, reference = common.load(path), quantize_dynamic(model)
     # the largest absolute row sum of the Linear head: how far a change in the GRU's state can move a logit
     figures = {"head_row_sum": largest_row_sum(model.classifier)}
     # Any batch size and clip length: the batch and the number of frames are free in the file.

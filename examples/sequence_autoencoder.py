@@ -56,13 +56,12 @@ def train(model: nn.Module, steps: int = 25) -> None:
 
 
 def run_example(out_dir: str, quiet: bool = False) -> dict:
-    import qrt
 
     torch.manual_seed(0)
     model = make_model()
     train(model)
     path = convert(model, "sequence_autoencoder:make_model", out_dir, "--input-shape", f"1,{STEPS},{N_FEATURES}")
-    qmodel, reference = qrt.load(path), quantize_dynamic(model)
+    qmodel, reference = common.load(path), quantize_dynamic(model)
     figures = {"head_row_sum": largest_row_sum(model.output)}
     for steps in (STEPS, 7, 120):  # the window length is free in the file
         clean, bad = windows(16, steps, seed=100 + steps), windows(16, steps, seed=200 + steps, anomalous=True)

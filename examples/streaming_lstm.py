@@ -39,7 +39,6 @@ def make_model() -> StreamingLSTM:
 
 
 def run_example(out_dir: str, quiet: bool = False, frames: int = 200, batch: int = 3) -> dict:
-    import qrt
 
     torch.manual_seed(0)
     model = make_model().eval()
@@ -47,7 +46,7 @@ def run_example(out_dir: str, quiet: bool = False, frames: int = 200, batch: int
         model, "streaming_lstm:make_model", out_dir, "--input-shape", f"1,{N_IN}",
         "--input-shape", f"(1,{HIDDEN}),(1,{HIDDEN})",
     )
-    qmodel, reference = qrt.load(path), quantize_dynamic(model)
+    qmodel, reference = common.load(path), quantize_dynamic(model)
     x = torch.randn(frames, batch, N_IN, generator=torch.Generator().manual_seed(1))
     zeros = torch.zeros(batch, HIDDEN)
     state_qrt = (zeros.numpy(), zeros.numpy())

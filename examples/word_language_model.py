@@ -105,10 +105,9 @@ def build(out_dir: str) -> tuple[RNNModel, nn.Module, str, torch.Tensor, dict[st
 
 
 def run_example(out_dir: str, quiet: bool = False, generate: int = 30) -> dict:
-    import qrt
 
     model, reference, path, ids, vocab = build(out_dir)
-    qmodel = qrt.load(path)
+    qmodel = common.load(path)
 
     figures = {"head_row_sum": largest_row_sum(model.decoder)}
     for seq, batch in ((35, 1), (20, 4), (1, 1)):  # sequence length and batch are both free
