@@ -50,8 +50,6 @@ class Model:
         self.metadata: Mapping[str, str] = qfile.metadata
         self.graph = qfile.graph
         g = self.graph
-        if hasattr(backend, "check_graph"):  # a backend lacking some ops names them all before preparing any
-            backend.check_graph(g)
         self._names = [s.name for s in g.inputs]
         self._index = {name: i for i, name in enumerate(self._names)}
         # per argument of forward(): its name, where it has one; nested ones by name, for dict calls

@@ -3,8 +3,8 @@
 Every part of qrt that knows about ops reads this table: the loader
 validates nodes against it, the backends implement the ops listed
 here, and the converter emits nothing else. Adding an op means adding one
-``OpSpec`` here and its CPU implementation; a backend without one (the GPU
-lacks some ops) refuses models using it at load (``qrt.gpu.check_graph``).
+``OpSpec`` here and its implementation in both backends (``qrt.cpu`` and
+``qrt.gpu``; tests/test_gpu.py holds both to this table).
 
 An op's ``check`` sees the node's input value infos (dtype and shape, a
 ``None`` dimension being free until run time), the constant tensors it was

@@ -27,9 +27,13 @@ ENTRY_POINTS = {
     "dynamic_quant.cu": ["dq_small", "dq_partial", "dq_finish", "row_sums_u8"],
     "gemm_s8.cu": [f"gemv_{e}_{mb}" for e in ("float", "requant") for mb in (1, 2, 4, 8)]
     + ["gemm_float", "gemm_requant"],
-    "linear_fp16.cu": ["linear_fp16"],
+    "linear_chain.cu": ["linear_fp16", "linear_f32"],
     "rnn_cell.cu": [f"gate_update_{kind}" for kind in ("rnn_tanh", "rnn_relu", "lstm", "gru")]
     + [f"rnn_step_{a}_{mb}" for a in ("tanh", "relu") for mb in (1, 2, 4, 8)],
+    "float_ops.cu": [f"unary_{op}" for op in ("relu", "sigmoid", "tanh", "silu", "gelu", "gelu_tanh")]
+    + ["sum_f32", "mean_f32", "softmax_f32", "log_softmax_f32", "layer_norm_f32"],
+    "embedding.cu": ["embedding_check", "embedding_check_values"]
+    + [f"embedding_{kind}_{bits}" for kind in ("rows", "bags") for bits in (32, 8, 4)],
 }
 
 

@@ -160,9 +160,12 @@ def test_unknown_device_is_a_value_error(tmp_path):
         qrt.load(_tiny_model(tmp_path), device="tpu")
 
 
-def test_backend_implements_only_registered_ops():
-    """The GPU lacks some ops (tests/test_ops_tensor.py: gpu.check_graph refuses models using them)."""
-    assert set(gpu.IMPLEMENTATIONS) <= set(qrt.ops.OPS)
+def test_both_backends_implement_every_registered_op():
+    """One registry (qrt/ops.py): every op runs on the CPU and on the GPU, nothing else does."""
+    from qrt import cpu
+
+    assert sorted(gpu.IMPLEMENTATIONS) == sorted(qrt.ops.OPS)
+    assert sorted(cpu.IMPLEMENTATIONS) == sorted(qrt.ops.OPS)
 
 
 # ---------------------------------------------------------------- dynamic linear
@@ -549,3 +552,266 @@ def test_cupy_rnn_loop_matches_numpy(tmp_path):
         h_np = cpu.run([x, h_np])
         h_cp = cuda.run([cp.asarray(x), h_cp])
     np.testing.assert_array_equal(cp.asnumpy(h_cp), h_np)
+
+
+# ---------------------------------------------------------------- float math, tensor and embedding ops
+
+
+def _op_model(tmp_path, op: str, ports: dict, attrs: dict | None = None, dtype: str = "float32") -> Path:
+    """One node of op; ports maps port -> shape list (a run-time input named after the port) or array (stored)."""
+    b = GraphBuilder()
+    ins = {p: v if isinstance(v, np.ndarray) else b.input(p, dtype, v) for p, v in ports.items()}
+    return _save(b, b.node(op, ins, attrs or {}, name="n"), tmp_path, f"{op}{len(list(tmp_path.iterdir()))}")
+
+
+def _assert_same_bits(got: np.ndarray, want: np.ndarray) -> None:
+    """Bit for bit (-0.0 and +0.0 differ), but any NaN matches any NaN: a GPU's NaN has one pattern."""
+    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
+    nan = np.isnan(want) if want.dtype.kind == "f" else np.zeros(want.shape, bool)
+    assert np.array_equal(nan, np.isnan(got) if got.dtype.kind == "f" else nan)
+    bits = np.dtype(f"u{want.dtype.itemsize}")
+    g, w = got.view(bits)[~nan], want.view(bits)[~nan]
+    bad = np.flatnonzero(g != w)
+    assert bad.size == 0, f"{bad.size} of {w.size} differ; first got {got[~nan][bad[0]]!r}, want {want[~nan][bad[0]]!r}"
+
+
+def _compare(path: Path, inputs) -> None:
+    want, got = _both(path, inputs)
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        _assert_same_bits(g, w)
+
+
+def _values(shape: tuple, scale: float = 4.0) -> np.ndarray:
+    """Normal values with large, small, subnormal, signed-zero and infinite ones spread through."""
+    x = (RNG.standard_normal(shape) * scale).astype(np.float32)
+    flat = x.reshape(-1)
+    special = np.array([0.0, -0.0, 1e-40, -3e-39, 1e-30, 88.5, -88.5, 104.0, -104.0, 3e38, -3e38, np.inf,
+                        -np.inf, 1e-7, -20.0, 20.0, 0.625, -0.625], np.float32)
+    at = RNG.choice(flat.size, min(flat.size, special.size * 3), replace=False)
+    flat[at] = np.resize(special, at.size)
+    return x
+
+
+UNARY_CASES = [("relu", {}), ("sigmoid", {}), ("tanh", {}), ("silu", {}), ("gelu", {}),
+               ("gelu", {"approximate": "tanh"})]
+
+
+@needs_gpu
+@pytest.mark.parametrize(("op", "attrs"), UNARY_CASES)
+def test_float_unary_ops(tmp_path, op, attrs):
+    """Every function over a dense grid (to the subnormals and past each formula switch), at odd sizes."""
+    path = _op_model(tmp_path, op, {"x": [None, None]}, attrs)
+    grid = np.concatenate([np.linspace(-120, 120, 200003), np.geomspace(1e-45, 1e3, 20000),
+                           -np.geomspace(1e-45, 1e3, 20000), [np.nan, np.inf, -np.inf, 0.0, -0.0]]).astype(np.float32)
+    _compare(path, grid.reshape(1, -1))
+    _compare(path, _values((3, 1037)))
+
+
+BROADCASTS = [((3, 5, 7), (3, 5, 7)), ((3, 5, 7), (7,)), ((7,), (3, 5, 7)), ((3, 1, 7), (1, 5, 1)),
+              ((1,), (4, 3)), ((2, 3, 1, 5), (3, 4, 1)), ((1, 1), (1, 1)), ((257, 1), (1, 300)),
+              ((2, 1, 3, 1, 2, 1, 2, 1), (1, 2, 1, 3, 1, 2, 1, 2))]
+
+
+@needs_gpu
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+@pytest.mark.parametrize(("sa", "sb"), BROADCASTS)
+def test_float_binary_broadcasting(tmp_path, op, sa, sb):
+    path = _op_model(tmp_path, op, {"a": list(sa), "b": list(sb)})
+    a, b = _values(sa), _values(sb)
+    _compare(path, [a, b])
+    # subnormal and overflowing results: tiny times tiny, tiny over huge, huge over tiny
+    _compare(path, [np.full(sa, 3e-20, np.float32), np.full(sb, -7e-20, np.float32)])
+    _compare(path, [np.full(sa, 1e-30, np.float32), np.full(sb, 3e8, np.float32)])
+    _compare(path, [np.full(sa, 3e38, np.float32), np.full(sb, 1e-3, np.float32)])
+
+
+@needs_gpu
+def test_float_binary_stored_operand_and_bad_shapes(tmp_path):
+    path = _op_model(tmp_path, "mul", {"a": [None, 300], "b": _values((300,))})
+    for batch in (1, 5):
+        _compare(path, _values((batch, 300)))
+    path = _op_model(tmp_path, "sub", {"a": [None, 3], "b": [None, 3]})
+    cpu, cuda = qrt.load(path), qrt.load(path, device="cuda")
+    a, b = np.ones((2, 3), np.float32), np.ones((3, 3), np.float32)
+    with pytest.raises(ValueError) as want:
+        cpu.run([a, b])
+    with pytest.raises(ValueError) as got:
+        cuda.run([a, b])
+    assert str(got.value) == str(want.value)
+
+
+SOFTMAX_CASES = [((None, 1037), 1), ((None, 1), 1), ((None, 7, 5), 1), ((None, 600, 3), 1), ((None, 3, 513), 2),
+                 ((None, 5, 2, 4), 0), ((None, 256), 1), ((None, 257, 1), 1)]
+
+
+@needs_gpu
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize(("spec", "dim"), SOFTMAX_CASES)
+def test_softmax(tmp_path, op, spec, dim):
+    """Rows longer than the 256-element blocks, reduced dims that are and are not the last, batch 1 and more."""
+    path = _op_model(tmp_path, op, {"x": list(spec)}, {"dim": dim})
+    for batch in (1, 4):
+        x = (RNG.standard_normal((batch, *spec[1:])) * 30).astype(np.float32)
+        x.reshape(-1)[:: 11] = -np.inf  # exp gives 0, log_softmax -inf
+        x.reshape(-1)[5 :: 13] = RNG.standard_normal(x.reshape(-1)[5 :: 13].size) * 1e-40
+        _compare(path, x)
+
+
+REDUCE_CASES = [((None, 517, 3), [1]), ((None, 517, 3), [0, 2]), ((None, 5, 300), [1, 2]), ((None, 5, 300), [2]),
+                ((None, 7), [0, 1]), ((None, 2, 3, 129), [1, 3]), ((None, 4, 1030), [2]), ((None, 3, 0), [2])]
+
+
+@needs_gpu
+@pytest.mark.parametrize("op", ["sum", "mean"])
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize(("spec", "dims"), REDUCE_CASES)
+def test_sum_mean(tmp_path, op, keepdim, spec, dims):
+    path = _op_model(tmp_path, op, {"x": list(spec)}, {"dims": dims, "keepdim": keepdim})
+    for batch in (1, 3):
+        x = _values((batch, *spec[1:]))
+        x[np.isinf(x)] = 1e30  # finite: inf - inf would make NaN
+        _compare(path, x)
+        _compare(path, (RNG.standard_normal(x.shape) * 1e-39).astype(np.float32))  # subnormal sums
+
+
+@needs_gpu
+@pytest.mark.parametrize("affine", ["none", "weight", "bias", "both"])
+@pytest.mark.parametrize(("spec", "k"), [((None, 1000), 1), ((None, 7), 1), ((None, 3, 5, 67), 2), ((None, 1), 1)])
+def test_layer_norm(tmp_path, affine, spec, k):
+    tail = tuple(spec[len(spec) - k :])
+    ports: dict = {"x": list(spec)}
+    if affine in ("weight", "both"):
+        ports["weight"] = _values(tail, 2.0)
+    if affine in ("bias", "both"):
+        ports["bias"] = _values(tail, 2.0)
+    for p in ("weight", "bias"):
+        if p in ports:
+            ports[p][~np.isfinite(ports[p])] = 1.5
+    path = _op_model(tmp_path, "layer_norm", ports, {"normalized_dims": k, "eps": 1e-5})
+    for batch in (1, 6):
+        x = (RNG.standard_normal((batch, *spec[1:])) * RNG.choice([1e-3, 1.0, 1e4])).astype(np.float32)
+        x.reshape(-1)[::17] = 1e-40
+        _compare(path, x)
+
+
+TENSOR_CASES = [
+    ("select", {"dim": 1, "index": -1}, [None, 3, 5]),
+    ("select", {"dim": 2, "index": 2}, [None, 3, 5]),
+    ("slice", {"dim": 1, "start": 1, "end": None, "step": 2}, [None, 7, 5]),
+    ("slice", {"dim": 2, "start": -4, "end": -1, "step": 1}, [None, 7, 5]),
+    ("reshape", {"shape": [0, 5, -1]}, [None, 3, 5]),
+    ("permute", {"perm": [2, 0, 1]}, [None, 3, 5]),
+    ("squeeze", {"dims": [1]}, [None, 1, 5]),
+    ("unsqueeze", {"dim": 1}, [None, 3, 5]),
+    ("flatten", {"start_dim": 0, "end_dim": 2}, [None, 3, 5]),
+]
+
+
+@needs_gpu
+@pytest.mark.parametrize(("op", "attrs", "spec"), TENSOR_CASES)
+def test_tensor_ops(tmp_path, op, attrs, spec):
+    """Moves of bits: NaN payloads and -0.0 kept."""
+    path = _op_model(tmp_path, op, {"x": spec}, attrs)
+    for batch in (1, 4):
+        x = _values((batch, *spec[1:]))
+        x.reshape(-1)[0] = np.array(0x7FC01234, np.uint32).view(np.float32)
+        want, got = _both(path, x)
+        assert got.flags.c_contiguous and got.shape == want.shape
+        assert got.tobytes() == want.tobytes()
+
+
+@needs_gpu
+@pytest.mark.parametrize("op", ["cat", "stack"])
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_cat_stack(tmp_path, op, dim):
+    sizes = (2, 5, 1) if op == "cat" else (3, 3, 3)
+    specs = {f"x{i}": [None, 3, 4] if op == "stack" or dim == 0 else
+             ([None, s, 4] if dim == 1 else [None, 3, s]) for i, s in enumerate(sizes)}
+    path = _op_model(tmp_path, op, specs, {"dim": dim})
+    batches = (1, 2, 3) if op == "cat" and dim == 0 else (2, 2, 2)
+    xs = [_values((b, *[s if s is not None else 0 for s in spec[1:]]))
+          for b, spec in zip(batches, specs.values())]
+    want, got = _both(path, xs)
+    assert got.tobytes() == want.tobytes() and got.shape == want.shape
+    if op == "stack":  # shapes that disagree: the CPU's message
+        bad = [xs[0], xs[1][:1], xs[2]]
+        with pytest.raises(ValueError) as w:
+            qrt.load(path).run(bad)
+        with pytest.raises(ValueError) as g:
+            qrt.load(path, device="cuda").run(bad)
+        assert str(g.value) == str(w.value)
+
+
+def _embedding_table(bits: int, num: int, dim: int) -> tuple[dict, dict]:
+    if bits == 32:
+        w = _values((num, dim))
+        w[~np.isfinite(w)] = 2.0
+        return {"weight": w}, {}
+    width = dim if bits == 8 else (dim + 1) // 2
+    dtype = np.float32 if bits == 8 else np.float16
+    table = {"weight": RNG.integers(0, 256, (num, width), dtype=np.uint8),
+             "weight_scale": RNG.uniform(1e-3, 0.5, num).astype(dtype),
+             "weight_bias": RNG.uniform(-3, 3, num).astype(dtype)}
+    return table, {"bits": bits, "dim": dim} if bits == 4 else {"bits": bits}
+
+
+@needs_gpu
+@pytest.mark.parametrize("bits", [32, 8, 4])
+@pytest.mark.parametrize("dim", [1, 7, 300])
+def test_embedding(tmp_path, bits, dim):
+    table, attrs = _embedding_table(bits, 23, dim)
+    b = GraphBuilder()
+    y = b.node("embedding", {"indices": b.input("indices", "int64", [None, 3]), **table}, attrs, name="e")
+    path = _save(b, y, tmp_path)
+    for batch in (1, 5):
+        _compare(path, RNG.integers(0, 23, (batch, 3)))
+
+
+@needs_gpu
+@pytest.mark.parametrize("bits", [32, 8, 4])
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("dim", [3, 301])
+def test_embedding_bag(tmp_path, bits, mode, dim):
+    """Bags with offsets (an empty one, a long one, the last to the end) and as rows of a 2-D input."""
+    table, attrs = _embedding_table(bits, 23, dim)
+    attrs = {**attrs, "mode": mode}
+    b = GraphBuilder()
+    y = b.node("embedding_bag", {"indices": b.input("indices", "int32", [None]),
+                                 "offsets": b.input("offsets", "int64", [None]), **table}, attrs, name="e")
+    path = _save(b, y, tmp_path, "offsets")
+    _compare(path, [RNG.integers(0, 23, 40).astype(np.int32), np.array([0, 3, 3, 10, 11, 25])])
+    _compare(path, [RNG.integers(0, 23, 4).astype(np.int32), np.array([0])])
+    b = GraphBuilder()
+    y = b.node("embedding_bag", {"indices": b.input("indices", "int64", [None, 5]), **table}, attrs, name="e")
+    path = _save(b, y, tmp_path, "rows")
+    for batch in (1, 6):
+        _compare(path, RNG.integers(0, 23, (batch, 5)))
+
+
+BAD_BAGS = [([3, 0, 1, 99, 2, -1], [0, 2]), ([3, 0, 1], [1, 2]), ([3, 0, 1, 2], [0, 3, 2]), ([3, 0, 1], [0, 1, 9])]
+
+
+@needs_gpu
+@pytest.mark.parametrize(("indices", "offsets"), BAD_BAGS)
+def test_embedding_bad_indices_and_offsets(tmp_path, indices, offsets):
+    """Out-of-range indices and bad offsets raise the CPU's ValueError, node named, and read no row."""
+    table, attrs = _embedding_table(8, 23, 4)
+    b = GraphBuilder()
+    y = b.node("embedding_bag", {"indices": b.input("indices", "int64", [None]),
+                                 "offsets": b.input("offsets", "int64", [None]), **table}, attrs, name="e")
+    path = _save(b, y, tmp_path)
+    args = [np.array(indices), np.array(offsets)]
+    with pytest.raises(ValueError) as want:
+        qrt.load(path).run(args)
+    with pytest.raises(ValueError) as got:
+        qrt.load(path, device="cuda").run(args)
+    assert str(got.value) == str(want.value)
+    b = GraphBuilder()
+    y = b.node("embedding", {"indices": b.input("indices", "int64", [None]), **table}, attrs, name="e")
+    path = _save(b, y, tmp_path, "rows")
+    if max(indices) >= 23:
+        with pytest.raises(ValueError) as want:
+            qrt.load(path).run(np.array(indices))
+        with pytest.raises(ValueError) as got:
+            qrt.load(path, device="cuda").run(np.array(indices))
+        assert str(got.value) == str(want.value)

@@ -16,7 +16,6 @@ import pytest
 import torch
 
 import qrt
-from qrt import gpu
 from qrt.builder import GraphBuilder
 
 RNG = np.random.default_rng(14)
@@ -294,34 +293,3 @@ def test_slice_bounds_beyond_int64_clamp(tmp_path):
     model = _model(tmp_path, "slice", {"dim": 1, "start": -(2**70), "end": 2**70}, [("int32", [None, 3])])
     x = _array((2, 3), "int32")
     _same(model.run(x), torch.from_numpy(x))
-
-
-# ------------------------------------------------------------------ the GPU refuses what it lacks
-
-
-def test_gpu_refuses_the_ops_it_lacks_naming_them_all(tmp_path):
-    """check_graph runs before any upload; no GPU is needed to see what it refuses."""
-    b = GraphBuilder()
-    x = b.input("x", "float32", [None, 3, 4])
-    t = b.node("permute", {"x": x}, {"perm": [0, 2, 1]})
-    r = b.node("relu", {"x": t})
-    f = b.node("flatten", {"x": r}, {"start_dim": 1, "end_dim": 2})
-    s = b.node("select", {"x": t}, {"dim": 1, "index": 0})
-    b.output(f, s)
-    b.save(tmp_path / "mixed.qrt")
-    graph = qrt.load(tmp_path / "mixed.qrt").graph
-    with pytest.raises(NotImplementedError, match=r"does not implement op\(s\) \['permute', 'select'\]"):
-        gpu.check_graph(graph)
-    gpu.check_graph(_model(tmp_path, "flatten", {"start_dim": 0}, [("float32", [None, 2])]).graph)
-
-
-def test_gpu_refuses_a_broadcasting_add(tmp_path):
-    """add on the CPU broadcasts (tests/test_ops_float.py); the CUDA add takes equal shapes, so the
-    GPU refuses the broadcasting form at load instead of failing at run time."""
-    b = GraphBuilder()
-    x = b.input("x", "float32", [None, 3, 4])
-    y = b.input("y", "float32", [None, 3, 4])
-    b.output(b.node("add", {"a": x, "b": y}, name="same"), b.node("add", {"a": x, "b": np.ones(4, np.float32)}))
-    b.save(tmp_path / "add.qrt")
-    with pytest.raises(NotImplementedError, match=r"\['add \(broadcasting\)'\] \(node\(s\) \['add_1'\]\)"):
-        gpu.check_graph(qrt.load(tmp_path / "add.qrt").graph)

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..cpu.types import Prepare, Step
-from ..graph import Graph, Node
+from ..graph import Node
 from . import float_ops, linear, quantize, recurrent, tensor_ops
 from .plan import build_plan
 from .runtime import (
@@ -39,7 +39,6 @@ __all__ = [
     "CUDAUnavailableError",
     "array_module",
     "build_plan",
-    "check_graph",
     "kernel_source",
     "prepare",
     "require_cuda",
@@ -54,26 +53,6 @@ IMPLEMENTATIONS: dict[str, Prepare] = {
 }
 
 
-def check_graph(graph: Graph) -> None:
-    """Refuse a model using ops this backend lacks, naming them all, before anything is uploaded."""
-    def lacking(n: Node) -> str | None:
-        if n.op not in IMPLEMENTATIONS:
-            return n.op
-        shapes = {graph.values[v].shape for v in n.inputs.values()}
-        if n.op == "add" and len(shapes) > 1:  # the CUDA add takes equal shapes only
-            return "add (broadcasting)"
-        return None
-
-    missing = sorted({lacking(n) for n in graph.nodes} - {None})
-    if missing:
-        nodes = [n.name for n in graph.nodes if lacking(n) is not None]
-        more = f" and {len(nodes) - 5} more" if len(nodes) > 5 else ""
-        raise NotImplementedError(
-            f"device='cuda' does not implement op(s) {missing} (node(s) {nodes[:5]}{more}): "
-            "load this model with device='cpu'"
-        )
-
-
 def prepare(node: Node, consts: Mapping[str, np.ndarray]) -> Step:
-    """Upload a node's constants once; return its step over run-time inputs (check_graph has passed)."""
+    """Upload a node's constants once; return its step over run-time inputs."""
     return IMPLEMENTATIONS[node.op](node, consts)

@@ -46,8 +46,9 @@ class Program:
     def __init__(self, interpreter: Interpreter, inputs: Sequence[Any]) -> None:
         cp = cupy()
         self.pool = cp.cuda.MemoryPool()  # the graph's memory: freed only with the program
-        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.stream = cp.cuda.Stream(non_blocking=True)  # capture needs a stream of its own
         names = [s.name for s in interpreter.graph.outputs]
+        self.stream.wait_event(cp.cuda.get_current_stream().record())  # CuPy inputs may be being written
         with cp.cuda.using_allocator(self.pool.malloc), self.stream:
             self.inputs = [cp.empty(a.shape, a.dtype) for a in inputs]
             _copy_in(self.inputs, inputs, self.stream)
@@ -67,16 +68,22 @@ class Program:
             self.graph.upload(self.stream)
 
     def replay(self, inputs: Sequence[Any], device: Sequence[bool]) -> list[Any]:
-        """The outputs of the model on inputs; output j as a new CuPy array where device[j], else NumPy."""
-        _copy_in(self.inputs, inputs, self.stream)
-        self.graph.launch(self.stream)
+        """The outputs of the model on inputs; output j as a new CuPy array where device[j], else NumPy.
+
+        The copies and the graph go into the caller's current stream, after the work already there
+        (a CuPy input may still be being written) and before the work queued after the call."""
+        stream = cupy().cuda.get_current_stream()
+        _copy_in(self.inputs, inputs, stream)
+        self.graph.launch(stream)
         if self.checks:
             raise_failed(self.checks)
-        return _copy_out(self.outputs, device, self.stream)
+        return _copy_out(self.outputs, device, stream)
 
     def take_first(self, device: Sequence[bool]) -> list[Any]:
-        """The outputs of the eager run that made the program (the first call's results)."""
+        """The outputs of the eager run that made the program (the first call's results), ordered
+        before the work the caller queues after the call."""
         out = _copy_out(self.first, device, self.stream)
+        cupy().cuda.get_current_stream().wait_event(self.stream.record())
         self.first = []
         return out
 
@@ -113,20 +120,18 @@ class GraphPlan:
         with self._lock:
             free = self._free.get(key)
             program = free.pop() if free else None
-        if program is None:
+        new = program is None
+        if new:
             program = Program(self._interpreter, inputs)  # raises ValueError on bad inputs: nothing kept
-            out = program.take_first(device)
-        else:
-            out = program.replay(inputs, device)
-        with self._lock:
-            if key not in self._free and self._count >= MAX_PROGRAMS:
-                self._free.clear()
-                self._count = 0
-            programs = self._free.setdefault(key, [])
-            if program not in programs:
-                programs.append(program)
-                self._count += 1
-        return out
+        try:
+            return program.take_first(device) if new else program.replay(inputs, device)
+        finally:  # a replay that raised (an index out of range) leaves its program as good as before
+            with self._lock:
+                if new and key not in self._free and self._count >= MAX_PROGRAMS:
+                    self._free.clear()
+                    self._count = 0
+                self._free.setdefault(key, []).append(program)
+                self._count += new
 
     def program_count(self) -> int:
         with self._lock:
@@ -142,35 +147,31 @@ def _output(values: dict[str, Any], name: str, consts: Mapping[str, Any]) -> Any
 
 
 def _copy_in(buffers: Sequence[Any], inputs: Sequence[Any], stream: Any) -> None:
-    """Inputs into the program's buffers, in the program's stream, after the caller's stream's work."""
-    cp = cupy()
-    caller = cp.cuda.get_current_stream()
-    if caller is not stream and any(not isinstance(a, np.ndarray) for a in inputs):
-        stream.wait_event(caller.record())  # a CuPy input may still be being written there
+    """Inputs into the program's buffers, in stream."""
+    runtime = cupy().cuda.runtime
     for buf, a in zip(buffers, inputs):
         if not a.nbytes:
             continue
-        if isinstance(a, np.ndarray):
-            buf.set(a, stream=stream)
+        if isinstance(a, np.ndarray):  # pageable host memory: the copy is done when this returns
+            runtime.memcpyAsync(buf.data.ptr, a.ctypes.data, a.nbytes, runtime.memcpyHostToDevice, stream.ptr)
         else:
-            buf.data.copy_from_device_async(a.data, a.nbytes, stream)
+            runtime.memcpyAsync(buf.data.ptr, a.data.ptr, a.nbytes, runtime.memcpyDeviceToDevice, stream.ptr)
 
 
 def _copy_out(outputs: Sequence[Any], device: Sequence[bool], stream: Any) -> list[Any]:
-    """New arrays holding the outputs; the caller's stream waits for the GPU ones, the host ones are waited for."""
+    """New arrays holding the outputs, copied in stream; waits for the GPU if any is a NumPy array."""
     cp = cupy()
+    runtime = cp.cuda.runtime
     out: list[Any] = []
     for a, on_gpu in zip(outputs, device):
         if on_gpu:
             out.append(cp.empty(a.shape, a.dtype))  # the caller's memory pool, not the program's
             if a.nbytes:
-                out[-1].data.copy_from_device_async(a.data, a.nbytes, stream)
+                runtime.memcpyAsync(out[-1].data.ptr, a.data.ptr, a.nbytes, runtime.memcpyDeviceToDevice, stream.ptr)
         else:
             out.append(np.empty(a.shape, a.dtype))
             if a.nbytes:
-                a.get(stream=stream, out=out[-1])
-    if any(device):
-        cp.cuda.get_current_stream().wait_event(stream.record())
+                runtime.memcpyAsync(out[-1].ctypes.data, a.data.ptr, a.nbytes, runtime.memcpyDeviceToHost, stream.ptr)
     if not all(device):
         stream.synchronize()
     return out

@@ -17,7 +17,7 @@ import numpy as np
 SOURCE_DIR = Path(__file__).resolve().parent.parent / "cuda"
 # --fmad=false: no contraction, every product and sum rounds as written (the CPU builds with
 # -ffp-contract=off); --ftz=false, --prec-div=true, --prec-sqrt=true: subnormals kept, division and
-# square root correctly rounded, as on the CPU (NVRTC's defaults too, named so a change is seen)
+# square root correctly rounded, as on the CPU (NVRTC's defaults, named so that a change is seen)
 NVRTC_OPTIONS = ("--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true", "-std=c++17")
 
 
@@ -91,11 +91,18 @@ def kernel_source(name: str) -> str:
 
 
 def kernel(source: str, name: str) -> Any:
-    """Entry point ``name`` of qrt/cuda/``source``, compiled once per process."""
+    """Entry point ``name`` of qrt/cuda/``source``, compiled once per process.
+
+    Compiled by NVRTC with NVRTC_OPTIONS alone: CuPy's RawModule appends -ftz=true to the options it
+    is given (seen with CuPy 14.2: every subnormal result became zero), which would break the CPU's
+    bits."""
     with _lock:
         mod = _modules.get(source)
         if mod is None:
-            mod = _modules[source] = cupy().RawModule(code=kernel_source(source), options=NVRTC_OPTIONS)
+            cp = cupy()
+            compiled = cp.cuda.compiler.compile_using_nvrtc(kernel_source(source), NVRTC_OPTIONS)
+            mod = _modules[source] = cp.cuda.function.Module()
+            mod.load(compiled[0] if isinstance(compiled, tuple) else compiled)
     return mod.get_function(name)
 
 

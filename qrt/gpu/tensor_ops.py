@@ -1,21 +1,233 @@
-"""The tensor ops on the device (in qrt.gpu.IMPLEMENTATIONS)."""
+"""The tensor and embedding ops on the device (in qrt.gpu.IMPLEMENTATIONS).
+
+Tensor ops move values and compute none: CuPy indexing, reshapes and copies, exact, each step
+returning a C-contiguous device array, with the CPU backend's checks (qrt/cpu/tensor_ops.py).
+Embedding lookups run qrt/cuda/embedding.cu, the CPU's loops value by value; the indices and offsets
+are checked there, on the device, and a bad one raises the CPU's ValueError once the run is done
+(qrt.gpu.runtime.add_check).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
+from ..cpu.tensor_ops import _stacked
 from ..cpu.types import Prepare, Step
 from ..graph import Node
-from ..ops import flattened
-from .runtime import dev
+from ..ops import flattened, reshaped
+from .runtime import add_check, blocks, check_size, cupy, kernel
+
+
+def contiguous(a: Any, dtype: Any = None) -> Any:
+    """``a`` on the device, C-contiguous (a view where it is already); unlike cupy.ascontiguousarray,
+    a 0-d array stays 0-d."""
+    a = cupy().asarray(a, dtype=dtype)
+    return a if a.flags.c_contiguous else a.copy()
+
+
+def _select(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    dim, index = node.attrs["dim"], node.attrs["index"]
+
+    def step(x):
+        size = x.shape[dim]
+        i = index + size if index < 0 else index
+        if not 0 <= i < size:
+            raise ValueError(f"index {index} is out of range for dimension {dim} of x, shape {list(x.shape)}")
+        # the Ellipsis keeps a 0-d result an array
+        return (contiguous(cupy().asarray(x)[(slice(None),) * dim + (i, Ellipsis)]),)
+
+    return step
+
+
+def _slice(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    dim, start, end, step_ = (node.attrs[a] for a in ("dim", "start", "end", "step"))
+
+    def step(x):
+        # clamped in Python integers first: an attribute beyond int64 never reaches CuPy
+        lo, hi, st = slice(start, end, step_).indices(x.shape[dim])
+        return (contiguous(cupy().asarray(x)[(slice(None),) * dim + (slice(lo, hi, st),)]),)
+
+    return step
+
+
+def _cat(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    dim = node.attrs["dim"]
+    check = _stacked(dim, dim)
+
+    def step(*xs):
+        check(xs)
+        return (cupy().concatenate([cupy().asarray(x) for x in xs], axis=dim),)
+
+    return step
+
+
+def _stack(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    dim = node.attrs["dim"]
+    check = _stacked(dim, None)
+
+    def step(*xs):
+        check(xs)
+        return (cupy().stack([cupy().asarray(x) for x in xs], axis=dim),)
+
+    return step
+
+
+def _reshape(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    shape = node.attrs["shape"]
+
+    def step(x):
+        out = reshaped(x.shape, shape)
+        if out is None:
+            raise ValueError(f"x has shape {list(x.shape)}, which cannot be reshaped to {shape}")
+        return (contiguous(x).reshape(out),)
+
+    return step
+
+
+def _permute(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    perm = tuple(node.attrs["perm"])
+    return lambda x: (contiguous(cupy().asarray(x).transpose(perm)),)
+
+
+def _squeeze(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    dims = node.attrs["dims"]
+
+    def step(x):
+        for d in dims:
+            if x.shape[d] != 1:  # a free dimension: checked now
+                raise ValueError(f"x has shape {list(x.shape)}: dimension {d} must have size 1 to be squeezed")
+        return (contiguous(x).reshape([n for i, n in enumerate(x.shape) if i not in dims]),)
+
+    return step
+
+
+def _unsqueeze(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    dim = node.attrs["dim"]
+    return lambda x: (contiguous(x).reshape(x.shape[:dim] + (1,) + x.shape[dim:]),)
 
 
 def _flatten(node: Node, c: Mapping[str, np.ndarray]) -> Step:
     start, end = node.attrs["start_dim"], node.attrs["end_dim"]
-    return lambda x: (dev(x).reshape(flattened(x.shape, start, end)),)
+    return lambda x: (contiguous(x).reshape(flattened(x.shape, start, end)),)
 
 
+# ---------------------------------------------------------------- embedding
 
-IMPLEMENTATIONS: dict[str, Prepare] = {"flatten": _flatten}
+FLAG_NONE = np.iinfo(np.int64).max
+F_POS, F_INDEX, F_OFFSET0, F_BAG, F_START, F_END, F_WORDS = range(7)  # embedding.cu's flag words
+
+
+class _Table:
+    """A table uploaded once: float32 rows (bits 32), or uint8 / packed 4-bit rows with a float32
+    scale and bias per row (a float16 one widens exactly), as the CPU's EmbeddingTable."""
+
+    def __init__(self, node: Node, c: Mapping[str, np.ndarray]) -> None:
+        bits, weight = node.attrs["bits"], c["weight"]
+        self.node, self.bits, self.num = node, bits, weight.shape[0]
+        self.dim = weight.shape[1] if bits != 4 else node.attrs["dim"]
+        null = np.uintp(0)  # bits 32: no scale or bias (never read)
+        self.scale, self.bias = (
+            (null, null) if bits == 32
+            else (contiguous(np.asarray(c[p], np.float32).reshape(-1)) for p in ("weight_scale", "weight_bias"))
+        )
+        self.data = contiguous(weight)
+        check_size("the embedding table", weight.size)
+        self.row_bytes = weight.shape[1] * weight.dtype.itemsize
+
+    def params(self) -> tuple:
+        return (self.data, self.scale, self.bias, np.int64(self.num), np.uint32(self.row_bytes), np.uint32(self.dim))
+
+    def check(self, idx: Any, offsets: Any, per: int, bags: int) -> None:
+        """Launch the checks of idx (and of the bags' bounds) and register their message."""
+        cp, n, num = cupy(), idx.shape[0], self.num
+        flag = cp.full(F_WORDS, FLAG_NONE, np.int64)
+        bounds = (np.uintp(0) if offsets is None else offsets, np.uint32(per), np.uint32(bags))
+        if max(n, bags):
+            kernel("embedding.cu", "embedding_check")(
+                (blocks(max(n, bags)),), (256,), (idx, np.uint32(n), np.int64(num), *bounds, flag)
+            )
+            kernel("embedding.cu", "embedding_check_values")((1,), (1,), (idx, np.uint32(n), *bounds, flag))
+        where = f"node {self.node.name!r} ({self.node.op}): "
+
+        def describe(f: np.ndarray) -> str | None:
+            # the CPU's messages, in the CPU's order (qrt/_embedding.pxi)
+            if f[F_POS] != FLAG_NONE:
+                return (f"{where}indices: {f[F_INDEX]} (at flat position {f[F_POS]}) is out of range for a table "
+                        f"of {num} rows: indices must lie in [0, {num})")
+            if bags and f[F_OFFSET0] != 0:
+                return f"{where}offsets[0] is {f[F_OFFSET0]}, expected 0: the first bag starts at the first index"
+            if f[F_BAG] != FLAG_NONE:
+                g = int(f[F_BAG])
+                if g == bags - 1:
+                    return f"{where}offsets[{g}] is {f[F_START]}, beyond the {n} indices"
+                return (f"{where}offsets must not decrease, got offsets[{g}] = {f[F_START]} and "
+                        f"offsets[{g + 1}] = {f[F_END]}")
+            return None
+
+        add_check(flag, describe)
+
+
+def _indices(a: Any) -> Any:
+    flat = contiguous(a, np.int64).reshape(-1)
+    check_size("indices", flat.shape[0])
+    return flat
+
+
+def _launch(name: str, n: int, *args: Any) -> None:
+    if n:
+        kernel("embedding.cu", name)((blocks(n),), (256,), args)
+
+
+def _embedding(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    table = _Table(node, c)
+    name = f"embedding_rows_{table.bits}"
+
+    def step(indices):
+        flat = _indices(indices)
+        n = flat.shape[0]
+        table.check(flat, None, 0, 0)
+        check_size("the output", n * table.dim)
+        y = cupy().empty((n, table.dim), np.float32)
+        _launch(name, n * table.dim, *table.params(), flat, np.uint32(n), y)
+        return (y.reshape(indices.shape + (table.dim,)),)
+
+    return step
+
+
+def _embedding_bag(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    table, mode = _Table(node, c), {"sum": 0, "mean": 1, "max": 2}[node.attrs["mode"]]
+    name = f"embedding_bags_{table.bits}"
+
+    def step(indices, offsets=None):
+        flat = _indices(indices)
+        if offsets is None:  # [bags, n]: bag g is row g
+            bags, per, offs = indices.shape[0], indices.shape[1], None
+        else:  # the last bag runs to the end of indices (torch's include_last_offset=False)
+            offs = contiguous(offsets, np.int64).reshape(-1)
+            bags, per = offs.shape[0], 0
+        table.check(flat, offs, per, bags)
+        check_size("the output", bags * table.dim)
+        y = cupy().empty((bags, table.dim), np.float32)
+        bounds = (np.uintp(0) if offs is None else offs, np.uint32(per), np.uint32(bags))
+        _launch(name, bags * table.dim, *table.params(), flat, np.uint32(flat.shape[0]), *bounds, np.int32(mode), y)
+        return (y,)
+
+    return step
+
+
+IMPLEMENTATIONS: dict[str, Prepare] = {
+    "select": _select,
+    "slice": _slice,
+    "cat": _cat,
+    "stack": _stack,
+    "reshape": _reshape,
+    "permute": _permute,
+    "squeeze": _squeeze,
+    "unsqueeze": _unsqueeze,
+    "flatten": _flatten,
+    "embedding": _embedding,
+    "embedding_bag": _embedding_bag,
+}

@@ -21,20 +21,32 @@
 #ifndef QRT_FLOAT_MATH_H
 #define QRT_FLOAT_MATH_H
 
+/* first: its QRT_GATE_FN makes these functions device code too (qrt/cuda/float_ops.cu) */
+#include "gate_math.h"
+
+#if !defined(__CUDACC_RTC__)
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-
-#include "gate_math.h"
+#else /* NVRTC has no system headers: what the code below takes from them, with the CPU's bits */
+typedef int int32_t;
+typedef unsigned int uint32_t;
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fc00000)
+#endif
+#endif
 
 /* gate_math.h's bit casts, signed as msun's code below reads them */
-static inline int32_t qrt_float_word(float x) { return (int32_t)qrt_float_bits(x); }
+QRT_GATE_FN int32_t qrt_float_word(float x) { return (int32_t)qrt_float_bits(x); }
 
-static inline float qrt_word_float(int32_t w) { return qrt_bits_float((unsigned)w); }
+QRT_GATE_FN float qrt_word_float(int32_t w) { return qrt_bits_float((unsigned)w); }
 
 /* exp over the whole float range: gate_math.h's qrt_exp (the same bits on [-87, 87], where the gates
  * clamp), and beyond it the value down to the subnormals, then 0 below -103.9, and inf above 88.7. */
-static inline float qrt_exp_full(float x) {
+QRT_GATE_FN float qrt_exp_full(float x) {
     x = qrt_clamp_bits(x, 0x42d00000u, 0x42b20000u); /* to [-104, 89], as qrt_exp clamps */
     int n;
     const float p = qrt_exp_parts(x, &n);
@@ -46,10 +58,10 @@ static inline float qrt_exp_full(float x) {
 
 /* sigmoid over the whole range: the gates' qrt_sigmoid (the same bits) from -87 up; below, where the
  * gates' clamped exp holds it at 1.65e-38, the value, and 0 below -88.7 (as torch). */
-static inline float qrt_sigmoid_full(float x) { return 1.0f / (1.0f + qrt_exp_full(-x)); }
+QRT_GATE_FN float qrt_sigmoid_full(float x) { return 1.0f / (1.0f + qrt_exp_full(-x)); }
 
 /* log(x): msun's e_logf.c, max error below 1 ulp. */
-static inline float qrt_logf(float x) {
+QRT_GATE_FN float qrt_logf(float x) {
     static const float ln2_hi = 6.9313812256e-01f, /* 0x3f317180 */
         ln2_lo = 9.0580006145e-06f,                /* 0x3717f7d1 */
         two25 = 3.355443200e+07f,                  /* 0x4c000000 */
@@ -117,7 +129,7 @@ static inline float qrt_logf(float x) {
  * a relative change d of x into 2 x^2 d. lo enters to first order, erfc(x + lo) = erfc(x) -
  * lo (2/sqrt(pi)) e^-x^2, and in the tail through e^-(x+lo)^2 = e^-x^2 e^(-2 x lo) and 1/(x + lo).
  * msun's erfcf otherwise (its Kargl revision with shorter rational approximations). */
-static inline float qrt_erfc(float x, float lo) {
+QRT_GATE_FN float qrt_erfc(float x, float lo) {
     static const float erx = 8.42697144e-01f, /* 0x3f57bb00 */
         two_over_sqrt_pi = 1.12837916709551257f,
         /* Domain [0, 0.84375], range ~[-5.4419e-10, 5.5179e-10]:
@@ -213,7 +225,7 @@ static inline float qrt_erfc(float x, float lo) {
  * e^-v would soon overflow (from -88.7) though x * sigmoid(v) is still a normal float for |x| > 1; there
  * 1 + e^v rounds to 1, so x e^v is the same formula's value. lo enters to first order, e^-(hi+lo) =
  * e^-hi (1 - lo): it corrects the rounding of v to hi, which would otherwise cost up to |v| / 2 ulp. */
-static inline float qrt_times_sigmoid(float x, float hi, float lo) {
+QRT_GATE_FN float qrt_times_sigmoid(float x, float hi, float lo) {
     const int tail = hi < -80.0f;
     const float e0 = qrt_exp_full(tail ? hi : -hi);
     const float e = fmaf(e0, tail ? lo : -lo, e0);
@@ -221,12 +233,12 @@ static inline float qrt_times_sigmoid(float x, float hi, float lo) {
 }
 
 /* silu(x) = x * sigmoid(x): torch's x / (1 + e^-x) but for the tail, where torch's gives 0 below -88.7. */
-static inline float qrt_silu(float x) { return qrt_times_sigmoid(x, x, 0.0f); }
+QRT_GATE_FN float qrt_silu(float x) { return qrt_times_sigmoid(x, x, 0.0f); }
 
 /* gelu(x) = x * Phi(x) = x * erfc(-x / sqrt(2)) / 2. The argument is formed in double and split into
  * two floats for qrt_erfc; erfc, not 1 + erf, keeps the negative tail accurate (1 + erf(x) cancels
  * there: torch's gelu(-6) is 0, the exact value -5.9e-9). */
-static inline float qrt_gelu(float x) {
+QRT_GATE_FN float qrt_gelu(float x) {
     const double t = (double)x * -0.70710678118654752440;
     const float hi = (float)t;
     return x * (0.5f * qrt_erfc(hi, (float)(t - (double)hi)));
@@ -235,7 +247,7 @@ static inline float qrt_gelu(float x) {
 /* torch's tanh form, x/2 * (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), as x * sigmoid(2u) (the same
  * function; 1 + tanh(u) would cancel for x < 0). 2u is formed in double, clamped to [-200, 200]
  * (sigmoid is 0 or 1 in float beyond), and split into two floats hi + lo. */
-static inline float qrt_gelu_tanh(float x) {
+QRT_GATE_FN float qrt_gelu_tanh(float x) {
     const double xd = x;
     double v = xd * (1.5957691216057307117 + 0.071354816272600248776 * (xd * xd));
     v = v < -200.0 ? -200.0 : v;
