@@ -27,6 +27,8 @@ ENTRY_POINTS = {
     "dynamic_quant.cu": ["dq_small", "dq_partial", "dq_finish", "row_sums_u8"],
     "gemm_s8.cu": [f"gemv_{e}_{mb}" for e in ("float", "requant") for mb in (1, 2, 4, 8)]
     + ["gemm_float", "gemm_requant"],
+    "gemv_dynamic.cu": [f"gemv_dq_{mb}" for mb in (1, 2, 4, 8)]
+    + [f"gemv_q_{e}_{mb}" for e in ("float", "requant") for mb in (1, 2, 4, 8)],
     "linear_chain.cu": ["linear_fp16", "linear_f32"],
     "rnn_cell.cu": [f"gate_update_{kind}" for kind in ("rnn_tanh", "rnn_relu", "lstm", "gru")]
     + [f"rnn_step_{a}_{mb}" for a in ("tanh", "relu") for mb in (1, 2, 4, 8)],

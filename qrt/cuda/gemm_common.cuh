@@ -58,6 +58,13 @@ __device__ __forceinline__ void store(const Epilogue& e, void* y, int n, int i, 
     else static_cast<u8*>(y)[(size_t)i * n + j] = epilogue_requant(e, acc, j);
 }
 
+// The Epilogue's fields as kernel parameters (CuPy passes scalars and pointers, not structs).
+#define QRT_EPI_PARAMS                                                                                   \
+    int k, const int *wsum, const int *wzp, const int *xsum, int has_wzp, const QParams *xq,             \
+        const float *s_w, const float *bias, int bias_mode, const float *mult, const float *bias_q,      \
+        float bias_inv, int y_zp, int lo
+#define QRT_EPI_ARGS Epilogue{k, wsum, wzp, xsum, has_wzp, xq, s_w, bias, bias_mode, mult, bias_q, bias_inv, y_zp, lo}
+
 // u8 x s8 dot product of 4 byte pairs, added to c (dp4a, sm_61+).
 __device__ __forceinline__ int dp4a_us(unsigned a, int b, int c) {
     int d;

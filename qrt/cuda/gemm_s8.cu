@@ -7,14 +7,8 @@
 // gemv_<epi>_<MB>: one warp per output column and MB input rows, dp4a;
 //   memory-bound on the weights (batch 1..8).
 // gemm_<epi>: tensor-core integer MMA (mma.sync m16n8k32 u8 x s8, sm_80+),
-//   128 x 128 block tiles, 64-byte k steps double-buffered with cp.async.
+//   128 x 128 block tiles, 64-byte k steps in a STAGES-deep cp.async pipeline.
 #include "gemm_common.cuh"
-
-#define QRT_EPI_PARAMS                                                                                   \
-    int k, const int *wsum, const int *wzp, const int *xsum, int has_wzp, const QParams *xq,             \
-        const float *s_w, const float *bias, int bias_mode, const float *mult, const float *bias_q,      \
-        float bias_inv, int y_zp, int lo
-#define QRT_EPI_ARGS Epilogue{k, wsum, wzp, xsum, has_wzp, xq, s_w, bias, bias_mode, mult, bias_q, bias_inv, y_zp, lo}
 
 template <int MB, int EPI>
 __device__ __forceinline__ void gemv(const u8* x, int m, int Kp, const s8* w, int n, void* y, const Epilogue& e) {
@@ -34,6 +28,16 @@ __device__ __forceinline__ void gemv(const u8* x, int m, int Kp, const s8* w, in
 // ---------------------------------------------------------------- tensor-core GEMM
 
 enum { BM = 128, BN = 128, BK = 64, LDS = BK + 16 };  // LDS: padded smem row (80 B) avoids bank conflicts
+
+// k tiles in flight: with one 8-warp block per SM (a 512-row product is 128 blocks), a tile's copy
+// takes longer than its 32 MMAs per warp; with two stages the loop waited on every copy.
+// STAGES * 20 KB of dynamic shared memory (the host opts in above 48 KB).
+enum { STAGES = 4 };
+struct GemmStage {
+    u8 a[BM][LDS];
+    s8 b[BN][LDS];
+};
+extern __shared__ __align__(16) unsigned char gemm_smem[];
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
     unsigned a;
@@ -63,8 +67,7 @@ __device__ __forceinline__ void load_tile(u8 (*As)[LDS], s8 (*Bs)[LDS], const u8
 template <int EPI>
 __device__ __forceinline__ void gemm_mma(const u8* x, int m, int Kp, const s8* w, int n, void* y, const Epilogue& e) {
 #if __CUDA_ARCH__ >= 800
-    __shared__ __align__(16) u8 As[2][BM][LDS];
-    __shared__ __align__(16) s8 Bs[2][BN][LDS];
+    GemmStage* stage = reinterpret_cast<GemmStage*>(gemm_smem);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;           // PTX fragment layout: groupID, thread in group
     const int wm = (warp >> 2) * 64, wn = (warp & 3) * 32;  // 2 x 4 warps, 64 x 32 each
@@ -77,30 +80,37 @@ __device__ __forceinline__ void gemm_mma(const u8* x, int m, int Kp, const s8* w
 #pragma unroll
             for (int c = 0; c < 4; ++c) acc[a][b][c] = 0;
 
+    // One commit group per k tile (empty past the last), so that "all but STAGES - 2 groups done" always
+    // means "tile kt has landed".
     const int ktiles = Kp / BK;
-    load_tile(As[0], Bs[0], x, m, w, Kp, bm, bn, 0);
+#pragma unroll
+    for (int kt = 0; kt < STAGES - 1; ++kt) {
+        if (kt < ktiles) load_tile(stage[kt].a, stage[kt].b, x, m, w, Kp, bm, bn, kt * BK);
+        else asm volatile("cp.async.commit_group;");
+    }
     for (int kt = 0; kt < ktiles; ++kt) {
-        const int st = kt & 1;
-        if (kt + 1 < ktiles) load_tile(As[st ^ 1], Bs[st ^ 1], x, m, w, Kp, bm, bn, (kt + 1) * BK);
-        else asm volatile("cp.async.commit_group;");  // empty group keeps the count uniform
-        asm volatile("cp.async.wait_group 1;");
-        __syncthreads();
+        asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2));
+        __syncthreads();  // tile kt visible to all, and every warp is done with tile kt - 1, refilled next
+        const int next = kt + STAGES - 1;
+        if (next < ktiles) load_tile(stage[next % STAGES].a, stage[next % STAGES].b, x, m, w, Kp, bm, bn, next * BK);
+        else asm volatile("cp.async.commit_group;");
+        const GemmStage& cur = stage[kt % STAGES];
 #pragma unroll
         for (int kb = 0; kb < BK; kb += 32) {
             unsigned af[4][4], bf[4][2];
 #pragma unroll
             for (int mt = 0; mt < 4; ++mt) {
                 const int r = wm + mt * 16 + g;
-                af[mt][0] = *reinterpret_cast<const unsigned*>(&As[st][r][kb + t * 4]);
-                af[mt][1] = *reinterpret_cast<const unsigned*>(&As[st][r + 8][kb + t * 4]);
-                af[mt][2] = *reinterpret_cast<const unsigned*>(&As[st][r][kb + 16 + t * 4]);
-                af[mt][3] = *reinterpret_cast<const unsigned*>(&As[st][r + 8][kb + 16 + t * 4]);
+                af[mt][0] = *reinterpret_cast<const unsigned*>(&cur.a[r][kb + t * 4]);
+                af[mt][1] = *reinterpret_cast<const unsigned*>(&cur.a[r + 8][kb + t * 4]);
+                af[mt][2] = *reinterpret_cast<const unsigned*>(&cur.a[r][kb + 16 + t * 4]);
+                af[mt][3] = *reinterpret_cast<const unsigned*>(&cur.a[r + 8][kb + 16 + t * 4]);
             }
 #pragma unroll
             for (int nt = 0; nt < 4; ++nt) {
                 const int c = wn + nt * 8 + g;
-                bf[nt][0] = *reinterpret_cast<const unsigned*>(&Bs[st][c][kb + t * 4]);
-                bf[nt][1] = *reinterpret_cast<const unsigned*>(&Bs[st][c][kb + 16 + t * 4]);
+                bf[nt][0] = *reinterpret_cast<const unsigned*>(&cur.b[c][kb + t * 4]);
+                bf[nt][1] = *reinterpret_cast<const unsigned*>(&cur.b[c][kb + 16 + t * 4]);
             }
 #pragma unroll
             for (int mt = 0; mt < 4; ++mt)
@@ -113,7 +123,6 @@ __device__ __forceinline__ void gemm_mma(const u8* x, int m, int Kp, const s8* w
                         : "r"(af[mt][0]), "r"(af[mt][1]), "r"(af[mt][2]), "r"(af[mt][3]), "r"(bf[nt][0]),
                           "r"(bf[nt][1]));
         }
-        __syncthreads();  // the next iteration's copy overwrites this stage
     }
     const QParams xq = *e.xq;
 #pragma unroll

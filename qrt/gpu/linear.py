@@ -7,6 +7,7 @@ linear_chain.cu).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,9 +21,21 @@ from .runtime import check_size, cupy, dev, has_mma, kernel, qparams_array, roun
 KP_ALIGN = 64  # inner size padding: the MMA kernel's k tile
 NP_ALIGN = 128  # weight rows padding: the MMA kernel's n tile
 GEMV_MAX_ROWS = 8  # GEMM path for more rows (when the device has integer MMA)
+GV_THREADS = 768  # gemv_dynamic.cu's block: one per SM
+GV_SMEM = 128 * 1024  # most shared memory for q_x (MB x Kp bytes) in gemv_dynamic.cu; the old gemv beyond
+DEFAULT_SMEM = 48 * 1024  # dynamic shared memory a kernel gets without opting in
+GEMM_SMEM = 4 * 2 * 128 * 80  # gemm_s8.cu's MMA kernel: STAGES x (x and w tiles of 128 rows of 80 bytes)
+# The fused kernel reads the whole float x once per block (one block per SM), from L2: chosen when those
+# reads are at most this fraction of the weight bytes, or this many bytes (L2 serves them in about a
+# microsecond), else quantize_dynamic then gemv_q (x read once). To be tuned with bench/bench_gpu.py.
+FUSED_MAX_X_SHARE = 0.5
+FUSED_MAX_X_BYTES = 4 << 20
 
-# None: choose per call; "gemv" or "mma" forces a path (tests compare the two).
+# None: choose per call. "gemv" or "mma" forces gemm_s8.cu's kernels (tests compare the paths);
+# "fused" (dynamic linear: quantization and GEMV in one kernel) and "gemv_q" (the same GEMV over a
+# quantized x) force gemv_dynamic.cu's kernels wherever they apply (m <= 8, q_x fits GV_SMEM).
 GEMM_PATH: str | None = None
+PATHS = (None, "gemv", "mma", "fused", "gemv_q")
 
 
 
@@ -57,21 +70,72 @@ class Int8Weights:
                 i32(self.has_bias), f, f, np.float32(0), i32(0), i32(0))
 
 
+def _mb(m: int) -> int:
+    """Rows per GEMV kernel: the smallest of 1, 2, 4, 8 that holds m."""
+    return 1 if m == 1 else 2 if m == 2 else 4 if m <= 4 else 8
+
+
+@functools.cache
+def _device_limits(device: int) -> tuple[int, int]:
+    """(SMs, shared memory for q_x in gemv_dynamic.cu) of a device: GV_SMEM, or what the device allows a
+    block by opting in, less 1 KB for the kernels' static shared memory (sm_86 and sm_89 allow 99 KB)."""
+    attrs = cupy().cuda.Device(device).attributes
+    return attrs["MultiProcessorCount"], min(GV_SMEM, attrs["MaxSharedMemoryPerBlockOptin"] - 1024)
+
+
+def _limits() -> tuple[int, int]:
+    return _device_limits(cupy().cuda.Device().id)
+
+
+def _gv_fits(m: int, w: Int8Weights) -> bool:
+    """Whether gemv_dynamic.cu's kernels take m rows over these weights (q_x in shared memory)."""
+    return 0 < m <= GEMV_MAX_ROWS and _mb(m) * w.kp <= _limits()[1]
+
+
+def _gv_grid(m: int, w: Int8Weights) -> int:
+    """The persistent grid of gemv_dynamic.cu: one block per SM, or one per column group if fewer."""
+    per_warp = 2 if _mb(m) >= 4 else 1  # gemv_dynamic.cu GvShape::CPW
+    return min(_limits()[0], -(-w.n // per_warp))
+
+
+_opted_in: set[tuple[str, str]] = set()
+
+
+def _launch(source: str, name: str, grid: tuple, block: tuple, args: tuple, smem: int, limit: int) -> None:
+    """Launch with ``smem`` bytes of dynamic shared memory, opting the kernel in to ``limit`` bytes once
+    when above the default 48 KB (a function attribute, not a stream operation: capturable)."""
+    fn = kernel(source, name)
+    if smem > DEFAULT_SMEM and (source, name) not in _opted_in:
+        fn.max_dynamic_shared_size_bytes = limit
+        _opted_in.add((source, name))
+    fn(grid, block, args, shared_mem=smem)
+
+
+def _gv_launch(name: str, m: int, w: Int8Weights, args: tuple) -> None:
+    """Launch gemv_dynamic.cu's ``name``: one block per SM, q_x in shared memory."""
+    _launch("gemv_dynamic.cu", name, (_gv_grid(m, w),), (GV_THREADS,), args, _mb(m) * w.kp, _limits()[1])
+
+
 def gemm(x_q: Any, m: int, w: Int8Weights, y: Any, epilogue: tuple, requant: bool) -> None:
     """y[m, n] = epilogue(exact int32 q_x @ q_w.T), by GEMV (dp4a) or tensor-core MMA."""
-    path = GEMM_PATH or ("gemv" if m <= GEMV_MAX_ROWS or not has_mma() else "mma")
+    if GEMM_PATH not in PATHS:
+        raise ValueError(f"GEMM_PATH must be one of {PATHS}, got {GEMM_PATH!r}")
+    path = GEMM_PATH if GEMM_PATH in ("gemv", "mma") else None
+    if path is None:
+        path = "gemv_q" if _gv_fits(m, w) else "gemv" if m <= GEMV_MAX_ROWS or not has_mma() else "mma"
     kind = "requant" if requant else "float"
     args = (x_q, np.int32(m), np.int32(w.kp), w.w, np.int32(w.n), y) + epilogue
-    if path == "gemv":
-        mb = 1 if m == 1 else 2 if m == 2 else 4 if m <= 4 else 8
+    if path == "gemv_q":
+        _gv_launch(f"gemv_q_{kind}_{_mb(m)}", m, w, args)
+    elif path == "gemv":
+        mb = _mb(m)
         grid = (-(-w.n // 8), min(-(-m // mb), 65535))
         kernel("gemm_s8.cu", f"gemv_{kind}_{mb}")(grid, (256,), args)
     elif path == "mma":
         if -(-m // 128) > 65535:
             raise ValueError(f"{m} rows is more than the CUDA GEMM's grid allows")
-        kernel("gemm_s8.cu", f"gemm_{kind}")((w.w.shape[0] // 128, -(-m // 128)), (256,), args)
-    else:
-        raise ValueError(f"GEMM_PATH must be None, 'gemv' or 'mma', got {path!r}")
+        grid = (w.w.shape[0] // 128, -(-m // 128))
+        _launch("gemm_s8.cu", f"gemm_{kind}", grid, (256,), args, GEMM_SMEM, GEMM_SMEM)
 
 
 class DynamicLinearInt8:
@@ -82,17 +146,33 @@ class DynamicLinearInt8:
         self.qmax = 127 if reduce_range else 255
         self.in_features, self.out_features = self.w.k, self.w.n
 
+    def fused(self, m: int) -> bool:
+        """Whether m rows take gemv_dynamic.cu's gemv_dq (quantization and product in one kernel)."""
+        if GEMM_PATH not in (None, "fused") or self.w.k == 0 or not _gv_fits(m, self.w):
+            return False
+        x_reads = _gv_grid(m, self.w) * m * self.w.k * 4  # every block reads all of x
+        return GEMM_PATH == "fused" or x_reads <= max(FUSED_MAX_X_BYTES, FUSED_MAX_X_SHARE * self.w.n * self.w.kp)
+
     def workspace(self, m: int) -> tuple:
         """Buffers for calls on m rows, so that a time loop allocates nothing per step."""
         cp = cupy()
+        if self.fused(m):
+            return None, None
         return dq_workspace(m, self.w.kp), cp.empty(m, cp.int32) if self.w.has_wzp else None
 
     def __call__(self, x: Any, y: Any = None, ws: tuple | None = None) -> Any:
-        """y[m, n] (written into y when given, a C-contiguous float32 array) from float x[m, k]."""
+        """y[m, n] (written into y when given, a C-contiguous float32 array) from float x[m, k]
+        (C-contiguous)."""
         cp = cupy()
         m = x.shape[0]
         y = cp.empty((m, self.w.n), cp.float32) if y is None else y
         if m == 0 or self.w.n == 0:
+            return y
+        if self.fused(m):
+            w = self.w
+            epilogue = w.float_epilogue(w.dummy_i32, w.dummy_i32)  # xsum and QParams: the kernel's own
+            args = (x, np.int32(m), np.int32(w.kp), w.w, np.int32(w.n), y, np.int32(self.qmax)) + epilogue
+            _gv_launch(f"gemv_dq_{_mb(m)}", m, w, args)
             return y
         dq_ws, sums = ws if ws is not None else (None, None)
         q, params = quantize_dynamic(x, self.w.kp, self.qmax, dq_ws)
