@@ -32,6 +32,9 @@ ENTRY_POINTS = {
     "linear_chain.cu": ["linear_fp16", "linear_f32"],
     "rnn_cell.cu": [f"gate_update_{kind}" for kind in ("rnn_tanh", "rnn_relu", "lstm", "gru")]
     + [f"rnn_step_{a}_{mb}" for a in ("tanh", "relu") for mb in (1, 2, 4, 8)],
+    "rnn_persistent.cu": [f"rnn_persistent_{k}_{mb}" for k in ("rnn_tanh", "rnn_relu", "lstm", "gru")
+                          for mb in (1, 2, 4)]
+    + [f"rnn_input_proj_{mb}" for mb in (1, 2, 4)],
     "float_ops.cu": [f"unary_{op}" for op in ("relu", "sigmoid", "tanh", "silu", "gelu", "gelu_tanh")]
     + ["sum_f32", "mean_f32", "softmax_f32", "log_softmax_f32", "layer_norm_f32"],
     "embedding.cu": ["embedding_check", "embedding_check_values"]

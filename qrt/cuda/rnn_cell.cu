@@ -1,20 +1,10 @@
 // The elementwise part of a dynamic recurrent step (RNN, LSTM, GRU) from
 // gi = lin_ih(x) and gh = lin_hh(h), and the whole int8 Elman RNN step fused
 // into one launch after dq_small has quantized x and h (dynamic_quant.cu).
-// Every product and sum rounds on its own, in torch's order, and sigmoid and
-// tanh are the CPU's own (qrt/kernels/gate_math.h, compiled here as device
-// code), as the CPU's gates.h does: both backends give the same bits.
+// The gate arithmetic is gates.cuh's (the CPU's sigmoid and tanh, torch's
+// order of roundings), as the CPU's gates.h: both backends give the same bits.
 #include "gemm_common.cuh"
-#include "../kernels/gate_math.h"
-
-// The RNN kinds double as the activation of the fused Elman step.
-enum { ACT_TANH = 0, ACT_RELU = 1, CELL_LSTM = 2, CELL_GRU = 3 };
-
-template <int ACT>
-__device__ __forceinline__ float activate(float v) {
-    if (ACT == ACT_TANH) return qrt_tanh(v);
-    return (v > 0.0f || v != v) ? v : 0.0f;  // NaN passes through: the GPU cannot raise on it
-}
+#include "gates.cuh"
 
 // One thread per (batch row b, hidden unit j); gates are [batch, G * hidden]
 // in torch's chunk order. h_out may be h and c_out may be c (a sequence
@@ -25,29 +15,20 @@ template <int KIND>
 __device__ __forceinline__ void gate_update(const float* gi, const float* gh, const float* h, const float* c,
                                             float* h_out, float* c_out, float* y, int y_stride, int batch,
                                             int hidden) {
-    constexpr int G = KIND == CELL_LSTM ? 4 : (KIND == CELL_GRU ? 3 : 1);
+    constexpr int G = GateCount<KIND>::value;
     const unsigned n = (unsigned)batch * (unsigned)hidden;
     for (unsigned e = blockIdx.x * blockDim.x + threadIdx.x; e < n; e += gridDim.x * blockDim.x) {
         const unsigned b = e / (unsigned)hidden, j = e - b * (unsigned)hidden;
-        const float* xi = gi + (size_t)b * G * hidden;
-        const float* xh = gh + (size_t)b * G * hidden;
-        float hv;
-        if constexpr (KIND == CELL_LSTM) {  // chunks i, f, g, o
-            const float ig = qrt_sigmoid(__fadd_rn(xh[j], xi[j]));
-            const float fg = qrt_sigmoid(__fadd_rn(xh[hidden + j], xi[hidden + j]));
-            const float cg = qrt_tanh(__fadd_rn(xh[2 * hidden + j], xi[2 * hidden + j]));
-            const float og = qrt_sigmoid(__fadd_rn(xh[3 * hidden + j], xi[3 * hidden + j]));
-            const float cv = __fadd_rn(__fmul_rn(fg, c[e]), __fmul_rn(ig, cg));
-            c_out[e] = cv;
-            hv = __fmul_rn(og, qrt_tanh(cv));
-        } else if constexpr (KIND == CELL_GRU) {  // chunks r, z, n; the hidden bias of n is inside xh, scaled by r
-            const float r = qrt_sigmoid(__fadd_rn(xh[j], xi[j]));
-            const float z = qrt_sigmoid(__fadd_rn(xh[hidden + j], xi[hidden + j]));
-            const float nv = qrt_tanh(__fadd_rn(xi[2 * hidden + j], __fmul_rn(xh[2 * hidden + j], r)));
-            hv = __fadd_rn(__fmul_rn(__fsub_rn(h[e], nv), z), nv);
-        } else {
-            hv = activate<KIND>(__fadd_rn(xh[j], xi[j]));
+        float xi[G], xh[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            xi[g] = gi[((size_t)b * G + g) * hidden + j];
+            xh[g] = gh[((size_t)b * G + g) * hidden + j];
         }
+        float cv;  // h is read by GRU only, c by LSTM only
+        const float hv =
+            cell_update<KIND>(xi, xh, KIND == CELL_GRU ? h[e] : 0.0f, KIND == CELL_LSTM ? c[e] : 0.0f, cv);
+        if (KIND == CELL_LSTM) c_out[e] = cv;
         h_out[e] = hv;
         if (y_stride) y[(size_t)b * y_stride + j] = hv;
     }

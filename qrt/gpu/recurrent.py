@@ -1,12 +1,15 @@
 """The recurrent ops on the device: cell steps and whole sequences, as qrt._kernels.Recurrent.
 
 The gates run the CPU's own sigmoid and tanh (qrt/kernels/gate_math.h compiled as device code,
-qrt/cuda/rnn_cell.cu), so both backends give the same bits. Layers and directions are arranged once
-for both backends (qrt/recurrent.py).
+qrt/cuda/gates.cuh), so both backends give the same bits. Layers and directions are arranged once
+for both backends (qrt/recurrent.py). A sequence with int8 W_hh runs as one persistent kernel
+(qrt/cuda/rnn_persistent.cu) where its slice of W_hh fits each block's shared memory, else as a
+loop of launches.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,7 +20,7 @@ from ..graph import Node
 from ..recurrent import layer_runs, recurrent_kind, run_sequence
 from .linear import DynamicLinearInt8, dynamic_linear
 from .quantize import quantize_dynamic_pair
-from .runtime import blocks, check_size, cupy, dev, kernel
+from .runtime import add_check, blocks, check_size, cupy, dev, kernel, round_up
 
 
 class RNNCell:
@@ -72,14 +75,65 @@ def gate_update(kind: str, gi: Any, gh: Any, h: Any, c: Any, h_out: Any, c_out: 
 
 GATES = {"rnn_tanh": 1, "rnn_relu": 1, "lstm": 4, "gru": 3}
 
+# The persistent sequence kernel: None takes it wherever it applies, True demands it (ValueError
+# where it does not apply: tests), False runs the loop of launches.
+PERSISTENT: bool | None = None
+PERSISTENT_BLOCKS: int | None = None  # its grid, if set (the benchmark sweeps it); else sized by BLOCK_WORK
+BLOCK_WORK = 16384  # dp4a per block and step the grid is sized for: fewer blocks make a cheaper barrier
+PERSIST_THREADS, PROJ_ROWS = 512, 64  # rnn_persistent.cu
+TILES = {1: (2, 1), 2: (2, 2), 4: (4, 4)}  # rnn_persistent.cu's entry points by batch: (RB, BB)
+
+
+@functools.cache
+def _device_limits(device: int) -> tuple[int, int]:
+    """(SMs, shared memory a block may opt in to) of a device."""
+    attrs = cupy().cuda.Device(device).attributes
+    return attrs["MultiProcessorCount"], attrs["MaxSharedMemoryPerBlockOptin"]
+
+
+_opted_in: set[str] = set()
+
+
+def _persistent_kernel(name: str) -> tuple[Any, int]:
+    """rnn_persistent.cu's entry point, opted in to all the shared memory a block may have, and that amount."""
+    fn = kernel("rnn_persistent.cu", name)
+    limit = _device_limits(cupy().cuda.Device().id)[1] - fn.shared_size_bytes
+    if name not in _opted_in:  # a function attribute, not a stream operation
+        fn.max_dynamic_shared_size_bytes = limit
+        _opted_in.add(name)
+    return fn, limit
+
+
+def _mb(b: int) -> int:
+    return 1 if b == 1 else 2 if b == 2 else 4
+
+
+def _persistent_smem(gates: int, units: int, b: int, hidden: int, kp: int) -> int:
+    """rnn_persistent.cu's PersistLayout: W_hh slice, q_h, h, gh, gi, c."""
+    rb, bb = TILES[_mb(b)]
+    rows = gates * units
+    return (round_up(rows, rb) * kp + round_up(b, bb) * kp + round_up(4 * b * hidden, 16)
+            + 2 * round_up(4 * rows * b, 16) + round_up(4 * b * units, 16))
+
+
+def _persistent_failure(flags: Any) -> str | None:
+    if flags[1] == 1:
+        return ("the persistent recurrent kernel's grid barrier timed out: its blocks were not all resident at "
+                "once (another process or stream holding SMs?); set qrt.gpu.recurrent.PERSISTENT = False")
+    if flags[1] == 2:
+        return "the persistent recurrent kernel got less shared memory than its layout needs (a bug in qrt)"
+    return None
+
 
 class Recurrent:
     """One direction of a dynamic recurrent layer on the device, as qrt._kernels.Recurrent.
 
     ``step`` is one cell step; ``sequence`` the whole time loop, launches only
-    (no host synchronisation), its buffers allocated once per call. For LSTM
-    and GRU the input projection of all steps is one dynamic linear over T*B
-    rows (torch quantizes it over the whole sequence); for RNN it is per step.
+    (no host synchronisation), its buffers allocated once per call: one
+    persistent kernel (rnn_persistent.cu) where ``persistent_plan`` finds one
+    that fits, else a loop of launches per step. For LSTM and GRU the input
+    projection of all steps is one dynamic linear over T*B rows (torch
+    quantizes it over the whole sequence); for RNN it is per step.
     """
 
     def __init__(self, kind: str, ih: Any, hh: Any) -> None:
@@ -104,11 +158,79 @@ class Recurrent:
         h and c (C-contiguous [B, H]) hold the initial state on entry and the
         final state on return (pass h as c except for LSTM).
         """
+        steps, b = x.shape[:2]
+        if steps == 0 or b == 0 or self.hidden == 0:
+            return
+        plan = self.persistent_plan(steps, b, y)
+        if isinstance(plan, str):
+            if PERSISTENT:
+                raise ValueError(f"Recurrent: the persistent kernel does not apply: {plan}")
+            self._loop(x, y, y_offset, reverse, h, c)
+        else:
+            self._persistent(x, y, y_offset, reverse, h, c, *plan)
+
+    def persistent_plan(self, steps: int, b: int, y: Any) -> tuple[int, int, int] | str:
+        """(blocks, units per block, shared memory bytes) of rnn_persistent.cu, or why it does not apply."""
+        hh, hidden = self.hh, self.hidden
+        if PERSISTENT is False:
+            return "PERSISTENT is False"
+        if not isinstance(hh, DynamicLinearInt8) or hh.w.has_wzp:
+            return "W_hh is not int8 without zero points"
+        if self.gates == 1 and (not isinstance(self.ih, DynamicLinearInt8) or self.ih.w.has_wzp or not self.input_size):
+            return "an RNN's W_ih is not int8 without zero points"
+        if self.gates == 1 and steps > 65535:
+            return "more steps than rnn_input_proj's grid has rows"
+        if steps < 2:
+            return "one step"  # the kernel reads h at step 0 and writes it at the last step
+        if y.strides[0] != b * y.strides[1]:
+            return "y is not C-contiguous"
+        check_size("the state", b * hidden)
+        sms = _device_limits(cupy().cuda.Device().id)[0]
+        fn, limit = _persistent_kernel(f"rnn_persistent_{self.kind}_{_mb(b)}")
+        if fn.max_threads_per_block < PERSIST_THREADS:
+            return "the kernel's registers do not allow its block size"
+        if self.gates == 1 and round_up(b, TILES[_mb(b)][1]) * self.ih.w.kp > limit:
+            return "the quantized input of a step does not fit shared memory"
+        dots = self.gates * hidden * round_up(b, TILES[_mb(b)][1]) * hh.w.kp // 4
+        grid = PERSISTENT_BLOCKS or -(-dots // BLOCK_WORK)
+        for units in range(-(-hidden // min(grid, sms, hidden)), 0, -1):  # fewer units per block until it fits
+            blocks_ = -(-hidden // units)
+            if blocks_ > sms or steps * blocks_ >= 2**32:  # one block per SM: all resident
+                break
+            smem = _persistent_smem(self.gates, units, b, hidden, hh.w.kp)
+            if smem <= limit:
+                return blocks_, units, smem
+        return "the state or W_hh does not fit the blocks' shared memory"
+
+    def _persistent(self, x: Any, y: Any, y_offset: int, reverse: bool, h: Any, c: Any, grid: int, units: int,
+                    smem: int) -> None:
+        cp = cupy()
+        steps, b = x.shape[:2]
+        hidden, hh, i32 = self.hidden, self.hh.w, np.int32
+        if self.gates == 1:  # each step's input quantized on its own, all steps in one launch
+            ih, x = self.ih.w, cp.ascontiguousarray(x)
+            gi_all = cp.empty((steps * b, hidden), cp.float32)
+            fn, _ = _persistent_kernel(f"rnn_input_proj_{_mb(b)}")
+            fn((-(-hidden // PROJ_ROWS), steps), (PERSIST_THREADS,),
+               (x, i32(b), i32(ih.k), i32(ih.kp), ih.w, i32(hidden), ih.wsum, ih.s_w, ih.bias, i32(ih.has_bias),
+                i32(self.ih.qmax), gi_all),
+               shared_mem=round_up(b, TILES[_mb(b)][1]) * ih.kp)
+        else:  # one matrix product, quantized over all steps at once
+            gi_all = self.ih(x.reshape(steps * b, self.input_size))
+        sync = cp.zeros(2, cp.uint32)  # barrier counter and abort flag, zeroed per call (a memset node)
+        fn, _ = _persistent_kernel(f"rnn_persistent_{self.kind}_{_mb(b)}")
+        fn((grid,), (PERSIST_THREADS,),
+           (gi_all, hh.w, i32(hh.kp), i32(hidden), hh.wsum, hh.s_w, hh.bias, i32(hh.has_bias), i32(self.hh.qmax), h,
+            c, y[0, :, y_offset:], i32(y.strides[1] // y.itemsize), i32(steps), i32(b), i32(units), i32(reverse),
+            sync),
+           shared_mem=smem)
+        add_check(sync, _persistent_failure)
+
+    def _loop(self, x: Any, y: Any, y_offset: int, reverse: bool, h: Any, c: Any) -> None:
+        """The time loop as launches: per step the dynamic linear of h and the gates."""
         cp = cupy()
         steps, b = x.shape[:2]
         hidden, rows = self.hidden, self.gates * self.hidden
-        if steps == 0 or b == 0 or hidden == 0:
-            return
         whole = self.kind in ("lstm", "gru")
         if whole:  # one matrix product, quantized over all steps at once
             gi_all = self.ih(x.reshape(steps * b, self.input_size))
@@ -123,7 +245,6 @@ class Recurrent:
                 self.ih(x[t], gi, ih_ws)
             self.hh(h, gh, hh_ws)
             gate_update(self.kind, gi, gh, h, c, h, c, y[t, :, y_offset : y_offset + hidden])
-
 
 
 def _rnn_cell_dynamic(node: Node, c: Mapping[str, np.ndarray]) -> Step:
