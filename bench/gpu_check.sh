@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# One complete check on a GPU machine (shared/GPU.md's method: few runs, each complete):
-# the build, the GPU tests (ops, plan, golden outputs, examples), the whole-model and kernel
-# benchmarks. Logs and JSON go to $OUT (default gpu-logs/); a short table is printed last.
+# One complete check on a GPU machine (shared/GPU.md's method: few runs, each complete): the build if
+# none, then the stages named in $STAGES (default: all), each under a time limit. Logs and JSON go to
+# $OUT (default gpu-logs/); a short summary is printed last.
 #
-#     bash bench/gpu_check.sh            (from the checkout's root, with CuPy, torch and nvcc there)
+#     bash bench/gpu_check.sh                      (from the checkout's root: CuPy, torch and nvcc there)
+#     STAGES="tests models" bash bench/gpu_check.sh
+#
+# tests:   every GPU test (ops, kernels, persistent RNNs, plan, golden outputs, examples) against the CPU
+# models:  whole models at batch 1 against torch float16, eager and as a CUDA graph (bench_gpu_models.py)
+# kernels: dynamic linear kernels timed inside CUDA graphs (bench_gpu.py --graph-only)
+# rnn:     100-step RNN/LSTM/GRU sequences against cuDNN (bench_gpu_rnn.py)
+# threads: the CPU's thread scaling on this host, qrt against torch and ONNX Runtime (bench_cpu.py)
 set -uo pipefail
 OUT=${OUT:-gpu-logs}
 PY=${PY:-python3}
+STAGES=${STAGES:-tests models kernels rnn threads}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 {
@@ -17,12 +25,28 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 } > "$OUT/machine.txt" 2>&1
 $PY -c "import qrt._kernels" 2>/dev/null || $PY setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1
 status=0
-timeout 300 $PY -m pytest -q -p no:cacheprovider tests/test_cuda_compile.py tests/test_gpu.py tests/test_gpu_plan.py \
-    tests/test_golden_gpu.py tests/test_examples_gpu.py > "$OUT/tests.log" 2>&1 || status=1
-timeout 240 $PY bench/bench_gpu_models.py --json "$OUT/models.json" > "$OUT/models.log" 2>&1 || status=1
-timeout 120 $PY bench/bench_gpu.py --quick --markdown "$OUT/kernels.md" > "$OUT/kernels.log" 2>&1 || status=1
-cat "$OUT/machine.txt"
-grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.log" | tail -40
-tail -8 "$OUT/models.log"
-tail -30 "$OUT/kernels.log"
+stage() {  # name, time limit in seconds, command...
+    local name=$1 limit=$2
+    shift 2
+    case " $STAGES " in *" $name "*) ;; *) return ;; esac
+    local t0=$SECONDS
+    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1 || { status=1; echo "stage $name failed (exit $?)" >> "$OUT/summary.txt"; }
+    echo "stage $name: $((SECONDS - t0)) s" >> "$OUT/summary.txt"
+}
+stage tests 200 $PY -m pytest -q -rf -p no:cacheprovider tests/test_cuda_compile.py tests/test_gpu.py \
+    tests/test_gpu_kernels.py tests/test_gpu_persistent.py tests/test_gpu_plan.py tests/test_golden_gpu.py \
+    tests/test_examples_gpu.py
+stage models 90 $PY bench/bench_gpu_models.py --json "$OUT/models.json"
+stage kernels 60 $PY bench/bench_gpu.py --quick --graph-only --markdown "$OUT/kernels.md"
+stage rnn 60 $PY bench/bench_gpu_rnn.py --markdown "$OUT/rnn.md"
+stage threads 90 $PY bench/bench_cpu.py --quick --threads 1 2 4 8 16 --json "$OUT/threads.json"
+cat "$OUT/machine.txt" "$OUT/summary.txt"
+for name in $STAGES; do
+    [ -f "$OUT/$name.log" ] || continue
+    echo "== $name"
+    case $name in
+        tests) grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.log" | cut -c1-200 | tail -40 ;;
+        *) tail -25 "$OUT/$name.log" ;;
+    esac
+done
 exit $status
