@@ -36,6 +36,8 @@ def _runs(path, setting, calls):
 def _check(tmp_path, kind, act, hidden, batch, steps, *, layers=1, bidirectional=False, n_in=20,
            weights="qint8_per_channel", states=True, batch_first=False, persistent=True):
     dirs = 2 if bidirectional else 1
+    if act == "relu":  # a ReLU RNN's state grows without bound over long runs of these random weights, and
+        steps = min(steps, 20)  # the CPU refuses the infinities it reaches (seen at 100 steps, hidden 256)
     path, names = _sequence_model(tmp_path, kind, n_in, hidden, layers, bidirectional, batch_first, states,
                                   weights, act or "tanh")
     calls = [_sequence_inputs(kind, names, steps, batch, n_in, hidden, layers, dirs, batch_first, states)

@@ -7,7 +7,6 @@ linear_chain.cu).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,7 +15,7 @@ import numpy as np
 from ..cpu.types import Prepare, Step
 from ..graph import Node
 from .quantize import dq_workspace, quantize_dynamic, row_sums
-from .runtime import check_size, cupy, dev, has_mma, kernel, qparams_array, round_up
+from .runtime import check_size, cupy, dev, device_limits, has_mma, kernel, opt_in_shared, qparams_array, round_up
 
 KP_ALIGN = 64  # inner size padding: the MMA kernel's k tile
 NP_ALIGN = 128  # weight rows padding: the MMA kernel's n tile
@@ -75,16 +74,11 @@ def _mb(m: int) -> int:
     return 1 if m == 1 else 2 if m == 2 else 4 if m <= 4 else 8
 
 
-@functools.cache
-def _device_limits(device: int) -> tuple[int, int]:
-    """(SMs, shared memory for q_x in gemv_dynamic.cu) of a device: GV_SMEM, or what the device allows a
-    block by opting in, less 1 KB for the kernels' static shared memory (sm_86 and sm_89 allow 99 KB)."""
-    attrs = cupy().cuda.Device(device).attributes
-    return attrs["MultiProcessorCount"], min(GV_SMEM, attrs["MaxSharedMemoryPerBlockOptin"] - 1024)
-
-
 def _limits() -> tuple[int, int]:
-    return _device_limits(cupy().cuda.Device().id)
+    """(SMs, shared memory for q_x in gemv_dynamic.cu): GV_SMEM, or what the device allows a block by
+    opting in, less 1 KB for the kernels' static shared memory (sm_86 and sm_89 allow 99 KB)."""
+    sms, smem = device_limits()
+    return sms, min(GV_SMEM, smem - 1024)
 
 
 def _gv_fits(m: int, w: Int8Weights) -> bool:
@@ -98,22 +92,17 @@ def _gv_grid(m: int, w: Int8Weights) -> int:
     return min(_limits()[0], -(-w.n // per_warp))
 
 
-_opted_in: set[tuple[str, str]] = set()
-
-
-def _launch(source: str, name: str, grid: tuple, block: tuple, args: tuple, smem: int, limit: int) -> None:
-    """Launch with ``smem`` bytes of dynamic shared memory, opting the kernel in to ``limit`` bytes once
-    when above the default 48 KB (a function attribute, not a stream operation: capturable)."""
+def _launch(source: str, name: str, grid: tuple, block: tuple, args: tuple, smem: int) -> None:
+    """Launch with ``smem`` bytes of dynamic shared memory (opted in above the default 48 KB)."""
     fn = kernel(source, name)
-    if smem > DEFAULT_SMEM and (source, name) not in _opted_in:
-        fn.max_dynamic_shared_size_bytes = limit
-        _opted_in.add((source, name))
+    if smem > DEFAULT_SMEM:
+        opt_in_shared(fn)
     fn(grid, block, args, shared_mem=smem)
 
 
 def _gv_launch(name: str, m: int, w: Int8Weights, args: tuple) -> None:
     """Launch gemv_dynamic.cu's ``name``: one block per SM, q_x in shared memory."""
-    _launch("gemv_dynamic.cu", name, (_gv_grid(m, w),), (GV_THREADS,), args, _mb(m) * w.kp, _limits()[1])
+    _launch("gemv_dynamic.cu", name, (_gv_grid(m, w),), (GV_THREADS,), args, _mb(m) * w.kp)
 
 
 def gemm(x_q: Any, m: int, w: Int8Weights, y: Any, epilogue: tuple, requant: bool) -> None:
@@ -135,7 +124,7 @@ def gemm(x_q: Any, m: int, w: Int8Weights, y: Any, epilogue: tuple, requant: boo
         if -(-m // 128) > 65535:
             raise ValueError(f"{m} rows is more than the CUDA GEMM's grid allows")
         grid = (w.w.shape[0] // 128, -(-m // 128))
-        _launch("gemm_s8.cu", f"gemm_{kind}", grid, (256,), args, GEMM_SMEM, GEMM_SMEM)
+        _launch("gemm_s8.cu", f"gemm_{kind}", grid, (256,), args, GEMM_SMEM)
 
 
 class DynamicLinearInt8:

@@ -9,7 +9,6 @@ loop of launches.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,7 +19,18 @@ from ..graph import Node
 from ..recurrent import layer_runs, recurrent_kind, run_sequence
 from .linear import DynamicLinearInt8, dynamic_linear
 from .quantize import quantize_dynamic_pair
-from .runtime import add_check, blocks, check_size, cupy, dev, kernel, round_up
+from .runtime import (
+    add_check,
+    blocks,
+    check_size,
+    cupy,
+    dev,
+    device_limits,
+    kernel,
+    max_threads_per_block,
+    opt_in_shared,
+    round_up,
+)
 
 
 class RNNCell:
@@ -84,24 +94,10 @@ PERSIST_THREADS, PROJ_ROWS = 512, 64  # rnn_persistent.cu
 TILES = {1: (2, 1), 2: (2, 2), 4: (4, 4)}  # rnn_persistent.cu's entry points by batch: (RB, BB)
 
 
-@functools.cache
-def _device_limits(device: int) -> tuple[int, int]:
-    """(SMs, shared memory a block may opt in to) of a device."""
-    attrs = cupy().cuda.Device(device).attributes
-    return attrs["MultiProcessorCount"], attrs["MaxSharedMemoryPerBlockOptin"]
-
-
-_opted_in: set[str] = set()
-
-
 def _persistent_kernel(name: str) -> tuple[Any, int]:
     """rnn_persistent.cu's entry point, opted in to all the shared memory a block may have, and that amount."""
     fn = kernel("rnn_persistent.cu", name)
-    limit = _device_limits(cupy().cuda.Device().id)[1] - fn.shared_size_bytes
-    if name not in _opted_in:  # a function attribute, not a stream operation
-        fn.max_dynamic_shared_size_bytes = limit
-        _opted_in.add(name)
-    return fn, limit
+    return fn, opt_in_shared(fn)
 
 
 def _mb(b: int) -> int:
@@ -185,9 +181,9 @@ class Recurrent:
         if y.strides[0] != b * y.strides[1]:
             return "y is not C-contiguous"
         check_size("the state", b * hidden)
-        sms = _device_limits(cupy().cuda.Device().id)[0]
+        sms = device_limits()[0]
         fn, limit = _persistent_kernel(f"rnn_persistent_{self.kind}_{_mb(b)}")
-        if fn.max_threads_per_block < PERSIST_THREADS:
+        if max_threads_per_block(fn) < PERSIST_THREADS:
             return "the kernel's registers do not allow its block size"
         if self.gates == 1 and round_up(b, TILES[_mb(b)][1]) * self.ih.w.kp > limit:
             return "the quantized input of a step does not fit shared memory"

@@ -5,6 +5,7 @@ CuPy is imported only when a CUDA model is loaded; ``import qrt`` never does.
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Iterator
@@ -104,6 +105,41 @@ def kernel(source: str, name: str) -> Any:
             mod = _modules[source] = cp.cuda.function.Module()
             mod.load(compiled[0] if isinstance(compiled, tuple) else compiled)
     return mod.get_function(name)
+
+
+# CUfunction_attribute values (cuda.h): kernels from Module.load are plain functions, read and set
+# through the driver
+_MAX_THREADS_PER_BLOCK, _SHARED_SIZE_BYTES, _MAX_DYNAMIC_SHARED_SIZE_BYTES = 0, 1, 8
+_opted_in: dict[int, int] = {}
+
+
+@functools.cache
+def _device_limits(device: int) -> tuple[int, int]:
+    attrs = cupy().cuda.Device(device).attributes
+    return attrs["MultiProcessorCount"], attrs["MaxSharedMemoryPerBlockOptin"]
+
+
+def device_limits() -> tuple[int, int]:
+    """(SMs, shared memory a block may opt in to) of the current device."""
+    return _device_limits(cupy().cuda.Device().id)
+
+
+def max_threads_per_block(fn: Any) -> int:
+    """What a kernel's registers allow a block."""
+    return cupy().cuda.driver.funcGetAttribute(_MAX_THREADS_PER_BLOCK, fn.ptr)
+
+
+def opt_in_shared(fn: Any) -> int:
+    """Let fn have all the dynamic shared memory a block may (beyond the default 48 KB): set once per
+    kernel, a function attribute and not a stream operation, so launches stay capturable. Returns it."""
+    with _lock:
+        limit = _opted_in.get(fn.ptr)
+        if limit is None:
+            driver = cupy().cuda.driver
+            limit = device_limits()[1] - driver.funcGetAttribute(_SHARED_SIZE_BYTES, fn.ptr)
+            driver.funcSetAttribute(fn.ptr, _MAX_DYNAMIC_SHARED_SIZE_BYTES, limit)
+            _opted_in[fn.ptr] = limit
+    return limit
 
 
 def has_mma() -> bool:
