@@ -11,6 +11,7 @@
 # kernels: dynamic linear kernels timed inside CUDA graphs (bench_gpu.py --graph-only)
 # rnn:     100-step RNN/LSTM/GRU sequences against cuDNN (bench_gpu_rnn.py)
 # threads: the CPU's thread scaling on this host, qrt against torch and ONNX Runtime (bench_cpu.py)
+# Each stage's time limit can be set: TESTS_LIMIT, MODELS_LIMIT, KERNELS_LIMIT, RNN_LIMIT, THREADS_LIMIT.
 set -uo pipefail
 OUT=${OUT:-gpu-logs}
 PY=${PY:-python3}
@@ -33,19 +34,19 @@ stage() {  # name, time limit in seconds, command...
     timeout "$limit" "$@" > "$OUT/$name.log" 2>&1 || { status=1; echo "stage $name failed (exit $?)" >> "$OUT/summary.txt"; }
     echo "stage $name: $((SECONDS - t0)) s" >> "$OUT/summary.txt"
 }
-stage tests 200 $PY -m pytest -q -rf -p no:cacheprovider tests/test_cuda_compile.py tests/test_gpu.py \
+stage tests "${TESTS_LIMIT:-200}" $PY -m pytest -v -rf -p no:cacheprovider tests/test_cuda_compile.py tests/test_gpu.py \
     tests/test_gpu_kernels.py tests/test_gpu_persistent.py tests/test_gpu_plan.py tests/test_golden_gpu.py \
     tests/test_examples_gpu.py
-stage models 90 $PY bench/bench_gpu_models.py --json "$OUT/models.json"
-stage kernels 60 $PY bench/bench_gpu.py --quick --graph-only --markdown "$OUT/kernels.md"
-stage rnn 60 $PY bench/bench_gpu_rnn.py --markdown "$OUT/rnn.md"
-stage threads 90 $PY bench/bench_cpu.py --quick --threads 1 2 4 8 16 --json "$OUT/threads.json"
+stage models "${MODELS_LIMIT:-90}" $PY bench/bench_gpu_models.py --json "$OUT/models.json"
+stage kernels "${KERNELS_LIMIT:-60}" $PY bench/bench_gpu.py --quick --graph-only --markdown "$OUT/kernels.md"
+stage rnn "${RNN_LIMIT:-60}" $PY bench/bench_gpu_rnn.py --quick --markdown "$OUT/rnn.md"
+stage threads "${THREADS_LIMIT:-90}" $PY bench/bench_cpu.py --quick --threads 1 2 4 8 16 --json "$OUT/threads.json"
 cat "$OUT/machine.txt" "$OUT/summary.txt"
 for name in $STAGES; do
     [ -f "$OUT/$name.log" ] || continue
     echo "== $name"
     case $name in
-        tests) grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.log" | cut -c1-200 | tail -40 ;;
+        tests) grep -E "(FAILED|ERROR)|passed|failed" "$OUT/tests.log" | grep -v PASSED | cut -c1-160 | tail -40 ;;
         *) tail -25 "$OUT/$name.log" ;;
     esac
 done
