@@ -28,9 +28,9 @@ GEMM_SMEM = 4 * 2 * 128 * 80  # gemm_s8.cu's MMA kernel: STAGES x (x and w tiles
 # reads are at most this fraction of the weight bytes, or this many bytes (L2 serves them in about a
 # microsecond), else quantize_dynamic then gemv_q (x read once). Measured on an H100 (bench_gpu.py
 # --graph-only, docs/PERFORMANCE.md): at 4096x4096 and 8192x8192, batch 1, 4 and 8, the fused kernel was
-# as fast or faster in every case (batch 4 at 4096: 15.9 against 18.3 us), x's reads up to 1.03 times the
-# weights' bytes; so up to the weights' bytes.
-FUSED_MAX_X_SHARE = 1.0
+# as fast or faster in every case (batch 8 at 4096: 23.4 against 27.3 us), where x's reads were up to
+# 1.03 times the weights' bytes; beyond 1.25 times (not measured) x is quantized once first.
+FUSED_MAX_X_SHARE = 1.25
 FUSED_MAX_X_BYTES = 4 << 20
 
 # None: choose per call. "gemv" or "mma" forces gemm_s8.cu's kernels (tests compare the paths);
