@@ -1,10 +1,9 @@
 """The tensor and embedding ops on the device (in qrt.gpu.IMPLEMENTATIONS).
 
-Tensor ops move values and compute none: CuPy indexing, reshapes and copies, exact, each step
-returning a C-contiguous device array, with the CPU backend's checks (qrt/cpu/tensor_ops.py).
-Embedding lookups run qrt/cuda/embedding.cu, the CPU's loops value by value; the indices and offsets
-are checked there, on the device, and a bad one raises the CPU's ValueError once the run is done
-(qrt.gpu.runtime.add_check).
+Tensor ops move values and compute none: CuPy indexing, reshapes and copies, exact, written once for
+both backends (qrt/tensor_moves.py). Embedding lookups run qrt/cuda/embedding.cu, the CPU's loops
+value by value; the indices and offsets are checked there, on the device, and a bad one raises the
+CPU's ValueError once the run is done (qrt.gpu.runtime.add_check).
 """
 
 from __future__ import annotations
@@ -14,10 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from ..cpu.tensor_ops import _stacked
+from .. import tensor_moves
 from ..cpu.types import Prepare, Step
 from ..graph import Node
-from ..ops import flattened, reshaped
 from .runtime import add_check, blocks, check_size, cupy, kernel
 
 
@@ -26,92 +24,6 @@ def contiguous(a: Any, dtype: Any = None) -> Any:
     a 0-d array stays 0-d."""
     a = cupy().asarray(a, dtype=dtype)
     return a if a.flags.c_contiguous else a.copy()
-
-
-def _select(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    dim, index = node.attrs["dim"], node.attrs["index"]
-
-    def step(x):
-        size = x.shape[dim]
-        i = index + size if index < 0 else index
-        if not 0 <= i < size:
-            raise ValueError(f"index {index} is out of range for dimension {dim} of x, shape {list(x.shape)}")
-        # the Ellipsis keeps a 0-d result an array
-        return (contiguous(cupy().asarray(x)[(slice(None),) * dim + (i, Ellipsis)]),)
-
-    return step
-
-
-def _slice(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    dim, start, end, step_ = (node.attrs[a] for a in ("dim", "start", "end", "step"))
-
-    def step(x):
-        # clamped in Python integers first: an attribute beyond int64 never reaches CuPy
-        lo, hi, st = slice(start, end, step_).indices(x.shape[dim])
-        return (contiguous(cupy().asarray(x)[(slice(None),) * dim + (slice(lo, hi, st),)]),)
-
-    return step
-
-
-def _cat(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    dim = node.attrs["dim"]
-    check = _stacked(dim, dim)
-
-    def step(*xs):
-        check(xs)
-        return (cupy().concatenate([cupy().asarray(x) for x in xs], axis=dim),)
-
-    return step
-
-
-def _stack(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    dim = node.attrs["dim"]
-    check = _stacked(dim, None)
-
-    def step(*xs):
-        check(xs)
-        return (cupy().stack([cupy().asarray(x) for x in xs], axis=dim),)
-
-    return step
-
-
-def _reshape(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    shape = node.attrs["shape"]
-
-    def step(x):
-        out = reshaped(x.shape, shape)
-        if out is None:
-            raise ValueError(f"x has shape {list(x.shape)}, which cannot be reshaped to {shape}")
-        return (contiguous(x).reshape(out),)
-
-    return step
-
-
-def _permute(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    perm = tuple(node.attrs["perm"])
-    return lambda x: (contiguous(cupy().asarray(x).transpose(perm)),)
-
-
-def _squeeze(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    dims = node.attrs["dims"]
-
-    def step(x):
-        for d in dims:
-            if x.shape[d] != 1:  # a free dimension: checked now
-                raise ValueError(f"x has shape {list(x.shape)}: dimension {d} must have size 1 to be squeezed")
-        return (contiguous(x).reshape([n for i, n in enumerate(x.shape) if i not in dims]),)
-
-    return step
-
-
-def _unsqueeze(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    dim = node.attrs["dim"]
-    return lambda x: (contiguous(x).reshape(x.shape[:dim] + (1,) + x.shape[dim:]),)
-
-
-def _flatten(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    start, end = node.attrs["start_dim"], node.attrs["end_dim"]
-    return lambda x: (contiguous(x).reshape(flattened(x.shape, start, end)),)
 
 
 # ---------------------------------------------------------------- embedding
@@ -219,15 +131,7 @@ def _embedding_bag(node: Node, c: Mapping[str, np.ndarray]) -> Step:
 
 
 IMPLEMENTATIONS: dict[str, Prepare] = {
-    "select": _select,
-    "slice": _slice,
-    "cat": _cat,
-    "stack": _stack,
-    "reshape": _reshape,
-    "permute": _permute,
-    "squeeze": _squeeze,
-    "unsqueeze": _unsqueeze,
-    "flatten": _flatten,
+    **tensor_moves.implementations(cupy),
     "embedding": _embedding,
     "embedding_bag": _embedding_bag,
 }
