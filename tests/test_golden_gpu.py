@@ -14,20 +14,10 @@ import os
 import numpy as np
 import pytest
 from test_golden import CASES, GOLDEN, first_difference, load_runs
+from test_gpu import _MISSING
 
 import qrt
-from qrt import gpu
 
-
-def _gpu_missing() -> str | None:
-    try:
-        gpu.require_cuda()
-    except gpu.CUDAUnavailableError as e:
-        return str(e)
-    return None
-
-
-_MISSING = _gpu_missing()
 pytestmark = pytest.mark.skipif(_MISSING is not None, reason=f"no GPU: {_MISSING}")
 
 
