@@ -40,7 +40,6 @@ GEMM_PATH: str | None = None
 PATHS = (None, "gemv", "mma", "fused", "gemv_q")
 
 
-
 class Int8Weights:
     """A qint8 weight set on the device: padded to [Np, Kp], row sums, scales, bias."""
 

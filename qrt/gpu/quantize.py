@@ -22,7 +22,6 @@ from .runtime import blocks, check_size, cupy, dev, kernel
 SMALL_QUANT = 1 << 16  # inputs up to this many values are quantized by one block
 
 
-
 MAX_PARTS = 1024  # dq_partial blocks at most
 
 
@@ -89,8 +88,6 @@ def row_sums(q: Any, sums: Any = None) -> Any:
     sums = cp.empty(m, cp.int32) if sums is None else sums
     kernel("dynamic_quant.cu", "row_sums_u8")((blocks(m, 1, 4096),), (256,), (q, np.int32(m), np.int32(kp), sums))
     return sums
-
-
 
 
 def _quantize_per_tensor(node: Node, c: Mapping[str, np.ndarray]) -> Step:
