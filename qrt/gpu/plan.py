@@ -99,10 +99,11 @@ class GraphPlan:
 
     def __init__(self, graph: Graph, tensors: Mapping[str, np.ndarray], steps: Sequence[Callable]) -> None:
         self.graph = graph
-        # stored tensors at run-time ports, and outputs that are stored tensors, uploaded once
-        wanted = {v for node in graph.nodes for v in node.inputs.values()} | {s.name for s in graph.outputs}
-        consts = {name: dev(t) for name, t in tensors.items() if name in wanted}
-        self._interpreter = Interpreter(graph, steps, consts)
+        self._interpreter = Interpreter(graph, steps, {})
+        # stored tensors at run-time ports (the steps uploaded their weights), and outputs that are stored
+        # tensors, uploaded once
+        wanted = {v for args in self._interpreter.args for v in args} | {s.name for s in graph.outputs}
+        self._interpreter.consts = {name: dev(t) for name, t in tensors.items() if name in wanted}
         self._lock = threading.Lock()
         self._free: dict[tuple, list[Program]] = {}  # programs not running now, by input shapes
         self._count = 0
