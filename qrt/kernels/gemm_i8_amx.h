@@ -5,8 +5,8 @@
  *
  * x is packed in tiles of I8_MR = 16 rows, each row's k padded to kx, a multiple of 64, with zeros. A tile
  * of at least I8_AMX_ROWS rows is laid out as AMX reads it: blocks of 64 k, each 16 rows x 64 bytes (one tile
- * register, 1 KiB in a row); a tile of fewer (only the last, where m is not a multiple of 16) as gemm_i8.h
- * packs it, for avx512-vnni's register tiles. The weights keep the one layout (layout.h): a strip's 16
+ * register, 1 KiB in a row); a tile of fewer (a last tile of one row) as gemm_i8.h packs it, for
+ * avx512-vnni's register tiles. The weights keep the one layout (layout.h): a strip's 16
  * groups of 4 k x 16 columns, 64 bytes each, are what tdpbusd takes as its second tile. The packed x starts
  * at the first 64-byte boundary of its buffer, so that each tile row is one cache line.
  *
@@ -15,8 +15,11 @@
  * released at its end, so no thread leaves state behind for the OS to save.
  */
 
-/* Rows a tile needs to go to AMX: fewer go to avx512-vnni's registers (FIXME measure) */
-#define I8_AMX_ROWS 4
+/* Rows a tile needs to go to AMX: a tile costs the same at any number of rows, and from 2 rows on it beat
+ * avx512-vnni's registers (K=N=1024: M=2 9.7 against 12.0 us, M=8 10.8 against 26.5; K=N=256 M=2 0.7 against
+ * 0.8); one row reads its weights once either way, and avx512-vnni's one-row passes do that faster (7.8
+ * against 9.5 us). */
+#define I8_AMX_ROWS 2
 #define I8_AMX_BLOCK 1024 /* bytes of one tile register: 16 rows x 64 bytes */
 
 typedef struct {
@@ -35,9 +38,13 @@ static ptrdiff_t qrt_i8_amx_packed_x_size(ptrdiff_t m, ptrdiff_t k) {
 
 /* Rows [i0, i0 + rows) of x into an AMX tile: row r's k [64 b, 64 b + 64) at block b, row r. */
 static void i8_amx_pack_tile(uint8_t* tile, const uint8_t* x, ptrdiff_t k, ptrdiff_t i0, int rows) {
-    for (int r = 0; r < rows; r++)
-        for (ptrdiff_t t = 0; t < k; t += 64)
-            memcpy(tile + t / 64 * I8_AMX_BLOCK + r * 64, x + (i0 + r) * k + t, (size_t)(k - t < 64 ? k - t : 64));
+    for (int r = 0; r < rows; r++) {
+        const uint8_t* row = x + (i0 + r) * k;
+        ptrdiff_t t = 0;
+        for (; t + 64 <= k; t += 64) /* a constant size: one vector copy */
+            memcpy(tile + t / 64 * I8_AMX_BLOCK + r * 64, row + t, 64);
+        memcpy(tile + t / 64 * I8_AMX_BLOCK + r * 64, row + t, (size_t)(k - t));
+    }
 }
 
 /* x[m][k] -> tiles of 16 rows, each as the product reads it (above). Returns the largest value of x. */
@@ -71,9 +78,8 @@ QRT_INLINE void i8_amx_step(const uint8_t* x0, const uint8_t* x1, const int two,
 }
 
 /* c[r][col] = start[col] + the sums of x tile x0 (rows 0-15) and, when two, x1 (rows 16-31) against the two
- * strips from w (ss bytes apart, 32 columns), over `blocks` whole blocks of 64 k and then, if there is one,
- * the strips' last, partial block from `tail` (zero padded, the two strips 1 KiB apart); c's rows I8_NR
- * apart. */
+ * strips from w (ss bytes apart, 32 columns), over `blocks` blocks of 64 k and then, if not NULL, the block
+ * in `tail` (the two strips 1 KiB apart); c's rows I8_NR apart. */
 QRT_INLINE void i8_amx_tile(const uint8_t* x0, const uint8_t* x1, const int two, const int8_t* w, ptrdiff_t ss,
                             ptrdiff_t blocks, const int8_t* tail, const int32_t* start, int32_t* c) {
     _tile_loadd(0, start, 0); /* a stride of 0: every row the same */
@@ -97,47 +103,57 @@ QRT_INLINE void i8_amx_tile(const uint8_t* x0, const uint8_t* x1, const int two,
     }
 }
 
-/* qrt_gemm_u8s8 for rows [i0, i1), every row tile AMX-packed, from the packed x at base: panels outside, blocks
- * of 32 rows inside (a panel stays in L2 while x streams past), 32 columns at a time, each block's sums through
- * c to the epilogue. Strips wholly past n are skipped. */
+/* Weights a group of panels may hold: up to it, blocks of 32 rows run over a whole group while their x stays
+ * in L1 and the group in L2 (half of Sapphire and Granite Rapids' 2 MiB); beyond, x streams past each group.
+ * Against panels outside and rows inside (M=512 K=N=1024: 510-590 -> 440 us; M=64 K=N=4096, 16 MiB: the
+ * same, where a group per panel read the weights from memory once per block of rows, 1000 -> 1330). */
+#define I8_AMX_GROUP_BYTES (1024 * 1024)
+
+/* qrt_gemm_u8s8 for rows [i0, i1), every row tile AMX-packed, from the packed x at base: in blocks of 32 rows
+ * (2 x tiles) by 32 columns (2 strips), 4 tiles of sums over the whole of K, their sums through c to the
+ * epilogue a panel at a time. Strips wholly past n are skipped. A strip's last, partial block of 64 k reads
+ * on into the next strip's weights, which multiply x's zero padding; past the last strip is the end of the
+ * weights, so the last panel's partial blocks come from a zero-padded copy. */
 static void i8_amx_rows(const uint8_t* base, int32_t x_zp, const int32_t* w_rowsum, const int8_t* packed,
                         const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0,
                         ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, const qrt_epilogue* e) {
     const ptrdiff_t kp = qrt_round_up(k, 4), kx = qrt_round_up(k, I8_XALIGN), ss = QRT_STRIP * kp;
-    const ptrdiff_t blocks = kp / 64, tail_bytes = kp % 64 * QRT_STRIP;
+    const ptrdiff_t whole = kp / 64, tail_bytes = kp % 64 * QRT_STRIP, last = (n - 1) / I8_NR;
+    const ptrdiff_t group = I8_AMX_GROUP_BYTES / (I8_NR * kp + 1) + 1;
     _Alignas(64) int32_t c[32 * I8_NR];
     _Alignas(64) int8_t tail[I8_NR / QRT_STRIP][I8_AMX_BLOCK];
     int32_t offsets[I8_NR], start[I8_NR], f;
+    if (tail_bytes && p1 > last)
+        for (ptrdiff_t s = 0; s < I8_NR / QRT_STRIP; s++) {
+            memcpy(tail[s], packed + last * I8_NR * kp + s * ss + whole * I8_AMX_BLOCK, (size_t)tail_bytes);
+            memset(tail[s] + tail_bytes, 0, (size_t)(I8_AMX_BLOCK - tail_bytes));
+        }
     i8_amx_config cfg = {1, 0, {0}, {0}, {0}};
     for (int t = 0; t < 8; t++) {
         cfg.colsb[t] = 64;
         cfg.rows[t] = 16;
     }
     _tile_loadconfig(&cfg);
-    for (ptrdiff_t p = p0; p < p1; p++) {
-        const int8_t* panel = packed + p * I8_NR * kp;
-        const ptrdiff_t j0 = p * I8_NR, j1 = j0 + I8_NR < n ? j0 + I8_NR : n, pairs = (j1 - j0 + 31) / 32;
-        const int32_t* init = i8_offsets(x_zp, w_rowsum, w_zp, n, k, j0, I8_NR, offsets, &f);
-        for (int j = 0; j < I8_NR; j++)
-            start[j] = (int32_t)((uint32_t)init[j] * (uint32_t)f);
-        /* the last block of 64 k from a copy: past a strip's k lie the next strip's weights, or the end */
-        for (ptrdiff_t s = 0; tail_bytes && s < 2 * pairs; s++) {
-            memcpy(tail[s], panel + s * ss + blocks * I8_AMX_BLOCK, (size_t)tail_bytes);
-            memset(tail[s] + tail_bytes, 0, (size_t)(I8_AMX_BLOCK - tail_bytes));
-        }
-        for (ptrdiff_t i = i0; i < i1; i += 32) {
-            const uint8_t* x0 = base + i * kx;
-            for (ptrdiff_t q = 0; q < pairs; q++) {
-                const int8_t* w = panel + 2 * q * ss;
-                const int8_t* wt = tail_bytes ? tail[2 * q] : NULL;
-                if (i1 - i > 16)
-                    i8_amx_tile(x0, x0 + 16 * kx, 1, w, ss, blocks, wt, start + 32 * q, c + 32 * q);
-                else
-                    i8_amx_tile(x0, x0, 0, w, ss, blocks, wt, start + 32 * q, c + 32 * q);
+    for (ptrdiff_t g = p0; g < p1; g += group)
+        for (ptrdiff_t i = i0; i < i1; i += 32)
+            for (ptrdiff_t p = g; p < p1 && p < g + group; p++) {
+                const ptrdiff_t j0 = p * I8_NR, j1 = j0 + I8_NR < n ? j0 + I8_NR : n, pairs = (j1 - j0 + 31) / 32;
+                const int32_t* init = i8_offsets(x_zp, w_rowsum, w_zp, n, k, j0, I8_NR, offsets, &f);
+                for (int j = 0; j < I8_NR; j++)
+                    start[j] = (int32_t)((uint32_t)init[j] * (uint32_t)f);
+                const int copy = tail_bytes && p == last;
+                const uint8_t* x0 = base + i * kx;
+                for (ptrdiff_t q = 0; q < pairs; q++) {
+                    const int8_t* w = packed + p * I8_NR * kp + 2 * q * ss;
+                    const ptrdiff_t blocks = copy ? whole : kx / 64;
+                    const int8_t* wt = copy ? tail[2 * q] : NULL;
+                    if (i1 - i > 16)
+                        i8_amx_tile(x0, x0 + 16 * kx, 1, w, ss, blocks, wt, start + 32 * q, c + 32 * q);
+                    else
+                        i8_amx_tile(x0, x0, 0, w, ss, blocks, wt, start + 32 * q, c + 32 * q);
+                }
+                qrt_epilogue_rows(e, i, i + 32 < i1 ? i + 32 : i1, n, j0, j1, c, I8_NR, w_zp, x_rowsum);
             }
-            qrt_epilogue_rows(e, i, i + 32 < i1 ? i + 32 : i1, n, j0, j1, c, I8_NR, w_zp, x_rowsum);
-        }
-    }
     _tile_release();
 }
 

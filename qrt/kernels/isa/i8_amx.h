@@ -6,6 +6,6 @@
 #define I8_AMX 1
 #define I8_MR 16     /* an AMX tile's rows */
 #define I8_ROWS 6    /* ... which avx512-vnni's register tiles take 6 at a time */
-#define I8_MC 64     /* rows of a block of sums in gemm_i8.h (8 KiB per 32 columns) */
+#define I8_MC 16     /* gemm_i8.h's blocks of rows: it gets a single-row tile at most */
 #define I8_XALIGN 64 /* x's rows padded to whole AMX tiles of k (64 bytes), the padding 0 */
 #include "i8_avx512vnni.h"
