@@ -103,10 +103,11 @@ QRT_INLINE void i8_amx_tile(const uint8_t* x0, const uint8_t* x1, const int two,
     }
 }
 
-/* Weights a group of panels may hold: up to it, blocks of 32 rows run over a whole group while their x stays
- * in L1 and the group in L2 (half of Sapphire and Granite Rapids' 2 MiB); beyond, x streams past each group.
- * Against panels outside and rows inside (M=512 K=N=1024: 510-590 -> 440 us; M=64 K=N=4096, 16 MiB: the
- * same, where a group per panel read the weights from memory once per block of rows, 1000 -> 1330). */
+/* Weights a group of panels may hold: each block of 32 rows runs over a whole group while its x stays in L1
+ * (32 KiB at K = 1024) and the group in L2 (half of Sapphire and Granite Rapids' 2 MiB). Against panels
+ * outside and rows inside, as avx512-vnni walks them: M=512 K=N=1024 510-590 -> 440 us; M=64 K=N=4096 (16
+ * MiB) the same 1000-1060 us, where rows outside all panels read the weights from memory once per block of
+ * rows (1330). */
 #define I8_AMX_GROUP_BYTES (1024 * 1024)
 
 /* qrt_gemm_u8s8 for rows [i0, i1), every row tile AMX-packed, from the packed x at base: in blocks of 32 rows
