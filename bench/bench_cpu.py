@@ -1,6 +1,6 @@
 """qrt against PyTorch's quantized CPU engine (and ONNX Runtime, when installed) on the same shapes, in one run.
 
-    python bench/bench_cpu.py [--quick] [--threads 1 2] [--only SUBSTRING] [--json out.json]
+    python bench/bench_cpu.py [--quick] [--threads 1 2] [--only SUBSTRING] [--rows 16 64] [--json out.json]
 
 Each figure is the median over the samples of the time per call (each sample
 repeats the call for >= 20 ms, after warm-up; the samples of qrt, PyTorch and
@@ -226,8 +226,8 @@ def mlp_case(tmp: str, threads: int, m: int, sizes: tuple[int, ...]):
     return (lambda: model.run(xs)), (lambda: ref(tx)), run_ort
 
 
-def cases(quick: bool):
-    rows = [1, 64] if quick else ROWS
+def cases(quick: bool, rows: list[int] | None = None):
+    rows = rows or ([1, 64] if quick else ROWS)
     shapes = [(256, 256), (1024, 1024)] if quick else SHAPES
     for kind in ("per_tensor", "per_channel", "float16"):
         if quick and kind == "per_channel":
@@ -285,6 +285,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer shapes and samples")
     parser.add_argument("--threads", type=int, nargs="+", default=None, help="thread counts (default: 1 and all)")
     parser.add_argument("--only", default="", help="run only the cases whose name contains this")
+    parser.add_argument("--rows", type=int, nargs="+", default=None, help=f"rows of the linear cases (default {ROWS})")
     parser.add_argument("--json", help="write the raw figures here")
     parser.add_argument("--scaling", action="store_true", help="only qrt's thread scaling (1 vs all cores)")
     args = parser.parse_args()
@@ -311,7 +312,7 @@ def main() -> None:
             torch.set_num_threads(threads)
             print(f"\nthreads={threads}")
             print(f"{'case':44s} {'qrt':>11s} {'torch':>11s} {'ort':>11s} {'torch/qrt':>9s} {'ort/qrt':>8s}")
-            for name, make, params in cases(args.quick):
+            for name, make, params in cases(args.quick, args.rows):
                 if args.only not in name:
                     continue
                 run_qrt, run_torch, run_ort = make(tmp, threads, *params)

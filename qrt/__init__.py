@@ -15,7 +15,7 @@ depend on it) and ``qrt.get_num_threads()`` reads it.
 
 One build holds a kernel variant per instruction set of its architecture and
 uses the best this CPU runs: ``qrt.kernel_variant()`` names it (for example
-"avx512-vnni", "avx-vnni", "avx2", "neon-dotprod", "neon", "portable"); the environment
+"amx-int8", "avx512-vnni", "avx-vnni", "avx2", "neon-dotprod", "neon", "portable"); the environment
 variable ``QRT_KERNELS=<name>`` forces another when qrt is imported. Every
 variant gives the same bits.
 """

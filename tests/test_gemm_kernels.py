@@ -29,6 +29,10 @@ from qrt import _kernels as K
 SHAPES = [(0, 5, 3), (1, 1, 1), (1, 7, 1), (3, 1, 5), (1, 65, 4), (5, 17, 3), (7, 63, 65), (13, 130, 129),
           (6, 64, 256), (19, 33, 1030), (2, 200, 7), (1, 130, 1032), (1, 33, 1030), (1, 2100, 12), (7, 5, 1500),
           (1, 500, 61), (1, 257, 128), (7, 300, 64), (1, 1100, 1030)]
+# amx-int8's row tiles of 16 (blocks of 32 rows, a lone 16, a short last tile on AMX or left to avx512-vnni's
+# registers) over whole blocks of 64 k and a partial last one (k < 64 only that), panels cut after 1 and 3
+# strips (n = 10, 97)
+ROW_TILE_SHAPES = [(16, 64, 64), (17, 10, 64), (20, 50, 3), (35, 97, 200), (48, 130, 129), (70, 65, 256)]
 
 
 RUNNABLE = [name for name, ok in K.kernel_variants().items() if ok]
@@ -55,7 +59,7 @@ def _u8s8(x, x_zp, w, w_zp):
     return got, want
 
 
-@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("m,n,k", SHAPES + ROW_TILE_SHAPES)
 @pytest.mark.parametrize("x_zp", [0, 128, 255, -7])
 @pytest.mark.parametrize("x_max", [255, 128], ids=["x8bit", "x7bit"])  # x <= 128 takes the u7 flavour (AVX2)
 def test_u8s8_random(m, n, k, x_zp, x_max, threads, variant):
@@ -71,9 +75,10 @@ def test_u8s8_random(m, n, k, x_zp, x_max, threads, variant):
 
 @pytest.mark.parametrize("xv,wv", [(255, -128), (255, 127), (0, -128), (128, -128)])
 @pytest.mark.parametrize("k", [1, 4, 255, 1027])
-def test_u8s8_saturation_corners(xv, wv, k, threads, variant):
+@pytest.mark.parametrize("m", [7, 20])  # register tiles; AMX's
+def test_u8s8_saturation_corners(xv, wv, k, m, threads, variant):
     """Where vpmaddubsw would saturate int16 (255 * -128 * 2): the kernels must not."""
-    m, n = 7, 70
+    n = 70
     x = np.full((m, k), xv, np.uint8)
     w = np.full((n, k), wv, np.int8)
     for x_zp, w_zp in ((0, 0), (255, 127), (-255, -128)):
@@ -81,9 +86,10 @@ def test_u8s8_saturation_corners(xv, wv, k, threads, variant):
         np.testing.assert_array_equal(got, want)
 
 
-def test_u8s8_wraps_like_int32(threads, variant):
+@pytest.mark.parametrize("m", [2, 20])  # register tiles; AMX's
+def test_u8s8_wraps_like_int32(m, threads, variant):
     """Sums beyond int32 wrap modulo 2**32 in both, whatever the order of the additions."""
-    m, n, k = 2, 20, 70000
+    n, k = 20, 70000
     x = np.full((m, k), 255, np.uint8)
     w = np.full((n, k), -128, np.int8)
     got, want = _u8s8(x, 2**31 - 1, w, np.full(n, 100, np.int32))

@@ -2,8 +2,8 @@
 
 tests/golden holds small models covering every op, with inputs and the outputs qrt's "portable"
 kernel variant (plain C) produced for them (`make golden`, tests/golden/README.md). This test runs
-them on every kernel variant of the importable build that this CPU can run (x86-64: avx512-vnni, avx-vnni,
-avx2, portable; aarch64: neon-dotprod, neon, portable), each with several thread counts.
+them on every kernel variant of the importable build that this CPU can run (x86-64: amx-int8, avx512-vnni,
+avx-vnni, avx2, portable; aarch64: neon-dotprod, neon, portable), each with several thread counts.
 
 Tolerance: none. qrt's contract is identical bits on every CPU, variant and thread count: the
 kernels fix the order of every float operation (linear_float included: fma chains in a fixed

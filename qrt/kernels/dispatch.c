@@ -1,7 +1,12 @@
 /* Which kernel variants this build holds, which this CPU can run, and the best of them. */
+#define _GNU_SOURCE /* syscall() */
 #include "qrt_kernels.h"
 
 #include <string.h>
+#if defined(QRT_HAVE_AMX)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
@@ -26,6 +31,29 @@ static int has_avx_vnni(void) {
     return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4)) != 0;
 }
 #endif
+#if defined(QRT_HAVE_AMX)
+extern const qrt_kernels qrt_kernels_amx_int8;
+
+/* AMX-TILE and AMX-INT8 (cpuid leaf 7, edx bits 24 and 25), the tile state enabled by the OS (XCR0 bits 17
+ * and 18, read once OSXSAVE says xgetbv may be), and this process's permission to use it, which Linux grants
+ * on request, once for every thread (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA; a kernel before
+ * 5.16 refuses). Asked once: the answer does not change. */
+static int has_amx_int8(void) {
+    static int known = -1;
+    if (known < 0) {
+        unsigned a, b, c, d, lo, hi;
+        int ok = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (3u << 24)) == (3u << 24) &&
+                 __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 27)) != 0;
+        if (ok) {
+            __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            ok = (lo & (3u << 17)) == (3u << 17) && syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */,
+                                                            18 /* XFEATURE_XTILEDATA */) == 0;
+        }
+        known = ok;
+    }
+    return known;
+}
+#endif
 #if defined(__aarch64__)
 extern const qrt_kernels qrt_kernels_neon;
 #endif
@@ -35,6 +63,9 @@ extern const qrt_kernels qrt_kernels_neon_dotprod;
 extern const qrt_kernels qrt_kernels_portable;
 
 static const qrt_kernels* const compiled[] = {
+#if defined(QRT_HAVE_AMX)
+    &qrt_kernels_amx_int8,
+#endif
 #if defined(__x86_64__) || defined(_M_X64)
     &qrt_kernels_avx512_vnni, &qrt_kernels_avx_vnni, &qrt_kernels_avx2,
 #endif
@@ -56,6 +87,10 @@ int qrt_kernels_runnable(const qrt_kernels* k) {
 #if defined(__x86_64__) || defined(_M_X64)
     /* __builtin_cpu_supports also checks that the OS saves the vector registers (xgetbv) */
     __builtin_cpu_init();
+#if defined(QRT_HAVE_AMX)
+    if (k == &qrt_kernels_amx_int8) /* avx512-vnni's instructions, and the tiles */
+        return qrt_kernels_runnable(&qrt_kernels_avx512_vnni) && has_amx_int8();
+#endif
     if (k == &qrt_kernels_avx512_vnni)
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&

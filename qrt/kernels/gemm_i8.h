@@ -15,6 +15,9 @@
 #ifndef I8_ROWS
 #define I8_ROWS I8_MR /* rows the exact flavour keeps in registers per call */
 #endif
+#ifndef I8_XALIGN
+#define I8_XALIGN 4 /* packed x holds each row's k padded to a multiple of this */
+#endif
 #if QRT_I8_NPAD % I8_NR || I8_NR % QRT_STRIP
 #error "a panel must be whole strips, and whole panels must cover the padded columns"
 #endif
@@ -24,7 +27,7 @@
 
 /* Bytes of packed x for m x k. */
 static inline ptrdiff_t qrt_i8_packed_x_size(ptrdiff_t m, ptrdiff_t k) {
-    return qrt_round_up(m, I8_MR) * qrt_round_up(k, 4);
+    return qrt_round_up(m, I8_MR) * qrt_round_up(k, I8_XALIGN);
 }
 
 /* Rows i0 .. i0 + rows - 1 of x into a tile's whole groups of 4 k: inlined with rows a constant for a whole
@@ -35,30 +38,38 @@ QRT_INLINE void i8_pack_rows(uint8_t* tile, const uint8_t* x, ptrdiff_t k, ptrdi
             memcpy(tile + (g * I8_MR + r) * 4, x + (i0 + r) * k + 4 * g, 4);
 }
 
-/* x[m][k] -> tiles of I8_MR rows; in a tile, each group of 4 k holds the rows' 4 bytes in turn,
- * so a tile reads one contiguous stream (rows of x K bytes apart would share L1 sets when K is a
- * multiple of 4096). Padding rows and k are 0. Returns the largest value of x, which decides the
- * product's flavour (qrt_gemm_u8s8). */
-static int qrt_i8_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* out) {
-    ptrdiff_t kp = qrt_round_up(k, 4), i, g;
+/* Rows [i0, i0 + rows) of x into the tile at `tile`: each group of 4 k holds the rows' 4 bytes in turn,
+ * so a tile reads one contiguous stream (rows of x K bytes apart would share L1 sets when K is a multiple
+ * of 4096). Padding is left as it is (0: qrt_i8_pack_x). */
+static void i8_pack_tile(uint8_t* tile, const uint8_t* x, ptrdiff_t k, ptrdiff_t i0, int rows) {
+    const ptrdiff_t g = k / 4; /* the last, partial group */
+    if (rows == I8_MR)
+        i8_pack_rows(tile, x, k, i0, I8_MR);
+    else
+        i8_pack_rows(tile, x, k, i0, rows);
+    for (ptrdiff_t i = i0; i < i0 + rows; i++)
+        memcpy(tile + (g * I8_MR + i - i0) * 4, x + i * k + 4 * g, (size_t)(k % 4));
+}
+
+/* The largest value of x[0 .. count), which decides the product's flavour (qrt_gemm_u8s8). */
+static int i8_largest(const uint8_t* x, ptrdiff_t count) {
     uint8_t largest = 0;
-    for (i = 0; i < m * k; i++)
+    for (ptrdiff_t i = 0; i < count; i++)
         largest = x[i] > largest ? x[i] : largest;
-    if (m % I8_MR || k % 4)
-        memset(out, 0, (size_t)qrt_i8_packed_x_size(m, k));
-    for (ptrdiff_t i0 = 0; i0 < m; i0 += I8_MR) {
-        uint8_t* tile = out + i0 * kp;
-        int rows = (int)(m - i0 < I8_MR ? m - i0 : I8_MR);
-        if (rows == I8_MR)
-            i8_pack_rows(tile, x, k, i0, I8_MR);
-        else
-            i8_pack_rows(tile, x, k, i0, rows);
-        g = k / 4; /* the last, partial group */
-        for (i = i0; i < i0 + rows; i++)
-            memcpy(tile + (g * I8_MR + i - i0) * 4, x + i * k + 4 * g, (size_t)(k % 4));
-    }
     return largest;
 }
+
+#if !defined(I8_AMX) /* which packs x its own way (gemm_i8_amx.h) */
+/* x[m][k] -> tiles of I8_MR rows (i8_pack_tile), padding rows and k 0. Returns the largest value of x. */
+static int qrt_i8_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* out) {
+    const ptrdiff_t kx = qrt_round_up(k, I8_XALIGN);
+    if (m % I8_MR || k % I8_XALIGN)
+        memset(out, 0, (size_t)qrt_i8_packed_x_size(m, k));
+    for (ptrdiff_t i0 = 0; i0 < m; i0 += I8_MR)
+        i8_pack_tile(out + i0 * kx, x, k, i0, (int)(m - i0 < I8_MR ? m - i0 : I8_MR));
+    return i8_largest(x, m * k);
+}
+#endif
 
 /* Where a tile puts its finished sums when they are a dynamic linear's outputs and its flavour has the ISA's
  * form of qrt_dequantize_row for one register (T_DEQUANTIZE): straight from the registers to y, not through
@@ -139,7 +150,9 @@ typedef struct {
 #ifndef I8_KC
 #define I8_KC 256
 #endif
+#ifndef I8_MC
 #define I8_MC (I8_MR * 16)
+#endif
 
 /* Static linear requantization of columns [j0, j0 + cols) of one row (NUMERICS.md): v = fl(a) plus the
  * folded bias, v + bias_q[j] (per-channel) or fma(bias[j], bias_inv, v) (per-tensor); then
@@ -335,9 +348,10 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int32_t* w
     int32_t c[I8_MC * I8_NR], start[I8_NR], f;
     float scale[I8_NR], bias[I8_NR];
     ptrdiff_t kp = qrt_round_up(k, 4), groups = kp / 4, xs = x_plain ? 4 : 4 * I8_MR, p, ib, ie, i, gb, j0, j1;
+    const ptrdiff_t kx = qrt_round_up(k, I8_XALIGN); /* a packed row of x */
     const ptrdiff_t bytes = (p1 - p0) * I8_NR * kp; /* of the weights this call reads */
     if (i1 - i0 == 1 && kp >= 4 && bytes <= I8_STREAM_BYTES) {
-        qrt_gemm_row(xpacked + i0 * kp, xs, small_x, x_zp, w_rowsum, packed, w_zp, x_rowsum, n, k, i0, p0, p1, e);
+        qrt_gemm_row(xpacked + i0 * kx, xs, small_x, x_zp, w_rowsum, packed, w_zp, x_rowsum, n, k, i0, p0, p1, e);
         return;
     }
     /* K slices let a block of rows share a panel's slice in L1; one row reads each weight once: no slices */
@@ -355,7 +369,7 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int32_t* w
                 for (i = ib; i < ie; i += I8_MR) {
                     if (fused) /* the last slice's sums are outputs */
                         out.y = e->y + i * n + j0;
-                    tile(xpacked + i * kp, xs, (int)(ie - i < I8_MR ? ie - i : I8_MR), panel, QRT_STRIP * kp, gb, ge,
+                    tile(xpacked + i * kx, xs, (int)(ie - i < I8_MR ? ie - i : I8_MR), panel, QRT_STRIP * kp, gb, ge,
                          gb == 0 ? init : NULL, f, c + (i - ib) * I8_NR, fused && ge == groups ? &out : NULL);
                 }
             }

@@ -23,6 +23,13 @@
 #define QRT_HAVE_NEON_DOTPROD 1
 #endif
 
+/* The AMX variant needs a compiler with the tile intrinsics (GCC 11, clang 12) and an OS that grants the
+ * tile state on request (Linux 5.16: dispatch.c asks); elsewhere the build leaves it out. */
+#if defined(__x86_64__) && defined(__linux__) && \
+    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
+#define QRT_HAVE_AMX 1
+#endif
+
 /* What the int8 product does with each exact int32 result a = acc[i][j], while its tile is in cache. */
 typedef struct {
     int32_t* acc;         /* if not NULL: acc[i][j] = a */
@@ -40,7 +47,7 @@ typedef struct {
 } qrt_epilogue;
 
 typedef struct {
-    const char* name;     /* "avx512-vnni", "avx2", "neon-dotprod", "neon", "portable" */
+    const char* name;     /* "amx-int8", "avx512-vnni", "avx-vnni", "avx2", "neon-dotprod", "neon", "portable" */
     const char* i8_isa;   /* the primitives of each product */
     const char* fp_isa;
     int i8_nr, i8_mr;     /* panel columns and tile rows of the int8 product */

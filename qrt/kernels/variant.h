@@ -7,6 +7,13 @@
 #include "gemm_i8.h"
 #include "quantize.h"
 
+#if defined(I8_AMX) /* whole row tiles on AMX, the rest as gemm_i8.h computes them */
+#include "gemm_i8_amx.h"
+#define I8_ENTRIES qrt_i8_amx_packed_x_size, qrt_i8_amx_pack_x, qrt_gemm_u8s8_amx
+#else
+#define I8_ENTRIES qrt_i8_packed_x_size, qrt_i8_pack_x, qrt_gemm_u8s8
+#endif
+
 #define QRT_CAT_(a, b) a##b
 #define QRT_CAT(a, b) QRT_CAT_(a, b)
 
@@ -18,7 +25,7 @@
 
 const qrt_kernels QRT_CAT(qrt_kernels_, QRT_VARIANT_ID) = {
     QRT_VARIANT_NAME, QRT_I8_ISA, QRT_F16_ISA, I8_NR, I8_MR, I8_SMALL_X, F_NR, F_MR,
-    qrt_i8_packed_x_size, qrt_i8_pack_x, qrt_gemm_u8s8,
+    I8_ENTRIES,
     qrt_fp_packed_x_size, qrt_fp_pack_x, qrt_gemm_fp,
     qrt_min_max, qrt_quantize_u8, qrt_u8_max, qrt_quantize_dynamic,
     qrt_gate_update,

@@ -1,8 +1,10 @@
 /* u8 x s8 primitives, AVX-512 VNNI: 16 columns per register, one vpdpbusd per 4 k. */
 #include <immintrin.h>
+#ifndef QRT_I8_ISA /* isa/i8_amx.h: its own name and tile rows */
 #define QRT_I8_ISA "avx512vnni"
-#define I8_NR 64
 #define I8_MR 6
+#endif
+#define I8_NR 64
 #define I8_COLS 16
 /* a one-row pass: 8 of the 32 registers, 128 columns (16 ran M=1 K=64 N=256 in 73-79 ns, 8 in 67-72: GCC kept
  * 16 strips' addresses in too few registers, spilling them in the loop) */
