@@ -1,0 +1,45 @@
+/* qrt's thread pool: one persistent team of workers that runs every parallel loop of the kernels.
+ *
+ * qrt_parallel_for(tasks, fn, ctx) calls fn(ctx, t) once for each t in [0, tasks), on the calling thread
+ * and the pool's workers, and returns when all calls have returned. Tasks are handed out one at a time
+ * from an atomic counter, so a worker that the OS does not schedule holds up at most the task it took,
+ * never a fixed share. Which thread runs which task varies from call to call: callers make every task
+ * write its own outputs, so results never depend on it.
+ *
+ * The team is created on first use with qrt_pool_configure's thread count and kept (no per-call
+ * resizing). After a loop a worker spins for a short while for the next one (waking a sleeping thread
+ * costs several microseconds), then sleeps on a futex (Linux) or a condition variable. Where the team is
+ * larger than the CPUs the process may use, nobody spins and a loop wakes at most that many CPUs' worth
+ * of threads: spinning there takes the CPU from the thread that holds the work.
+ *
+ * A loop started while the pool runs another (another caller thread, or a task that starts a loop of
+ * its own) runs on its caller's thread alone. */
+#ifndef QRT_THREADPOOL_H
+#define QRT_THREADPOOL_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef void (*qrt_task_fn)(void* ctx, ptrdiff_t task);
+
+/* Tasks one loop may have: larger loops are the caller's to group. */
+#define QRT_POOL_MAX_TASKS ((ptrdiff_t)1 << 20)
+
+/* The team's size (threads >= 1, the caller included) and the CPUs the process may use (cpus >= 1).
+ * Takes effect at the next loop; waits for a loop in progress. */
+void qrt_pool_configure(int threads, int cpus);
+
+/* Runs fn(ctx, t) for t in [0, tasks) (tasks <= QRT_POOL_MAX_TASKS) and returns when all have run. */
+void qrt_parallel_for(ptrdiff_t tasks, qrt_task_fn fn, void* ctx);
+
+/* Worker threads running now (0 before the first parallel loop), for tests. */
+int qrt_pool_workers(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
