@@ -37,7 +37,7 @@ def data_checksum(const uint8_t[::1] data not None, int threads=0) -> int:
         raise MemoryError()
     try:
         with nogil:
-            qrt_parallel_for(j.parts, checksum_task, &j)
+            qrt_parallel_for(j.parts, <int>j.parts - 1, checksum_task, &j)
             result = qrt_checksum_combine(j.digests, j.nblocks)
     finally:
         free(j.digests)

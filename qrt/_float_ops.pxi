@@ -69,7 +69,7 @@ cdef void run_float(const qrt_float_ops* ops, int what, int code, const float* x
     if parts == 1:
         float_task(&j, 0)
     else:
-        qrt_parallel_for(parts, float_task, &j)
+        qrt_parallel_for(parts, <int>parts - 1, float_task, &j)
 
 
 cdef class FloatOps:

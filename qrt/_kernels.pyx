@@ -70,7 +70,7 @@ cdef extern from "qrt_kernels.h" nogil:
 cdef extern from "threadpool.h" nogil:
     ctypedef void (*qrt_task_fn)(void* ctx, ptrdiff_t task) noexcept nogil
     void qrt_pool_configure(int threads, int cpus)
-    void qrt_parallel_for(ptrdiff_t tasks, qrt_task_fn fn, void* ctx)
+    void qrt_parallel_for(ptrdiff_t tasks, int helpers, qrt_task_fn fn, void* ctx)
     int qrt_pool_workers()
 
 ctypedef fused qint_t:
@@ -284,14 +284,17 @@ cdef const qrt_kernels* initial_variant() except NULL:
 active = initial_variant()
 
 # Threads: every parallel loop runs on one persistent pool (qrt/kernels/threadpool.c), split into tasks
-# that each write their own outputs, so no result depends on the split. A loop gets no more tasks than
-# its work pays for: MIN_WORK_* is the work of one task, measured to outlast the wake-up of a sleeping
-# worker (docs/PERFORMANCE.md, "Threads"); a product smaller than two such tasks runs on the caller alone.
+# that each write their own outputs, so no result depends on the split. The cost model of a product
+# (split_work): tasks of at least MIN_WORK_* multiply-adds, up to TASKS_PER_THREAD a thread, so that a
+# thread the OS runs late holds up little; and one sleeping worker woken per MIN_WORK_* << WAKE_SHIFT of
+# work, the work that outlasts its wake-up (tens of microseconds on a VM; docs/PERFORMANCE.md, "Threads").
 cdef int num_threads = 1
 cdef int available_cpus = 1
-cdef int64_t MIN_WORK_I8 = 1 << 21  # multiply-adds
-cdef int64_t MIN_WORK_F16 = 1 << 19
-cdef int64_t MIN_GATE_UNITS = 8192  # batch rows times hidden units
+cdef int64_t MIN_WORK_I8 = 1 << 19  # multiply-adds per task, about 2 us on AVX-512 VNNI
+cdef int64_t MIN_WORK_F16 = 1 << 18
+cdef int WAKE_SHIFT = 3
+cdef int TASKS_PER_THREAD = 4
+cdef int64_t MIN_GATE_UNITS = 8192  # batch rows times hidden units per task
 # Bytes of input projections computed ahead of the recurrent steps that read them: a block this size
 # stays in L2 (beside the hidden-to-hidden weights) until it is read.
 cdef Py_ssize_t PROJECTION_BYTES = 256 * 1024
@@ -338,16 +341,20 @@ def _set_projection_bytes(Py_ssize_t n) -> int:
     return old
 
 
-cdef inline void split_work(Py_ssize_t m, Py_ssize_t panels, Py_ssize_t mr, int64_t work, int64_t min_work,
-                            Py_ssize_t* cn, Py_ssize_t* cm) noexcept nogil:
-    """Tile grid: cn chunks of panels times cm chunks of rows, about one tile per thread, none with less
-    than min_work."""
-    cdef int64_t nt = num_threads
+cdef inline int split_work(Py_ssize_t m, Py_ssize_t panels, Py_ssize_t mr, int64_t work, int64_t min_work,
+                           Py_ssize_t* cn, Py_ssize_t* cm) noexcept nogil:
+    """Tile grid: cn chunks of panels times cm chunks of rows (panels first: a row chunk rereads the
+    weights), none with less than min_work; returns the sleeping workers worth waking for it. A product
+    that pays for no wake-up is one tile: the caller's, whatever the pool's workers are doing."""
+    cdef int64_t helpers = min(<int64_t>num_threads - 1, work // (min_work << WAKE_SHIFT) - 1)
+    cdef int64_t nt = min(<int64_t>num_threads * TASKS_PER_THREAD, max(work // min_work, 1))
     cdef Py_ssize_t row_tiles = (m + mr - 1) // mr
-    if work // min_work < nt:
-        nt = max(work // min_work, 1)
+    if helpers <= 0:
+        cn[0] = cm[0] = 1
+        return 0
     cn[0] = min(panels, <Py_ssize_t>nt)
     cm[0] = min(row_tiles, (nt + cn[0] - 1) // cn[0])
+    return <int>helpers
 
 
 cdef inline Py_ssize_t chunk(Py_ssize_t total, Py_ssize_t parts, Py_ssize_t i) noexcept nogil:
@@ -395,7 +402,7 @@ cdef int quantize_activations(const qrt_kernels* kern, const float* x, Py_ssize_
     if j.parts == 1:  # the common small case: one call of the variant
         return kern.quantize_dynamic(x, n, reduce_range, q, scale, zero_point)
     j.kern, j.x, j.n, j.q = kern, x, n, q
-    qrt_parallel_for(j.parts, min_max_task, &j)
+    qrt_parallel_for(j.parts, <int>j.parts - 1, min_max_task, &j)
     for c in range(1, j.parts):
         j.bad[0] |= j.bad[c]
         j.lo[0] = j.lo[c] if j.lo[c] < j.lo[0] else j.lo[0]
@@ -404,7 +411,7 @@ cdef int quantize_activations(const qrt_kernels* kern, const float* x, Py_ssize_
         return 1
     qrt_choose_qparams(j.lo[0], j.hi[0], reduce_range, scale, zero_point)
     j.inv, j.zp = <float>1.0 / scale[0], <float>zero_point[0]
-    qrt_parallel_for(j.parts, quantize_task, &j)
+    qrt_parallel_for(j.parts, <int>j.parts - 1, quantize_task, &j)
     return 0
 
 
@@ -606,7 +613,7 @@ cdef class PackedS8:
         cdef int32_t* xsum = NULL
         cdef const int32_t* w_zp = self.zp if self.any_zp else NULL
         cdef uint8_t* xp = <uint8_t*>x if plain else xp_stack
-        cdef int err = 0
+        cdef int err = 0, helpers
         cdef i8_job j
         if m == 0 or n == 0:
             return 0
@@ -627,14 +634,14 @@ cdef class PackedS8:
                     xsum[i] = 0
                     for t in range(k):
                         xsum[i] += x[i * k + t]
-            split_work(m, panels, mr, <int64_t>m * n * k, MIN_WORK_I8, &cn, &cm)
+            helpers = split_work(m, panels, mr, <int64_t>m * n * k, MIN_WORK_I8, &cn, &cm)
             if cn * cm == 1:
                 kern.gemm_u8s8(xp, x_zp, self.rowsum, self.packed, w_zp, xsum, n, k, 0, m, 0, panels, small_x, plain,
                                e)
             else:
                 j = i8_job(kern, xp, x_zp, self.rowsum, self.packed, w_zp, xsum, n, k, m, mr, panels, cn, cm,
                            small_x, plain, e)
-                qrt_parallel_for(cn * cm, i8_task, &j)
+                qrt_parallel_for(cn * cm, helpers, i8_task, &j)
         if xsum != xsum_stack:
             free(xsum)
         if xp != xp_stack and not plain:
@@ -706,12 +713,12 @@ cdef class PackedFloat:
         if xp == NULL:
             return -1
         kern.fp_pack_x(x, m, k, xp)
-        split_work(m, panels, mr, <int64_t>m * n * k, MIN_WORK_F16, &cn, &cm)
+        cdef int helpers = split_work(m, panels, mr, <int64_t>m * n * k, MIN_WORK_F16, &cn, &cm)
         if cn * cm == 1:
             kern.gemm_fp(xp, self.packed, self.half, bias, n, k, m, 0, tiles, 0, panels, y, n)
         else:
             j = fp_job(kern, xp, self.packed, self.half, bias, n, k, m, tiles, panels, cn, cm, y)
-            qrt_parallel_for(cn * cm, fp_task, &j)
+            qrt_parallel_for(cn * cm, helpers, fp_task, &j)
         free(xp)
         return 0
 
@@ -1007,7 +1014,7 @@ cdef class Recurrent:
             self.kern.gate_update(self.kind, gi, gh, h, c, h_out, c_out, b, hidden, 0, hidden)
             return
         j = gate_job(self.kern, self.kind, gi, gh, h, c, h_out, c_out, b, hidden, vectors, parts)
-        qrt_parallel_for(parts, gate_task, &j)
+        qrt_parallel_for(parts, <int>parts - 1, gate_task, &j)
 
     def step(self, const float[:, ::1] x, const float[:, ::1] h, const float[:, ::1] c,
              float[:, ::1] h_out, float[:, ::1] c_out):

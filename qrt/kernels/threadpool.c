@@ -10,6 +10,7 @@
 #include "threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
  * call (a few microseconds of Python between nodes), short enough that an idle process gives its CPUs
  * back at once. */
 #define SPIN_NS 50000
+#define YIELD_NS 2000
 
 #define NEXT_BITS 20
 #define FIELD_MASK ((UINT64_C(1) << NEXT_BITS) - 1)
@@ -95,19 +97,24 @@ static int64_t now_ns(void) {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-/* Spins up to SPIN_NS until (*word == value) == equal; returns whether that came. */
+/* Spins up to SPIN_NS until (*word == value) == equal; returns whether that came. After the first
+ * YIELD_NS it yields now and then: the thread it waits for may be queued on this very CPU (the
+ * scheduler often wakes a worker on its waker's CPU), and a pure spin would keep it off for the whole
+ * SPIN_NS. */
 static int spin_until(_Atomic uint32_t* word, uint32_t value, int equal) {
-    int64_t deadline = 0;
+    int64_t start = 0;
     for (unsigned i = 1;; i++) {
         if ((atomic_load_explicit(word, memory_order_acquire) == value) == equal)
             return 1;
         relax();
         if (i % 64 == 0) { /* the clock is read now and then: it costs more than a pause */
             int64_t t = now_ns();
-            if (deadline == 0)
-                deadline = t + SPIN_NS;
-            else if (t > deadline)
+            if (start == 0)
+                start = t;
+            else if (t - start > SPIN_NS)
                 return 0;
+            else if (t - start > YIELD_NS)
+                sched_yield();
         }
     }
 }
@@ -222,10 +229,10 @@ int qrt_pool_workers(void) {
     return n;
 }
 
-void qrt_parallel_for(ptrdiff_t tasks, qrt_task_fn fn, void* ctx) {
+void qrt_parallel_for(ptrdiff_t tasks, int helpers, qrt_task_fn fn, void* ctx) {
     if (tasks <= 0)
         return;
-    if (tasks == 1 || in_pool || pthread_mutex_trylock(&pool.lock) != 0) {
+    if (tasks == 1 || helpers <= 0 || in_pool || pthread_mutex_trylock(&pool.lock) != 0) {
         for (ptrdiff_t t = 0; t < tasks; t++)
             fn(ctx, t);
         return;
@@ -248,7 +255,10 @@ void qrt_parallel_for(ptrdiff_t tasks, qrt_task_fn fn, void* ctx) {
     atomic_store_explicit(&pool.job, JOB(epoch, tasks), memory_order_release);
     atomic_store(&pool.epoch, epoch);
     /* wake no more threads than there are tasks beside the caller's, nor than CPUs to run them */
-    int helpers = (int)(tasks - 1 < pool.nworkers ? tasks - 1 : pool.nworkers);
+    if (helpers > tasks - 1)
+        helpers = (int)(tasks - 1);
+    if (helpers > pool.nworkers)
+        helpers = pool.nworkers;
     if (helpers > pool.cpus - 1)
         helpers = pool.cpus - 1;
     if (helpers > 0 && atomic_load(&pool.sleepers) > 0)

@@ -32,8 +32,11 @@ typedef void (*qrt_task_fn)(void* ctx, ptrdiff_t task);
  * Takes effect at the next loop; waits for a loop in progress. */
 void qrt_pool_configure(int threads, int cpus);
 
-/* Runs fn(ctx, t) for t in [0, tasks) (tasks <= QRT_POOL_MAX_TASKS) and returns when all have run. */
-void qrt_parallel_for(ptrdiff_t tasks, qrt_task_fn fn, void* ctx);
+/* Runs fn(ctx, t) for t in [0, tasks) (tasks <= QRT_POOL_MAX_TASKS) and returns when all have run.
+ * helpers: the most sleeping workers worth waking for it (the caller's cost model: a wake-up costs
+ * microseconds); workers still spinning from an earlier loop may join too. helpers <= 0 runs the loop
+ * on the caller alone: a worker that joins a loop too small to pay for it only adds a wait for it. */
+void qrt_parallel_for(ptrdiff_t tasks, int helpers, qrt_task_fn fn, void* ctx);
 
 /* Worker threads running now (0 before the first parallel loop), for tests. */
 int qrt_pool_workers(void);
