@@ -5,8 +5,8 @@
 Each figure is the median over the samples of the time per call (each sample
 repeats the call for >= 20 ms, after warm-up; the samples of qrt, PyTorch and
 ONNX Runtime, at every thread count, are interleaved so that all see the same machine load);
---quick takes fewer and shorter (10 ms) samples and a subset of the shapes. The ratios are PyTorch time / qrt time and ONNX
-Runtime time / qrt time: above 1 means qrt is faster. The thread-scaling table
+--quick takes fewer and shorter (10 ms) samples and a subset of the shapes. The ratios are
+PyTorch time / qrt time and ONNX Runtime time / qrt time: above 1 means qrt is faster. The thread-scaling table
 at the end shows each case's time at every thread count side by side. qrt and PyTorch get the
 same inputs and produce the same results (the tests prove bit-exactness);
 ONNX Runtime runs the same float layer quantized by its own quantize_dynamic

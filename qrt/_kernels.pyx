@@ -301,7 +301,8 @@ cdef Py_ssize_t PROJECTION_BYTES = 256 * 1024
 
 
 def set_num_threads(int n) -> None:
-    """Threads the kernels may use per call (>= 1). Results do not depend on it."""
+    """Threads the kernels may use per call (>= 1); no more run than the CPUs the process may use.
+    Results do not depend on it."""
     global num_threads
     if n < 1:
         raise ValueError(f"number of threads must be >= 1, got {n}")
@@ -314,8 +315,7 @@ def get_num_threads() -> int:
 
 
 def _set_available_cpus(int n) -> None:
-    """The CPUs the process may use (qrt.threads finds them): the pool never wakes more threads than
-    that, nor spins when it has more."""
+    """The CPUs the process may use (qrt.threads finds them): the pool's team is never larger."""
     global available_cpus
     available_cpus = max(n, 1)
     qrt_pool_configure(num_threads, available_cpus)

@@ -34,8 +34,7 @@
 
 typedef struct {
     pthread_mutex_t lock;           /* held by the loop in progress, and by configure */
-    int threads, cpus;              /* as configured */
-    _Atomic int spin;               /* threads <= cpus: idle threads spin before sleeping */
+    int threads;                    /* the team: the caller and nworkers, at most the CPUs */
     int nworkers;                   /* worker threads running */
     pthread_t* workers;
     _Atomic uint64_t job;           /* epoch << 40 | tasks << 20 | next task */
@@ -48,7 +47,7 @@ typedef struct {
     void* ctx;
 } qrt_pool;
 
-static qrt_pool pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .threads = 1, .cpus = 1};
+static qrt_pool pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .threads = 1};
 static _Thread_local int in_pool; /* this thread is a worker, or runs a loop: nested loops run inline */
 
 /* ------------------------------------------------------------ sleeping and waking */
@@ -143,7 +142,7 @@ static void* worker_main(void* arg) {
     uint32_t seen = (uint32_t)(uintptr_t)arg;
     in_pool = 1;
     for (;;) {
-        if (!(atomic_load_explicit(&pool.spin, memory_order_relaxed) && spin_until(&pool.epoch, seen, 0))) {
+        if (!spin_until(&pool.epoch, seen, 0)) {
             /* seq_cst with the caller's epoch store and sleepers load (see qrt_parallel_for) */
             atomic_fetch_add(&pool.sleepers, 1);
             while (atomic_load(&pool.epoch) == seen)
@@ -212,13 +211,12 @@ static void install_fork_handlers(void) {
 void qrt_pool_configure(int threads, int cpus) {
     pthread_once(&fork_handlers, install_fork_handlers);
     pthread_mutex_lock(&pool.lock);
+    /* more threads than CPUs only take turns on them: each loop would wait for whichever the OS runs last */
+    threads = threads > cpus ? cpus : threads;
     threads = threads < 1 ? 1 : threads;
-    cpus = cpus < 1 ? 1 : cpus;
     if (threads != pool.threads)
         stop_workers(); /* the next loop starts the new team */
     pool.threads = threads;
-    pool.cpus = cpus;
-    pool.spin = threads <= cpus;
     pthread_mutex_unlock(&pool.lock);
 }
 
@@ -254,18 +252,16 @@ void qrt_parallel_for(ptrdiff_t tasks, int helpers, qrt_task_fn fn, void* ctx) {
     uint32_t epoch = atomic_load_explicit(&pool.epoch, memory_order_relaxed) + 1;
     atomic_store_explicit(&pool.job, JOB(epoch, tasks), memory_order_release);
     atomic_store(&pool.epoch, epoch);
-    /* wake no more threads than there are tasks beside the caller's, nor than CPUs to run them */
+    /* wake no more threads than there are tasks beside the caller's */
     if (helpers > tasks - 1)
         helpers = (int)(tasks - 1);
     if (helpers > pool.nworkers)
         helpers = pool.nworkers;
-    if (helpers > pool.cpus - 1)
-        helpers = pool.cpus - 1;
     if (helpers > 0 && atomic_load(&pool.sleepers) > 0)
         wake(&pool.epoch, helpers);
     run_tasks();
     uint32_t n = (uint32_t)tasks, d;
-    if (!(pool.spin && spin_until(&pool.done, n, 1))) {
+    if (!spin_until(&pool.done, n, 1)) {
         /* seq_cst with the last task's done count and caller_asleep load (run_tasks) */
         atomic_store(&pool.caller_asleep, 1);
         while ((d = atomic_load(&pool.done)) != n)

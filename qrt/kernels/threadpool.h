@@ -6,11 +6,13 @@
  * never a fixed share. Which thread runs which task varies from call to call: callers make every task
  * write its own outputs, so results never depend on it.
  *
- * The team is created on first use with qrt_pool_configure's thread count and kept (no per-call
- * resizing). After a loop a worker spins for a short while for the next one (waking a sleeping thread
- * costs several microseconds), then sleeps on a futex (Linux) or a condition variable. Where the team is
- * larger than the CPUs the process may use, nobody spins and a loop wakes at most that many CPUs' worth
- * of threads: spinning there takes the CPU from the thread that holds the work.
+ * The team is created on first use with qrt_pool_configure's thread count, capped at the CPUs the
+ * process may use, and kept (no per-call resizing). More threads than CPUs would only take turns on
+ * them, each loop waiting for whichever thread the OS runs last; so a team never outnumbers the CPUs,
+ * and its idle workers may spin: after a loop a worker spins for a short while for the next one
+ * (waking a sleeping thread costs several microseconds, tens on a VM), yielding its CPU now and then,
+ * then sleeps on a futex (Linux) or a condition variable. The caller's task split need not follow the
+ * team: any number of tasks runs on any team.
  *
  * A loop started while the pool runs another (another caller thread, or a task that starts a loop of
  * its own) runs on its caller's thread alone. */
@@ -28,7 +30,7 @@ typedef void (*qrt_task_fn)(void* ctx, ptrdiff_t task);
 /* Tasks one loop may have: larger loops are the caller's to group. */
 #define QRT_POOL_MAX_TASKS ((ptrdiff_t)1 << 20)
 
-/* The team's size (threads >= 1, the caller included) and the CPUs the process may use (cpus >= 1).
+/* The threads asked for (the caller included) and the CPUs the process may use: the team is the smaller.
  * Takes effect at the next loop; waits for a loop in progress. */
 void qrt_pool_configure(int threads, int cpus);
 
