@@ -362,7 +362,14 @@ cdef inline Py_ssize_t chunk(Py_ssize_t total, Py_ssize_t parts, Py_ssize_t i) n
     return total * i // parts
 
 
-cdef int64_t MIN_QUANTIZE = 1 << 15  # values per thread below which quantizing x stays on one thread
+# Values of x per task of quantizing it, bytes per task of packing it: a 16th and an 8th of an int8
+# product task, about as long (both follow MIN_WORK_I8, so _set_min_work(1, ...) splits them too).
+cdef inline int64_t min_quantize() noexcept nogil:
+    return max(MIN_WORK_I8 >> 4, 1)
+
+
+cdef inline int64_t min_pack() noexcept nogil:
+    return max(MIN_WORK_I8 >> 3, 1)
 
 
 cdef struct quantize_job:
@@ -398,7 +405,7 @@ cdef int quantize_activations(const qrt_kernels* kern, const float* x, Py_ssize_
     """
     cdef quantize_job j
     cdef Py_ssize_t c
-    j.parts = max(1, min(<Py_ssize_t>num_threads, n // MIN_QUANTIZE, 64))
+    j.parts = max(1, min(<Py_ssize_t>num_threads, n // min_quantize(), 64))
     if j.parts == 1:  # the common small case: one call of the variant
         return kern.quantize_dynamic(x, n, reduce_range, q, scale, zero_point)
     j.kern, j.x, j.n, j.q = kern, x, n, q
@@ -550,6 +557,36 @@ cdef object packed_data(weight, dtype, Py_ssize_t nbytes):
     return p, data
 
 
+cdef struct pack_job:  # x's row tiles packed in chunks, task t the t-th chunk
+    const qrt_kernels* kern
+    const uint8_t* x
+    uint8_t* out
+    Py_ssize_t m, k, parts
+    int largest[64]
+
+
+cdef void pack_task(void* ctx, ptrdiff_t t) noexcept nogil:
+    cdef pack_job* j = <pack_job*>ctx
+    cdef Py_ssize_t mr = j.kern.i8_mr, tiles = (j.m + mr - 1) // mr
+    cdef Py_ssize_t r0 = chunk(tiles, j.parts, t) * mr, r1 = min(chunk(tiles, j.parts, t + 1) * mr, j.m)
+    # a chunk of whole row tiles packs on its own into its place: tile i starts at row i's packed offset
+    j.largest[t] = j.kern.i8_pack_x(j.x + r0 * j.k, r1 - r0, j.k, j.out + j.kern.i8_packed_x_size(r0, j.k))
+
+
+cdef int pack_x(const qrt_kernels* kern, const uint8_t* x, Py_ssize_t m, Py_ssize_t k, uint8_t* out) noexcept nogil:
+    """kern.i8_pack_x(x, m, k, out), large x packed in parallel by chunks of row tiles: the largest value."""
+    cdef pack_job j
+    cdef int largest = 0, c
+    j.parts = max(1, min(<Py_ssize_t>num_threads, m * k // min_pack(), (m + kern.i8_mr - 1) // kern.i8_mr, 64))
+    if j.parts == 1:
+        return kern.i8_pack_x(x, m, k, out)
+    j.kern, j.x, j.out, j.m, j.k = kern, x, out, m, k
+    qrt_parallel_for(j.parts, <int>j.parts - 1, pack_task, &j)
+    for c in range(j.parts):
+        largest = max(largest, j.largest[c])
+    return largest
+
+
 cdef struct i8_job:  # a product's tiles, task t the (t % cm)-th row chunk of the (t // cm)-th panel chunk
     const qrt_kernels* kern
     const uint8_t* xp
@@ -628,7 +665,7 @@ cdef class PackedS8:
             if plain:
                 small_x = kern.i8_small_x and kern.u8_max(x, k) <= 128
             else:
-                small_x = kern.i8_pack_x(x, m, k, xp) <= 128
+                small_x = pack_x(kern, x, m, k, xp) <= 128
             if self.any_zp:
                 for i in range(m):
                     xsum[i] = 0
