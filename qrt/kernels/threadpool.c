@@ -35,6 +35,7 @@
 typedef struct {
     pthread_mutex_t lock;           /* held by the loop in progress, and by configure */
     int threads;                    /* the team: the caller and nworkers, at most the CPUs */
+    int started;                    /* the team for `threads` was started (nworkers of it, if threads ran out) */
     int nworkers;                   /* worker threads running */
     pthread_t* workers;
     _Atomic uint64_t job;           /* epoch << 40 | tasks << 20 | next task */
@@ -159,6 +160,7 @@ static void* worker_main(void* arg) {
 /* ------------------------------------------------------------ the team (pool.lock held) */
 
 static void stop_workers(void) {
+    pool.started = 0;
     if (pool.nworkers == 0)
         return;
     atomic_store(&pool.stop, 1);
@@ -175,6 +177,7 @@ static void stop_workers(void) {
 /* Starts threads - 1 workers; fewer if the system refuses threads (the loops then use fewer). */
 static void start_workers(void) {
     int want = pool.threads - 1;
+    pool.started = 1;
     pool.workers = (pthread_t*)malloc((size_t)want * sizeof(pthread_t));
     if (pool.workers == NULL)
         return;
@@ -184,12 +187,14 @@ static void start_workers(void) {
         pool.nworkers++;
 }
 
-/* In a child process after fork() the workers are gone: forget them (their memory is the parent's). */
+/* In a child process after fork() the workers are gone: forget them (their memory is the parent's; the
+ * next loop starts a team of the child's own). The forking thread holds the lock (before_fork). */
 static void after_fork_child(void) {
     pool.nworkers = 0;
     pool.workers = NULL;
+    pool.started = 0;
     atomic_store(&pool.sleepers, 0);
-    pthread_mutex_init(&pool.lock, NULL);
+    pthread_mutex_unlock(&pool.lock);
 }
 
 static void before_fork(void) {
@@ -241,10 +246,8 @@ void qrt_parallel_for(ptrdiff_t tasks, int helpers, qrt_task_fn fn, void* ctx) {
             fn(ctx, t);
         return;
     }
-    if (pool.nworkers != pool.threads - 1) {
-        stop_workers();
+    if (!pool.started)
         start_workers();
-    }
     in_pool = 1;
     pool.fn = fn;
     pool.ctx = ctx;
