@@ -4,6 +4,8 @@ thread pool: the same bits at every thread count, oversubscribed ones included, 
 from __future__ import annotations
 
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
 import time
@@ -202,3 +204,18 @@ def test_a_forked_child_gets_a_pool_of_its_own():
             "print(os.waitpid(pid, 0)[1])\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "0", r.stderr
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+@pytest.mark.parametrize("wait", ["futex", "condvar"])
+def test_pool_under_stress(tmp_path, wait):
+    """tests/threadpool_stress.c: thousands of loops of 1 to 300 tasks from several caller threads, nested
+    loops, changing teams; every task runs exactly once. Built with the futex and with the condition
+    variable that other systems get (QRT_POOL_CONDVAR)."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    exe = tmp_path / "stress"
+    subprocess.run(["cc", "-std=c11", "-O2", "-pthread", *(["-DQRT_POOL_CONDVAR"] if wait == "condvar" else []),
+                    "-I", str(root / "qrt" / "kernels"), str(root / "tests" / "threadpool_stress.c"),
+                    str(root / "qrt" / "kernels" / "threadpool.c"), "-o", str(exe)], check=True, capture_output=True)
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("ok"), r.stderr

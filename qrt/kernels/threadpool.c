@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#ifdef __linux__
+#if defined(__linux__) && !defined(QRT_POOL_CONDVAR) /* QRT_POOL_CONDVAR: the fallback, for its test */
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -53,7 +53,7 @@ static _Thread_local int in_pool; /* this thread is a worker, or runs a loop: ne
 
 /* ------------------------------------------------------------ sleeping and waking */
 
-#ifdef __linux__
+#if defined(__linux__) && !defined(QRT_POOL_CONDVAR)
 static void wait_while(_Atomic uint32_t* word, uint32_t value) {
     syscall(SYS_futex, (uint32_t*)word, FUTEX_WAIT_PRIVATE, value, NULL, NULL, 0);
 }
