@@ -292,13 +292,13 @@ def time_case(tmp: str, name: str, make, params, thread_counts: list[int], min_t
               repeats: int) -> list[dict]:
     """One case at every thread count, its qrt, torch and ORT samples all interleaved (each sample run
     at its own thread count): rows of medians, one per thread count."""
-    run_qrt = run_torch = None
+    run_qrt, run_torch, run_o = make(tmp, thread_counts[0], *params)
     fns, setups, keys = [], [], []
     for threads in thread_counts:
-        # ORT fixes its thread count when the session is made: one per count; qrt's and torch's are set
-        # before each sample
-        run_q, run_t, run_o = make(tmp, threads, *params)
-        run_qrt, run_torch = run_qrt or run_q, run_torch or run_t
+        # ORT fixes its thread count when the session is made: one per count (the case made again for
+        # it); qrt's and torch's are set before each sample
+        if run_o and threads != thread_counts[0]:
+            run_o = make(tmp, threads, *params)[2]
         contenders = [("qrt", run_qrt, qrt.set_num_threads), ("torch", run_torch, torch.set_num_threads)]
         if run_o:
             contenders.append(("ort", run_o, None))
