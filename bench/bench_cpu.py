@@ -23,6 +23,7 @@ import math
 import os
 import sys
 import tempfile
+import time
 import warnings
 
 import numpy as np
@@ -306,6 +307,11 @@ def time_case(tmp: str, name: str, make, params, thread_counts: list[int], min_t
             fns.append(fn)
             setups.append((lambda s=setter, t=threads: s(t)) if setter else (lambda: None))
             keys.append((threads, who))
+    # torch's OpenMP workers spin for milliseconds after a call on several threads (libgomp's default),
+    # holding the CPUs the next sample's threads need: that sample starts after they have gone to sleep
+    for i in range(len(keys)):
+        if keys[i - 1][1] == "torch" and keys[i - 1][0] > 1:
+            setups[i] = lambda setup=setups[i]: (time.sleep(0.03), setup())
     times = dict(zip(keys, time_calls(fns, min_time=min_time, repeats=repeats, setups=setups)))
     rows = []
     for threads in thread_counts:
