@@ -19,7 +19,6 @@ from libc.string cimport memcpy, memset
 
 import math
 import os
-import warnings
 
 import numpy as np
 
@@ -1003,6 +1002,7 @@ cdef inline Py_ssize_t align64(Py_ssize_t n) noexcept nogil:
 cdef inline void* align_up(void* p) noexcept nogil:
     """p moved up to the next 64-byte boundary (scratch sizes allow 64 bytes for it)."""
     return <void*>((<size_t>p + 63) // 64 * 64)
+
 
 cdef struct gate_job:  # a step's gates, task t the t-th run of whole vectors of hidden units
     const qrt_kernels* kern
