@@ -28,7 +28,7 @@
 #define SPIN_NS 50000
 #define YIELD_NS 2000
 
-#define NEXT_BITS 20
+#define NEXT_BITS 20 /* the job word's "next" and "tasks" fields: QRT_POOL_MAX_TASKS fits either */
 #define FIELD_MASK ((UINT64_C(1) << NEXT_BITS) - 1)
 #define JOB(epoch, tasks) (((uint64_t)(epoch) << (2 * NEXT_BITS)) | ((uint64_t)(tasks) << NEXT_BITS))
 
@@ -235,7 +235,8 @@ int qrt_pool_workers(void) {
 void qrt_parallel_for(ptrdiff_t tasks, int helpers, qrt_task_fn fn, void* ctx) {
     if (tasks <= 0)
         return;
-    if (tasks == 1 || helpers <= 0 || in_pool || pthread_mutex_trylock(&pool.lock) != 0) {
+    if (tasks == 1 || tasks > QRT_POOL_MAX_TASKS || helpers <= 0 || in_pool ||
+        pthread_mutex_trylock(&pool.lock) != 0) {
         for (ptrdiff_t t = 0; t < tasks; t++)
             fn(ctx, t);
         return;

@@ -27,14 +27,14 @@ extern "C" {
 
 typedef void (*qrt_task_fn)(void* ctx, ptrdiff_t task);
 
-/* Tasks one loop may have: larger loops are the caller's to group. */
-#define QRT_POOL_MAX_TASKS ((ptrdiff_t)1 << 20)
+/* Tasks one loop may have (the job word's field); a larger loop runs on its caller alone. */
+#define QRT_POOL_MAX_TASKS (((ptrdiff_t)1 << 20) - 1)
 
 /* The threads asked for (the caller included) and the CPUs the process may use: the team is the smaller.
  * Takes effect at the next loop; waits for a loop in progress. */
 void qrt_pool_configure(int threads, int cpus);
 
-/* Runs fn(ctx, t) for t in [0, tasks) (tasks <= QRT_POOL_MAX_TASKS) and returns when all have run.
+/* Runs fn(ctx, t) for t in [0, tasks) and returns when all have run.
  * helpers: the most sleeping workers worth waking for it (the caller's cost model: a wake-up costs
  * microseconds); workers still spinning from an earlier loop may join too. helpers <= 0 runs the loop
  * on the caller alone: a worker that joins a loop too small to pay for it only adds a wait for it. */
