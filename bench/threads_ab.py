@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = [
@@ -48,6 +49,11 @@ def one_round(threads: list[int]) -> dict:
                 fns += [run_qrt, run_torch]
                 setups += [lambda t=t: qrt.set_num_threads(t), lambda t=t: torch.set_num_threads(t)]
                 keys += [(t, "qrt"), (t, "torch")]
+            # after torch on several threads, libgomp's spinning workers hold the CPUs for milliseconds: the
+            # next sample starts once they sleep, as in bench_cpu.py
+            for i in range(len(keys)):
+                if keys[i - 1][1] == "torch" and keys[i - 1][0] > 1:
+                    setups[i] = lambda setup=setups[i]: (time.sleep(0.03), setup())
             for (t, who), v in zip(keys, time_calls(fns, repeats=7, setups=setups)):
                 out.setdefault(name, {}).setdefault(str(t), {})[who] = v
     return out
