@@ -77,7 +77,7 @@ def machine() -> dict:
     threads = qrt.thread_info()
     info = {"platform": platform.platform(), "python": platform.python_version(), "cores": os.cpu_count(),
             "qrt_kernels": kernel_variant(), "threads": dataclasses.asdict(threads),
-            "threads_note": "qrt default " + threads.describe()}
+            "threads_note": "qrt " + threads.describe()}
     try:
         with open("/proc/cpuinfo") as f:
             text = f.read()
