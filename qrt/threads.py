@@ -46,7 +46,8 @@ class ThreadInfo:
         extra = [f"{self.affinity} CPUs in the affinity mask"] if self.source != "affinity" else []
         if self.quota is not None and self.source != "cgroup quota":
             extra.append(f"cgroup quota {self.quota:g} CPUs")
-        return f"{self.threads} threads ({where}" + "".join(f"; {e}" for e in extra) + ")"
+        count = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
+        return f"{count} ({where}" + "".join(f"; {e}" for e in extra) + ")"
 
 
 def _read(path: str) -> str | None:
