@@ -196,6 +196,7 @@ def test_loops_from_several_python_threads_at_once():
         qrt.set_num_threads(before)
 
 
+@pytest.mark.skipif("QEMU_CPU" in os.environ, reason="qemu-user aborts in a forked child of a threaded process")
 def test_a_forked_child_gets_a_pool_of_its_own():
     """After fork() the parent's workers are gone: the child starts its own instead of waiting for them."""
     code = ("import os, numpy as np, qrt\nfrom qrt import _kernels as K\nqrt.set_num_threads(3)\n"
