@@ -74,10 +74,13 @@ def machine() -> dict:
 
     import qrt
 
-    threads = qrt.thread_info()
     info = {"platform": platform.platform(), "python": platform.python_version(), "cores": os.cpu_count(),
-            "qrt_kernels": kernel_variant(), "threads": dataclasses.asdict(threads),
-            "threads_note": "qrt " + threads.describe()}
+            "qrt_kernels": kernel_variant()}
+    if hasattr(qrt, "thread_info"):
+        info["threads"] = dataclasses.asdict(qrt.thread_info())
+        info["threads_note"] = "qrt " + qrt.thread_info().describe()
+    else:  # a build from before issue 35 (bench/threads_ab.py compares with one)
+        info["threads_note"] = f"qrt {qrt.get_num_threads()} threads"
     try:
         with open("/proc/cpuinfo") as f:
             text = f.read()
