@@ -73,8 +73,8 @@ clean:
 
 # The wheel users install (pip install dist/wheelhouse/qrt-*.whl, with [convert] for the converter): the
 # sdist first, then the wheel built from it (a file the sdist lacks fails here), then auditwheel tags it
-# manylinux and copies the OpenMP runtime in. It runs at full speed on every CPU of its architecture
-# (run-time kernel dispatch). dist/ holds the sdist and the untagged wheel, dist/wheelhouse the wheel.
+# manylinux (no runtime to copy in: threads are pthreads). It runs at full speed on every CPU of its
+# architecture (run-time kernel dispatch). dist/ holds the sdist and the untagged wheel, dist/wheelhouse the wheel.
 wheel: $(VENV)/.installed
 	rm -rf dist
 	$(PY) -m build --no-isolation --quiet --outdir dist .

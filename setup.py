@@ -7,14 +7,12 @@ own instruction set by a target pragma; qrt picks the best the CPU runs when it 
 build (a wheel) runs at full speed on any CPU of its architecture. Floating-point contraction
 and fast-math stay off in every file: results must be bit-identical everywhere.
 
-Threads use OpenMP when the compiler supports -fopenmp (checked by compiling
-a test program); otherwise the parallel loops run serially. Set
-QRT_OPENMP=0 to build without it.
+Threads are qrt's own pool (qrt/kernels/threadpool.c: pthreads and C11 atomics), not OpenMP: one
+persistent team whose idle workers never spin where threads outnumber CPUs, which libgomp's do.
 """
 
 import glob
 import os
-import tempfile
 
 import numpy as np
 from Cython.Build import cythonize
@@ -30,39 +28,14 @@ def compile_args() -> list[str]:
     return args + os.environ.get("QRT_EXTRA_CFLAGS", "").split()
 
 
-def openmp_flags() -> list[str]:
-    """["-fopenmp"] if the C compiler builds and links an OpenMP program, else []."""
-    if os.environ.get("QRT_OPENMP", "1") == "0":
-        return []
-    from setuptools._distutils.ccompiler import new_compiler
-    from setuptools._distutils.errors import CompileError, LinkError
-    from setuptools._distutils.sysconfig import customize_compiler
-
-    cc = new_compiler()
-    customize_compiler(cc)
-    with tempfile.TemporaryDirectory() as tmp:
-        src = os.path.join(tmp, "omp.c")
-        with open(src, "w") as f:
-            f.write("#include <omp.h>\nint main(void) { return omp_get_max_threads() > 0 ? 0 : 1; }\n")
-        try:
-            objs = cc.compile([src], output_dir=tmp, extra_postargs=["-fopenmp"])
-            cc.link_executable(objs, os.path.join(tmp, "omp"), extra_postargs=["-fopenmp"])
-        except (CompileError, LinkError):
-            print("qrt: the compiler lacks OpenMP; kernels will run on one thread")
-            return []
-    return ["-fopenmp"]
-
-
-OPENMP = openmp_flags()
-
 extensions = [
     Extension(
         "qrt._kernels",
         ["qrt/_kernels.pyx", *sorted(glob.glob("qrt/kernels/*.c"))],
         include_dirs=[np.get_include(), "qrt/kernels"],
         depends=sorted(glob.glob("qrt/kernels/*.h") + glob.glob("qrt/kernels/isa/*.h")),
-        extra_compile_args=compile_args() + OPENMP,
-        extra_link_args=OPENMP + os.environ.get("QRT_EXTRA_LDFLAGS", "").split(),
+        extra_compile_args=compile_args() + ["-pthread"],
+        extra_link_args=["-pthread", *os.environ.get("QRT_EXTRA_LDFLAGS", "").split()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     )
 ]

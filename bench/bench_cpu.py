@@ -1,12 +1,13 @@
 """qrt against PyTorch's quantized CPU engine (and ONNX Runtime, when installed) on the same shapes, in one run.
 
-    python bench/bench_cpu.py [--quick] [--threads 1 2] [--only SUBSTRING] [--rows 16 64] [--json out.json]
+    python bench/bench_cpu.py [--quick] [--threads 1 2 4 8 16 all] [--only SUBSTRING] [--rows 16 64] [--json out.json]
 
 Each figure is the median over the samples of the time per call (each sample
 repeats the call for >= 20 ms, after warm-up; the samples of qrt, PyTorch and
-ONNX Runtime are interleaved so that all three see the same machine load);
---quick takes fewer samples and a subset of the shapes. The ratios are PyTorch time / qrt time and ONNX
-Runtime time / qrt time: above 1 means qrt is faster. qrt and PyTorch get the
+ONNX Runtime, at every thread count, are interleaved so that all see the same machine load);
+--quick takes fewer and shorter (10 ms) samples and a subset of the shapes. The ratios are
+PyTorch time / qrt time and ONNX Runtime time / qrt time: above 1 means qrt is faster. The thread-scaling table
+at the end shows each case's time at every thread count side by side. qrt and PyTorch get the
 same inputs and produce the same results (the tests prove bit-exactness);
 ONNX Runtime runs the same float layer quantized by its own quantize_dynamic
 (its own rounding), for speed only. Every run is timed with the thread count
@@ -22,6 +23,7 @@ import math
 import os
 import sys
 import tempfile
+import time
 import warnings
 
 import numpy as np
@@ -280,85 +282,136 @@ def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer shapes and samples")
-    parser.add_argument("--threads", type=int, nargs="+", default=None, help="thread counts (default: 1 and all)")
-    parser.add_argument("--only", default="", help="run only the cases whose name contains this")
-    parser.add_argument("--rows", type=int, nargs="+", default=None, help=f"rows of the linear cases (default {ROWS})")
-    parser.add_argument("--json", help="write the raw figures here")
-    parser.add_argument("--scaling", action="store_true", help="only qrt's thread scaling (1 vs all cores)")
-    args = parser.parse_args()
-    all_cores = qrt.get_num_threads()
-    thread_counts = args.threads or sorted({1, all_cores})
-    info = machine()
-    print(f"machine: {info.get('cpu')} | {info['cores']} cores | flags {' '.join(info.get('flags', []))}"
-          f" | qrt kernels {info['qrt_kernels']}")
-    print(
-        f"qrt kernels {_kernels.kernel_variant_info()} | torch {torch.__version__} ({torch.backends.quantized.engine},"
-        f" capability {torch.backends.cpu.get_cpu_capability()})"
-        f" | onnxruntime {ort.__version__ if ort else 'not installed'}"
-    )
-    repeats = 5 if args.quick else 15
-    if args.scaling:
-        rows = thread_scaling(args.quick, args.only, all_cores)
-        if args.json:
-            write_json(args.json, {"machine": info, "kernels": _kernels.kernel_variant_info(), "scaling": rows})
-        return
+def _thread_counts(words: list[str] | None, cpus: int) -> list[int]:
+    """--threads: counts, "all" for the CPUs qrt found (affinity mask and cgroup quota); default 1, 2, 4,
+    8, 16 and all."""
+    words = words or ["1", "2", "4", "8", "16", "all"]
+    return sorted({cpus if w == "all" else int(w) for w in words})
+
+
+def time_case(tmp: str, name: str, make, params, thread_counts: list[int], min_time: float,
+              repeats: int) -> list[dict]:
+    """One case at every thread count, its qrt, torch and ORT samples all interleaved (each sample run
+    at its own thread count): rows of medians, one per thread count."""
+    run_qrt, run_torch, run_o = make(tmp, thread_counts[0], *params)
+    fns, setups, keys = [], [], []
+    for threads in thread_counts:
+        # ORT fixes its thread count when the session is made: one per count (the case made again for
+        # it); qrt's and torch's are set before each sample
+        if run_o and threads != thread_counts[0]:
+            run_o = make(tmp, threads, *params)[2]
+        contenders = [("qrt", run_qrt, qrt.set_num_threads), ("torch", run_torch, torch.set_num_threads)]
+        if run_o:
+            contenders.append(("ort", run_o, None))
+        for who, fn, setter in contenders:
+            fns.append(fn)
+            setups.append((lambda s=setter, t=threads: s(t)) if setter else (lambda: None))
+            keys.append((threads, who))
+    # torch's OpenMP workers spin for milliseconds after a call on several threads (libgomp's default),
+    # holding the CPUs the next sample's threads need: that sample starts after they have gone to sleep
+    for i in range(len(keys)):
+        if keys[i - 1][1] == "torch" and keys[i - 1][0] > 1:
+            setups[i] = lambda setup=setups[i]: (time.sleep(0.03), setup())
+    times = dict(zip(keys, time_calls(fns, min_time=min_time, repeats=repeats, setups=setups)))
     rows = []
-    with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
-        for threads in thread_counts:
-            qrt.set_num_threads(threads)
-            torch.set_num_threads(threads)
-            print(f"\nthreads={threads}")
-            print(f"{'case':44s} {'qrt':>11s} {'torch':>11s} {'ort':>11s} {'torch/qrt':>9s} {'ort/qrt':>8s}")
-            for name, make, params in cases(args.quick, args.rows):
-                if args.only not in name:
-                    continue
-                run_qrt, run_torch, run_ort = make(tmp, threads, *params)
-                times = time_calls([f for f in (run_qrt, run_torch, run_ort) if f], repeats=repeats)
-                t_q, t_t = times[:2]
-                t_o = times[2] if run_ort else None
-                row = {
-                    "case": name,
-                    "threads": threads,
-                    "qrt_s": t_q,
-                    "torch_s": t_t,
-                    "ort_s": t_o,
-                    "torch_ratio": t_t / t_q,
-                    "ort_ratio": t_o / t_q if t_o else None,
-                }
-                rows.append(row)
-                t_o_s = fmt_time(t_o) if t_o else f"{'-':>11s}"
-                r_o = f"{t_o / t_q:.2f}x" if t_o else "-"
-                print(f"{name:44s} {fmt_time(t_q)} {fmt_time(t_t)} {t_o_s} {t_t / t_q:8.2f}x {r_o:>8s}", flush=True)
-    print()
+    for threads in thread_counts:
+        t_q, t_t, t_o = times[threads, "qrt"], times[threads, "torch"], times.get((threads, "ort"))
+        rows.append({"case": name, "threads": threads, "qrt_s": t_q, "torch_s": t_t, "ort_s": t_o,
+                     "torch_ratio": t_t / t_q, "ort_ratio": t_o / t_q if t_o else None})
+    return rows
+
+
+def print_sections(rows: list[dict], thread_counts: list[int]) -> dict:
+    """The per-thread-count tables (ratios to torch and ORT) and their geometric means."""
     summary = {}
     for threads in thread_counts:
         mine = [r for r in rows if r["threads"] == threads]
-        lin = [
-            r["torch_ratio"] for r in mine if r["case"].startswith(("dynamic", "static")) and " M=1 " not in r["case"]
-        ]
+        print(f"\nthreads={threads}")
+        print(f"{'case':44s} {'qrt':>11s} {'torch':>11s} {'ort':>11s} {'torch/qrt':>9s} {'ort/qrt':>8s}")
+        for r in mine:
+            t_o = fmt_time(r["ort_s"]) if r["ort_s"] else f"{'-':>11s}"
+            r_o = f"{r['ort_ratio']:.2f}x" if r["ort_ratio"] else "-"
+            print(f"{r['case']:44s} {fmt_time(r['qrt_s'])} {fmt_time(r['torch_s'])} {t_o} {r['torch_ratio']:8.2f}x"
+                  f" {r_o:>8s}")
+        lin = [r["torch_ratio"] for r in mine
+               if r["case"].startswith(("dynamic", "static")) and " M=1 " not in r["case"]]
         summary[threads] = {
             "geomean_torch_ratio_all": _geomean([r["torch_ratio"] for r in mine]),
             "geomean_torch_ratio_linear_M>=8": _geomean(lin),
             "geomean_ort_ratio": _geomean([r["ort_ratio"] for r in mine if r["ort_ratio"]]),
         }
-        print(f"threads={threads}: " + ", ".join(f"{k} {v:.2f}x" for k, v in summary[threads].items()))
-    if len(thread_counts) > 1:
-        base = {r["case"]: r["qrt_s"] for r in rows if r["threads"] == thread_counts[0]}
-        print(f"\nqrt speed-up {thread_counts[-1]} threads / {thread_counts[0]}:")
-        for r in rows:
-            if r["threads"] == thread_counts[-1] and r["case"] in base:
-                r["thread_speedup"] = base[r["case"]] / r["qrt_s"]
-                if any(f"M={m} " in r["case"] for m in (64, 512)):
-                    print(f"  {r['case']:44s} {r['thread_speedup']:.2f}x")
+    print()
+    for threads, values in summary.items():
+        print(f"threads={threads}: " + ", ".join(f"{k} {v:.2f}x" for k, v in values.items()))
+    return summary
+
+
+def print_scaling(rows: list[dict], thread_counts: list[int]) -> None:
+    """The thread-scaling table: each case's median time at every thread count, qrt, torch and ORT side by
+    side, and qrt's speed-up over its own 1-thread time (where 1 is among the counts)."""
+    print("\nthread scaling (median time per call; qrt speed-up over 1 thread in brackets)")
+    for who in ("qrt", "torch", "ort"):
+        if not any(r[f"{who}_s"] for r in rows):
+            continue
+        print(f"\n{who}")
+        print(f"{'case':44s}" + "".join(f"{f'{t} thr':>20s}" for t in thread_counts))
+        for case in dict.fromkeys(r["case"] for r in rows):
+            mine = {r["threads"]: r for r in rows if r["case"] == case}
+            one = mine[1][f"{who}_s"] if 1 in mine else None
+            cells = []
+            for t in thread_counts:
+                v = mine[t][f"{who}_s"]
+                speed = f" ({one / v:5.2f}x)" if v and one else " " * 9
+                cells.append(f"{fmt_time(v)}{speed}" if v else f"{'-':>20s}")
+            print(f"{case:44s}" + "".join(f"{c:>20s}" for c in cells))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer shapes and samples")
+    parser.add_argument("--threads", nargs="+", default=None,
+                        help='thread counts, "all" for every CPU qrt may use (default: 1 2 4 8 16 all)')
+    parser.add_argument("--only", default="", help="run only the cases whose name contains this")
+    parser.add_argument("--rows", type=int, nargs="+", default=None, help=f"rows of the linear cases (default {ROWS})")
+    parser.add_argument("--json", help="write the raw figures here")
+    parser.add_argument("--scaling", action="store_true", help="only qrt's thread scaling (1 vs all cores)")
+    args = parser.parse_args()
+    all_cores = qrt.thread_info().cpus
+    thread_counts = _thread_counts(args.threads, all_cores)
+    info = machine()
+    print(f"machine: {info.get('cpu')} | {info['cores']} CPUs, {info.get('physical_cores', '?')} cores"
+          f" | flags {' '.join(info.get('flags', []))} | qrt kernels {info['qrt_kernels']}")
+    print(
+        f"qrt kernels {_kernels.kernel_variant_info()} | torch {torch.__version__} ({torch.backends.quantized.engine},"
+        f" capability {torch.backends.cpu.get_cpu_capability()})"
+        f" | onnxruntime {ort.__version__ if ort else 'not installed'}"
+    )
+    print(f"threads: {info['threads_note']}; timed at {', '.join(map(str, thread_counts))}")
+    if args.scaling:
+        rows = thread_scaling(args.quick, args.only, all_cores)
+        if args.json:
+            write_json(args.json, {"machine": info, "kernels": _kernels.kernel_variant_info(), "scaling": rows})
+        return
+    min_time, repeats = (0.01, 5) if args.quick else (0.02, 15)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
+        for name, make, params in cases(args.quick, args.rows):
+            if args.only not in name:
+                continue
+            rows += time_case(tmp, name, make, params, thread_counts, min_time, repeats)
+            print(f"  {name}: " + ", ".join(f"{r['threads']} thr {fmt_time(r['qrt_s']).strip()}" for r in rows[-len(
+                thread_counts):]), flush=True)
+    qrt.set_num_threads(all_cores)
+    summary = print_sections(rows, thread_counts)
+    print_scaling(rows, thread_counts)
     if args.json:
         write_json(
             args.json,
             {
                 "machine": info,
                 "kernels": _kernels.kernel_variant_info(),
+                "torch_capability": torch.backends.cpu.get_cpu_capability(),
+                "thread_counts": thread_counts,
                 "rows": rows,
                 "summary": {str(k): v for k, v in summary.items()},
             },

@@ -141,8 +141,8 @@ def main() -> None:
     qrt.set_num_threads(args.threads)
     repeats = 5 if args.quick else 15
     info = machine()
-    print(f"machine: {info.get('cpu')} | {info['cores']} cores | flags {' '.join(info.get('flags', []))}"
-          f" | qrt kernels {info['qrt_kernels']} | torch {torch.__version__}"
+    print(f"machine: {info.get('cpu')} | {info['cores']} CPUs | {info['threads_note']}"
+          f" | flags {' '.join(info.get('flags', []))} | qrt kernels {info['qrt_kernels']} | torch {torch.__version__}"
           f" (capability {torch.backends.cpu.get_cpu_capability()})")
     print(f"{STEPS}-step sequences, input {INPUT}, {args.threads} thread(s) each; per-step times in brackets")
     print(f"{'case':28s} {'qrt':>22s} {'torch':>22s} {'torch/qrt':>9s} {'onnxruntime':>22s} {'ort/qrt':>8s}")

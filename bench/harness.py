@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -27,15 +28,19 @@ def time_call(fn: Callable[[], object], min_time: float = 0.02, repeats: int = 1
     return statistics.median(samples)
 
 
-def time_calls(fns: list[Callable[[], object]], min_time: float = 0.02, repeats: int = 15) -> list[float]:
+def time_calls(fns: list[Callable[[], object]], min_time: float = 0.02, repeats: int = 15,
+               setups: list[Callable[[], object]] | None = None) -> list[float]:
     """Median seconds per call of each fn, their samples interleaved (a, b, c, a, b, c, ...).
 
     On a shared machine the load changes from second to second; interleaving
     gives every contender the same conditions, so their ratios stay
-    meaningful even when the absolute times drift.
+    meaningful even when the absolute times drift. setups[i], if given, runs
+    untimed before each sample of fns[i] (a thread count to set).
     """
+    setups = setups or [lambda: None] * len(fns)
     inners = []
-    for fn in fns:
+    for fn, setup in zip(fns, setups):
+        setup()
         for _ in range(3):
             fn()
         start = time.perf_counter()
@@ -43,7 +48,8 @@ def time_calls(fns: list[Callable[[], object]], min_time: float = 0.02, repeats:
         inners.append(max(1, int(min_time / max(time.perf_counter() - start, 1e-7))))
     samples: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
-        for fn, inner, out in zip(fns, inners, samples):
+        for fn, setup, inner, out in zip(fns, setups, inners, samples):
+            setup()
             start = time.perf_counter()
             for _ in range(inner):
                 fn()
@@ -55,28 +61,43 @@ def machine_line(info: dict, onnxruntime: str | None, note: str) -> str:
     """The line a benchmark prints first: the CPU, the kernels torch and qrt chose, ONNX Runtime's version."""
     import torch
 
-    return (f"machine: {info.get('cpu', '?')} | {info['cores']} cores | torch {torch.__version__} capability "
+    return (f"machine: {info.get('cpu', '?')} | {info['cores']} CPUs, {info.get('physical_cores', '?')} cores | "
+            f"{info['threads_note']} | torch {torch.__version__} capability "
             f"{torch.backends.cpu.get_cpu_capability()} | qrt kernels {info['qrt_kernels']} | onnxruntime "
             f"{onnxruntime or 'not installed'} | {note}")
 
 
 def machine() -> dict:
-    """CPU model, flags relevant to integer kernels, cores, and the qrt kernel variant in use."""
+    """CPU model, flags relevant to integer kernels, CPUs and physical cores, qrt's default thread count
+    and where it came from, and the qrt kernel variant in use."""
     from qrt._kernels import kernel_variant
+
+    import qrt
 
     info = {"platform": platform.platform(), "python": platform.python_version(), "cores": os.cpu_count(),
             "qrt_kernels": kernel_variant()}
+    if hasattr(qrt, "thread_info"):
+        info["threads"] = dataclasses.asdict(qrt.thread_info())
+        info["threads_note"] = "qrt " + qrt.thread_info().describe()
+    else:  # a build from before issue 35 (bench/threads_ab.py compares with one)
+        info["threads_note"] = f"qrt {qrt.get_num_threads()} threads"
     try:
         with open("/proc/cpuinfo") as f:
             text = f.read()
+        cores, physical = set(), ""
         for line in text.splitlines():
             if line.startswith("model name"):
                 info["cpu"] = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
+            if line.startswith("flags") and "flags" not in info:
                 flags = set(line.split(":", 1)[1].split())
                 wanted = ["avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8"]
                 info["flags"] = [f for f in wanted if f in flags]
-                break
+            if line.startswith("physical id"):
+                physical = line.split(":", 1)[1].strip()
+            if line.startswith("core id"):
+                cores.add((physical, line.split(":", 1)[1].strip()))
+        if cores:
+            info["physical_cores"] = len(cores)
     except OSError:
         info["cpu"] = platform.processor()
     return info

@@ -37,15 +37,19 @@ def main(path: str) -> None:
         s = data["summary"][str(t)]
         print("\n" + ", ".join(f"{k}: **{v:.2f}**" for k, v in s.items()))
     if len(threads) > 1:
-        print(f"\n### qrt speed-up, {threads[-1]} threads over 1 (M >= 64)\n")
-        print("| case | 1 thread | speed-up |")
-        print("|---|---:|---:|")
-        one = {r["case"]: r["qrt_s"] for r in rows if r["threads"] == threads[0]}
+        print("\n### Thread scaling\n")
+        print("Median time per call at each thread count: qrt / PyTorch / ONNX Runtime (x: qrt's speed-up over its"
+              f" {threads[0]}-thread time).\n")
+        print("| case | " + " | ".join(f"{t} thread{'s' if t > 1 else ''}" for t in threads) + " |")
+        print("|---|" + "---:|" * len(threads))
+        by_case: dict[str, dict[int, dict]] = {}
         for r in rows:
-            if r["threads"] == threads[-1] and "thread_speedup" in r and any(
-                f"M={m} " in r["case"] for m in (64, 512)
-            ):
-                print(f"| {r['case']} | {_t(one[r['case']])} | {r['thread_speedup']:.2f} |")
+            by_case.setdefault(r["case"], {})[r["threads"]] = r
+        for case, mine in by_case.items():
+            base = mine[threads[0]]["qrt_s"]
+            cells = [f"{_t(r['qrt_s'])} / {_t(r['torch_s'])} / {_t(r['ort_s'])} ({base / r['qrt_s']:.2f}x)"
+                     if (r := mine.get(t)) else "-" for t in threads]
+            print(f"| {case} | " + " | ".join(cells) + " |")
 
 
 def side_by_side(paths: list[str]) -> None:

@@ -9,9 +9,11 @@
 
 Only numpy is required; torch is never imported.
 
-The kernels use all the CPUs this process may run on by default;
-``qrt.set_num_threads(n)`` changes that for every later call (results do not
-depend on it) and ``qrt.get_num_threads()`` reads it.
+The kernels use all the CPUs this process may run on by default (its affinity
+mask and its cgroup CPU quota; ``QRT_NUM_THREADS`` or ``OMP_NUM_THREADS`` set
+another count); ``qrt.set_num_threads(n)`` changes that for every later call
+(results do not depend on it), ``qrt.get_num_threads()`` reads it and
+``qrt.thread_info()`` says where it came from.
 
 One build holds a kernel variant per instruction set of its architecture and
 uses the best this CPU runs: ``qrt.kernel_variant()`` names it (for example
@@ -27,6 +29,7 @@ from ._kernels import get_num_threads, kernel_variant, set_num_threads  # noqa: 
 from .errors import FormatError  # noqa: E402
 from .graph import ValueSpec  # noqa: E402
 from .model import Model, load, run  # noqa: E402
+from .threads import ThreadInfo, thread_info  # noqa: E402
 
 __all__ = [
     "FormatError",
@@ -37,5 +40,7 @@ __all__ = [
     "load",
     "run",
     "set_num_threads",
+    "ThreadInfo",
+    "thread_info",
     "__version__",
 ]

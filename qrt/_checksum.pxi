@@ -9,25 +9,38 @@ cdef extern from "checksum.h" nogil:
     size_t QRT_CHECKSUM_BLOCK
 
 
+cdef struct checksum_job:  # task t hashes the t-th chunk of the blocks
+    const uint8_t* p
+    Py_ssize_t n, nblocks, parts
+    uint64_t* digests
+
+
+cdef void checksum_task(void* ctx, ptrdiff_t t) noexcept nogil:
+    cdef checksum_job* j = <checksum_job*>ctx
+    cdef Py_ssize_t block = QRT_CHECKSUM_BLOCK, b
+    for b in range(chunk(j.nblocks, j.parts, t), chunk(j.nblocks, j.parts, t + 1)):
+        j.digests[b] = qrt_xxh64(j.p + b * block, min(block, j.n - b * block), 0)
+
+
 def data_checksum(const uint8_t[::1] data not None, int threads=0) -> int:
-    """The checksum of data (a contiguous byte buffer: bytes, mmap, memoryview, uint8 array) on `threads`
-    threads (<= 0: the current get_num_threads()). The result does not depend on the thread count."""
-    cdef Py_ssize_t n = data.shape[0], block = QRT_CHECKSUM_BLOCK, b
-    cdef Py_ssize_t nblocks = (n + block - 1) // block
-    cdef int parts = <int>max(1, min(<Py_ssize_t>(threads if threads > 0 else num_threads), nblocks))
-    cdef const uint8_t* p = &data[0] if n else NULL
+    """The checksum of data (a contiguous byte buffer: bytes, mmap, memoryview, uint8 array), split for
+    `threads` threads (<= 0: the current get_num_threads()) on the kernels' pool. The result does not
+    depend on the split."""
+    cdef Py_ssize_t n = data.shape[0], block = QRT_CHECKSUM_BLOCK
+    cdef checksum_job j
+    j.p, j.n, j.nblocks = &data[0] if n else NULL, n, (n + block - 1) // block
+    # several tasks a thread: one that shares its core with another process does not hold the others up
+    j.parts = max(1, min(<Py_ssize_t>(threads if threads > 0 else num_threads) * 4, j.nblocks))
+    j.digests = <uint64_t*>malloc(max(j.nblocks, 1) * sizeof(uint64_t))
     cdef uint64_t result
-    cdef uint64_t* digests = <uint64_t*>malloc(max(nblocks, 1) * sizeof(uint64_t))
-    if digests == NULL:
+    if j.digests == NULL:
         raise MemoryError()
     try:
         with nogil:
-            # dynamic: a thread sharing its core with another process does not hold the others up
-            for b in prange(nblocks, num_threads=parts, schedule="dynamic"):
-                digests[b] = qrt_xxh64(p + b * block, min(block, n - b * block), 0)
-            result = qrt_checksum_combine(digests, nblocks)
+            qrt_parallel_for(j.parts, <int>j.parts - 1, checksum_task, &j)
+            result = qrt_checksum_combine(j.digests, j.nblocks)
     finally:
-        free(digests)
+        free(j.digests)
     return result
 
 

@@ -25,13 +25,51 @@ UNARY_OPS = {"sigmoid": QRT_SIGMOID, "tanh": QRT_TANH, "silu": QRT_SILU, "gelu":
              "gelu_tanh": QRT_GELU_TANH}
 BINARY_OPS = {"add": QRT_ADD, "sub": QRT_SUB, "mul": QRT_MUL, "div": QRT_DIV}
 
-# Elements per thread below which a float op stays on one thread.
+# Elements per task below which a float op stays on one thread.
 cdef Py_ssize_t MIN_FLOAT_WORK = 1 << 15
 
 
 cdef inline Py_ssize_t float_parts(Py_ssize_t units, Py_ssize_t elements) noexcept nogil:
-    """Threads for `units` independent rows holding `elements` values in all."""
+    """Tasks for `units` independent rows holding `elements` values in all."""
     return max(1, min(<Py_ssize_t>num_threads, units, elements // MIN_FLOAT_WORK))
+
+
+cdef enum:
+    FLOAT_UNARY, FLOAT_SOFTMAX, FLOAT_SUM, FLOAT_LAYER_NORM
+
+
+cdef struct float_job:  # one op over `units` rows (elements for unary), task t the t-th chunk of them
+    const qrt_float_ops* ops
+    int what, code
+    const float* x
+    float* y
+    const float* w
+    const float* b
+    float eps
+    Py_ssize_t units, n, inner, parts
+
+
+cdef void float_task(void* ctx, ptrdiff_t t) noexcept nogil:
+    cdef float_job* j = <float_job*>ctx
+    cdef Py_ssize_t a = chunk(j.units, j.parts, t), count = chunk(j.units, j.parts, t + 1) - a
+    if j.what == FLOAT_UNARY:
+        j.ops.unary(j.code, j.x + a, j.y + a, count)
+    elif j.what == FLOAT_SOFTMAX:
+        j.ops.softmax(j.code, j.x + a * j.n * j.inner, j.y + a * j.n * j.inner, count, j.n, j.inner)
+    elif j.what == FLOAT_SUM:
+        j.ops.sum(j.code, j.x + a * j.n * j.inner if j.x != NULL else NULL, j.y + a * j.inner, count, j.n, j.inner)
+    else:
+        j.ops.layer_norm(j.x + a * j.n, j.w, j.b, j.eps, j.y + a * j.n, count, j.n)
+
+
+cdef void run_float(const qrt_float_ops* ops, int what, int code, const float* x, float* y, const float* w,
+                    const float* b, float eps, Py_ssize_t units, Py_ssize_t n, Py_ssize_t inner,
+                    Py_ssize_t parts) noexcept nogil:
+    cdef float_job j = float_job(ops, what, code, x, y, w, b, eps, units, n, inner, parts)
+    if parts == 1:
+        float_task(&j, 0)
+    else:
+        qrt_parallel_for(parts, <int>parts - 1, float_task, &j)
 
 
 cdef class FloatOps:
@@ -51,20 +89,13 @@ cdef class FloatOps:
     def unary(self, str op, const float[::1] x, float[::1] y) -> None:
         """y = op(x) elementwise, op one of UNARY_OPS."""
         cdef int code = UNARY_OPS[op]
-        cdef Py_ssize_t n = x.shape[0], p
-        cdef Py_ssize_t parts = float_parts(n, n)
-        cdef const qrt_float_ops* ops = self.ops
+        cdef Py_ssize_t n = x.shape[0]
         if y.shape[0] != n:
             raise ValueError("FloatOps.unary: shape mismatch")
         if n == 0:
             return
         with nogil:
-            if parts == 1:
-                ops.unary(code, &x[0], &y[0], n)
-            else:
-                for p in prange(parts, num_threads=parts, schedule="static"):
-                    ops.unary(code, &x[chunk(n, parts, p)], &y[chunk(n, parts, p)],
-                              chunk(n, parts, p + 1) - chunk(n, parts, p))
+            run_float(self.ops, FLOAT_UNARY, code, &x[0], &y[0], NULL, NULL, 0, n, 1, 1, float_parts(n, n))
 
     def binary(self, str op, a, b, y) -> None:
         """y = a op b, numpy broadcasting; a, b, y contiguous float32 arrays, y of the broadcast shape."""
@@ -101,39 +132,25 @@ cdef class FloatOps:
     cdef void softmax_into(self, bint log, const float* x, float* y, Py_ssize_t outer, Py_ssize_t n,
                            Py_ssize_t inner) noexcept nogil:
         """softmax() on raw pointers (also the execution plan's step), outer * n * inner > 0."""
-        cdef Py_ssize_t parts = float_parts(outer, outer * n * inner), row = n * inner, p
-        cdef const qrt_float_ops* ops = self.ops
-        if parts == 1:
-            ops.softmax(log, x, y, outer, n, inner)
-        else:
-            for p in prange(parts, num_threads=parts, schedule="static"):
-                ops.softmax(log, x + chunk(outer, parts, p) * row, y + chunk(outer, parts, p) * row,
-                            chunk(outer, parts, p + 1) - chunk(outer, parts, p), n, inner)
+        run_float(self.ops, FLOAT_SOFTMAX, log, x, y, NULL, NULL, 0, outer, n, inner,
+                  float_parts(outer, outer * n * inner))
 
     def sum(self, bint mean, const float[:, :, ::1] x, float[:, ::1] y) -> None:
         """y[o, c] = sum (mean when mean) over j of x[o, j, c]; an empty sum is 0, an empty mean NaN."""
-        cdef Py_ssize_t outer = x.shape[0], n = x.shape[1], inner = x.shape[2], p
-        cdef Py_ssize_t parts = float_parts(outer, outer * n * inner)
-        cdef const qrt_float_ops* ops = self.ops
+        cdef Py_ssize_t outer = x.shape[0], n = x.shape[1], inner = x.shape[2]
         cdef const float* xp = &x[0, 0, 0] if n else NULL  # never read when n == 0
         if y.shape[0] != outer or y.shape[1] != inner:
             raise ValueError("FloatOps.sum: shape mismatch")
         if outer * inner == 0:
             return
         with nogil:
-            if parts == 1:
-                ops.sum(mean, xp, &y[0, 0], outer, n, inner)
-            else:
-                for p in prange(parts, num_threads=parts, schedule="static"):
-                    ops.sum(mean, xp + chunk(outer, parts, p) * n * inner, &y[0, 0] + chunk(outer, parts, p) * inner,
-                            chunk(outer, parts, p + 1) - chunk(outer, parts, p), n, inner)
+            run_float(self.ops, FLOAT_SUM, mean, xp, &y[0, 0], NULL, NULL, 0, outer, n, inner,
+                      float_parts(outer, outer * n * inner))
 
     def layer_norm(self, const float[:, ::1] x, const float[::1] weight, const float[::1] bias, float eps,
                    float[:, ::1] y) -> None:
         """Each row of x normalised, times weight, plus bias (each None or float32 [n])."""
-        cdef Py_ssize_t rows = x.shape[0], n = x.shape[1], p
-        cdef Py_ssize_t parts = float_parts(rows, rows * n)
-        cdef const qrt_float_ops* ops = self.ops
+        cdef Py_ssize_t rows = x.shape[0], n = x.shape[1]
         cdef const float* w = NULL
         cdef const float* b = NULL
         if y.shape[0] != rows or y.shape[1] != n or (weight is not None and weight.shape[0] != n) or (
@@ -147,9 +164,5 @@ cdef class FloatOps:
         if bias is not None:
             b = &bias[0]
         with nogil:
-            if parts == 1:
-                ops.layer_norm(&x[0, 0], w, b, eps, &y[0, 0], rows, n)
-            else:
-                for p in prange(parts, num_threads=parts, schedule="static"):
-                    ops.layer_norm(&x[chunk(rows, parts, p), 0], w, b, eps, &y[chunk(rows, parts, p), 0],
-                                   chunk(rows, parts, p + 1) - chunk(rows, parts, p), n)
+            run_float(self.ops, FLOAT_LAYER_NORM, 0, &x[0, 0], &y[0, 0], w, b, eps, rows, n, 1,
+                      float_parts(rows, rows * n))

@@ -16,11 +16,9 @@ from libc.math cimport fmaf, nearbyintf, nearbyint, fabs, isinf
 from libc.stdint cimport int8_t, uint8_t, int32_t, int64_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
-from cython.parallel cimport prange
 
 import math
 import os
-import warnings
 
 import numpy as np
 
@@ -67,6 +65,12 @@ cdef extern from "qrt_kernels.h" nogil:
     const qrt_kernels* const* qrt_kernels_compiled(int* count)
     int qrt_kernels_runnable(const qrt_kernels* k)
     const qrt_kernels* qrt_kernels_best()
+
+cdef extern from "threadpool.h" nogil:
+    ctypedef void (*qrt_task_fn)(void* ctx, ptrdiff_t task) noexcept nogil
+    void qrt_pool_configure(int threads, int cpus)
+    void qrt_parallel_for(ptrdiff_t tasks, int helpers, qrt_task_fn fn, void* ctx)
+    int qrt_pool_workers()
 
 ctypedef fused qint_t:
     uint8_t
@@ -278,32 +282,51 @@ cdef const qrt_kernels* initial_variant() except NULL:
 
 active = initial_variant()
 
-# Threads: one parallel loop per product, over tiles of whole panels by row
-# blocks. A product smaller than MIN_WORK multiply-adds per thread runs on
-# one thread: waking the others would cost more than it saves.
+# Threads: every parallel loop runs on one persistent pool (qrt/kernels/threadpool.c), split into tasks
+# that each write their own outputs, so no result depends on the split. The cost model of a product
+# (split_work): tasks of at least MIN_WORK_* multiply-adds, up to TASKS_PER_THREAD a thread, so that a
+# thread the OS runs late holds up little; and one sleeping worker woken per MIN_WORK_* << WAKE_SHIFT of
+# work, the work that outlasts its wake-up (tens of microseconds on a VM; docs/PERFORMANCE.md, "Threads").
 cdef int num_threads = 1
-cdef int64_t MIN_WORK_I8 = 1 << 18
-cdef int64_t MIN_WORK_F16 = 1 << 15
-cdef int64_t MIN_GATE_UNITS = 2048  # hidden units per thread below which a step's gates stay on one thread
+cdef int available_cpus = 1
+cdef int64_t MIN_WORK_I8 = 1 << 19  # multiply-adds per task, about 2 us on AVX-512 VNNI
+cdef int64_t MIN_WORK_F16 = 1 << 18
+cdef int WAKE_SHIFT = 3
+cdef int TASKS_PER_THREAD = 4
+cdef int64_t MIN_GATE_UNITS = 8192  # batch rows times hidden units per task
 # Bytes of input projections computed ahead of the recurrent steps that read them: a block this size
 # stays in L2 (beside the hidden-to-hidden weights) until it is read.
 cdef Py_ssize_t PROJECTION_BYTES = 256 * 1024
 
 
 def set_num_threads(int n) -> None:
-    """Threads the kernels may use per call (>= 1). Results do not depend on it."""
+    """Threads the kernels may use per call (>= 1); no more run than the CPUs the process may use.
+    Results do not depend on it."""
     global num_threads
     if n < 1:
         raise ValueError(f"number of threads must be >= 1, got {n}")
     num_threads = n
+    qrt_pool_configure(num_threads, available_cpus)
 
 
 def get_num_threads() -> int:
     return num_threads
 
 
+def _set_available_cpus(int n) -> None:
+    """The CPUs the process may use (qrt.threads finds them): the pool's team is never larger."""
+    global available_cpus
+    available_cpus = max(n, 1)
+    qrt_pool_configure(num_threads, available_cpus)
+
+
+def _pool_workers() -> int:
+    """Worker threads the pool runs now (for tests)."""
+    return qrt_pool_workers()
+
+
 def _set_min_work(int64_t i8, int64_t f16, int64_t gate_units) -> tuple:
-    """Set the per-thread work floors; returns the old ones (tests use 1 to split all work)."""
+    """Set the per-task work floors; returns the old ones (tests use 1 to split all work)."""
     global MIN_WORK_I8, MIN_WORK_F16, MIN_GATE_UNITS
     old = (MIN_WORK_I8, MIN_WORK_F16, MIN_GATE_UNITS)
     MIN_WORK_I8, MIN_WORK_F16, MIN_GATE_UNITS = max(i8, 1), max(f16, 1), max(gate_units, 1)
@@ -317,34 +340,26 @@ def _set_projection_bytes(Py_ssize_t n) -> int:
     return old
 
 
-def _default_threads() -> int:
-    """QRT_NUM_THREADS, else OMP_NUM_THREADS (its first level), else the CPUs this process may use."""
-    for var in ("QRT_NUM_THREADS", "OMP_NUM_THREADS"):
-        text = os.environ.get(var, "").strip()
-        if not text:
-            continue
-        first = text.split(",")[0].strip()  # OpenMP allows one count per nesting level: "4,2"
-        if first.isascii() and first.isdigit() and int(first) >= 1:
-            return int(first)
-        warnings.warn(f"qrt: ignoring {var}={text!r}: not a positive number of threads", stacklevel=2)
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-num_threads = _default_threads()
-
-
-cdef inline void split_work(Py_ssize_t m, Py_ssize_t panels, Py_ssize_t mr, int64_t work, int64_t min_work,
-                            Py_ssize_t* cn, Py_ssize_t* cm) noexcept nogil:
-    """Tile grid: cn chunks of panels times cm chunks of rows, about one tile per thread."""
-    cdef int64_t nt = num_threads
+cdef inline int split_work(Py_ssize_t m, Py_ssize_t panels, Py_ssize_t mr, int64_t work, int64_t min_work,
+                           Py_ssize_t* cn, Py_ssize_t* cm) noexcept nogil:
+    """Tile grid: cn chunks of panels times cm chunks of rows (panels first: a row chunk rereads the
+    weights), none with less than min_work; returns the sleeping workers worth waking for it. A product
+    that pays for no wake-up is one tile: the caller's, whatever the pool's workers are doing."""
+    cdef int64_t helpers = min(<int64_t>num_threads - 1, work // (min_work << WAKE_SHIFT) - 1)
+    cdef int64_t nt = min(<int64_t>num_threads * TASKS_PER_THREAD, max(work // min_work, 1))
     cdef Py_ssize_t row_tiles = (m + mr - 1) // mr
-    if work // min_work < nt:
-        nt = max(work // min_work, 1)
+    if helpers <= 0:
+        cn[0] = cm[0] = 1
+        return 0
     cn[0] = min(panels, <Py_ssize_t>nt)
     cm[0] = min(row_tiles, (nt + cn[0] - 1) // cn[0])
+    return <int>helpers
+
+
+cdef inline int64_t product_work(Py_ssize_t m, Py_ssize_t n, Py_ssize_t k) noexcept nogil:
+    """A product's cost in multiply-adds' worth: the weights' stream counts as 8 more rows (a few rows
+    wait on memory: avx512-vnni, K=N=4096, M=1 ran 30 multiply-adds a ns where M=64 at K=N=1024 ran 345)."""
+    return (<int64_t>m + 8) * n * k
 
 
 cdef inline Py_ssize_t chunk(Py_ssize_t total, Py_ssize_t parts, Py_ssize_t i) noexcept nogil:
@@ -352,7 +367,38 @@ cdef inline Py_ssize_t chunk(Py_ssize_t total, Py_ssize_t parts, Py_ssize_t i) n
     return total * i // parts
 
 
-cdef int64_t MIN_QUANTIZE = 1 << 15  # values per thread below which quantizing x stays on one thread
+# Values of x per task of quantizing it, bytes per task of packing it: a 16th and an 8th of an int8
+# product task, about as long (both follow MIN_WORK_I8, so _set_min_work(1, ...) splits them too).
+cdef inline int64_t min_quantize() noexcept nogil:
+    return max(MIN_WORK_I8 >> 4, 1)
+
+
+cdef inline int64_t min_pack() noexcept nogil:
+    return max(MIN_WORK_I8 >> 3, 1)
+
+
+cdef struct quantize_job:
+    const qrt_kernels* kern
+    const float* x
+    Py_ssize_t n, parts
+    float lo[64]
+    float hi[64]
+    int bad[64]
+    float inv, zp
+    uint8_t* q
+
+
+cdef void min_max_task(void* ctx, ptrdiff_t c) noexcept nogil:
+    cdef quantize_job* j = <quantize_job*>ctx
+    cdef Py_ssize_t a = chunk(j.n, j.parts, c), b = chunk(j.n, j.parts, c + 1)
+    j.bad[c] = j.kern.min_max(j.x + a, b - a, &j.lo[c], &j.hi[c])
+
+
+cdef void quantize_task(void* ctx, ptrdiff_t c) noexcept nogil:
+    cdef quantize_job* j = <quantize_job*>ctx
+    cdef Py_ssize_t a = chunk(j.n, j.parts, c), b = chunk(j.n, j.parts, c + 1)
+    # clamp to 255 even under reduce_range: PyTorch does the same
+    j.kern.quantize_u8(j.x + a, b - a, j.inv, j.zp, j.q + a)
 
 
 cdef int quantize_activations(const qrt_kernels* kern, const float* x, Py_ssize_t n, bint reduce_range,
@@ -362,27 +408,22 @@ cdef int quantize_activations(const qrt_kernels* kern, const float* x, Py_ssize_
     Large inputs are split across the threads: partial min/max combine exactly and
     each value quantizes on its own, so the result does not depend on the split.
     """
-    cdef Py_ssize_t parts = max(1, min(<Py_ssize_t>num_threads, n // MIN_QUANTIZE, 64)), c
-    cdef float lo[64]
-    cdef float hi[64]
-    cdef int bad[64]
-    cdef float inv, zp
-    if parts == 1:  # the common small case: one call of the variant, no parallel region to open
+    cdef quantize_job j
+    cdef Py_ssize_t c
+    j.parts = max(1, min(<Py_ssize_t>num_threads, n // min_quantize(), 64))
+    if j.parts == 1:  # the common small case: one call of the variant
         return kern.quantize_dynamic(x, n, reduce_range, q, scale, zero_point)
-    for c in prange(parts, num_threads=parts, schedule="static"):
-        bad[c] = kern.min_max(x + chunk(n, parts, c), chunk(n, parts, c + 1) - chunk(n, parts, c), &lo[c], &hi[c])
-    for c in range(1, parts):
-        bad[0] |= bad[c]
-        lo[0] = lo[c] if lo[c] < lo[0] else lo[0]
-        hi[0] = hi[c] if hi[c] > hi[0] else hi[0]
-    if bad[0]:
+    j.kern, j.x, j.n, j.q = kern, x, n, q
+    qrt_parallel_for(j.parts, <int>j.parts - 1, min_max_task, &j)
+    for c in range(1, j.parts):
+        j.bad[0] |= j.bad[c]
+        j.lo[0] = j.lo[c] if j.lo[c] < j.lo[0] else j.lo[0]
+        j.hi[0] = j.hi[c] if j.hi[c] > j.hi[0] else j.hi[0]
+    if j.bad[0]:
         return 1
-    qrt_choose_qparams(lo[0], hi[0], reduce_range, scale, zero_point)
-    inv, zp = <float>1.0 / scale[0], <float>zero_point[0]
-    # clamp to 255 even under reduce_range: PyTorch does the same
-    for c in prange(parts, num_threads=parts, schedule="static"):
-        kern.quantize_u8(x + chunk(n, parts, c), chunk(n, parts, c + 1) - chunk(n, parts, c), inv, zp,
-                         q + chunk(n, parts, c))
+    qrt_choose_qparams(j.lo[0], j.hi[0], reduce_range, scale, zero_point)
+    j.inv, j.zp = <float>1.0 / scale[0], <float>zero_point[0]
+    qrt_parallel_for(j.parts, <int>j.parts - 1, quantize_task, &j)
     return 0
 
 
@@ -521,6 +562,57 @@ cdef object packed_data(weight, dtype, Py_ssize_t nbytes):
     return p, data
 
 
+cdef struct pack_job:  # x's row tiles packed in chunks, task t the t-th chunk
+    const qrt_kernels* kern
+    const uint8_t* x
+    uint8_t* out
+    Py_ssize_t m, k, parts
+    int largest[64]
+
+
+cdef void pack_task(void* ctx, ptrdiff_t t) noexcept nogil:
+    cdef pack_job* j = <pack_job*>ctx
+    cdef Py_ssize_t mr = j.kern.i8_mr, tiles = (j.m + mr - 1) // mr
+    cdef Py_ssize_t r0 = chunk(tiles, j.parts, t) * mr, r1 = min(chunk(tiles, j.parts, t + 1) * mr, j.m)
+    # a chunk of whole row tiles packs on its own into its place: tile i starts at row i's packed offset
+    j.largest[t] = j.kern.i8_pack_x(j.x + r0 * j.k, r1 - r0, j.k, j.out + j.kern.i8_packed_x_size(r0, j.k))
+
+
+cdef int pack_x(const qrt_kernels* kern, const uint8_t* x, Py_ssize_t m, Py_ssize_t k, uint8_t* out) noexcept nogil:
+    """kern.i8_pack_x(x, m, k, out), large x packed in parallel by chunks of row tiles: the largest value."""
+    cdef pack_job j
+    cdef int largest = 0, c
+    j.parts = max(1, min(<Py_ssize_t>num_threads, m * k // min_pack(), (m + kern.i8_mr - 1) // kern.i8_mr, 64))
+    if j.parts == 1:
+        return kern.i8_pack_x(x, m, k, out)
+    j.kern, j.x, j.out, j.m, j.k = kern, x, out, m, k
+    qrt_parallel_for(j.parts, <int>j.parts - 1, pack_task, &j)
+    for c in range(j.parts):
+        largest = max(largest, j.largest[c])
+    return largest
+
+
+cdef struct i8_job:  # a product's tiles, task t the (t % cm)-th row chunk of the (t // cm)-th panel chunk
+    const qrt_kernels* kern
+    const uint8_t* xp
+    int32_t x_zp
+    const int32_t* rowsum
+    const int8_t* packed
+    const int32_t* w_zp
+    const int32_t* xsum
+    Py_ssize_t n, k, m, mr, panels, cn, cm
+    int small_x, plain
+    const qrt_epilogue* e
+
+
+cdef void i8_task(void* ctx, ptrdiff_t t) noexcept nogil:
+    cdef i8_job* j = <i8_job*>ctx
+    cdef Py_ssize_t tiles = (j.m + j.mr - 1) // j.mr, r = t % j.cm, c = t // j.cm
+    j.kern.gemm_u8s8(j.xp, j.x_zp, j.rowsum, j.packed, j.w_zp, j.xsum, j.n, j.k, chunk(tiles, j.cm, r) * j.mr,
+                     min(chunk(tiles, j.cm, r + 1) * j.mr, j.m), chunk(j.panels, j.cn, c), chunk(j.panels, j.cn, c + 1),
+                     j.small_x, j.plain, j.e)
+
+
 cdef class PackedS8:
     """qint8 weights [n, k] in the packed layout every variant reads (qrt.layout: a PackedMatrix is used
     where it lies, a plain matrix packed once), with their row sums and zero points."""
@@ -553,7 +645,7 @@ cdef class PackedS8:
     cdef int matmul(self, const uint8_t* x, Py_ssize_t m, int32_t x_zp, const qrt_epilogue* e) noexcept nogil:
         """(x - x_zp) @ (w - w_zp).T, exact in int32, to the epilogue e; x is [m, k]. -1: out of memory."""
         cdef const qrt_kernels* kern = self.kern
-        cdef Py_ssize_t n = self.n, k = self.k, i, t, task, cn, cm, nr = kern.i8_nr, mr = kern.i8_mr
+        cdef Py_ssize_t n = self.n, k = self.k, i, t, cn, cm, nr = kern.i8_nr, mr = kern.i8_mr
         cdef Py_ssize_t panels = (n + nr - 1) // nr
         # one row with whole groups of 4 k is read as it is; anything else is packed into row tiles
         cdef bint plain = m == 1 and k > 0 and k % 4 == 0, small_x
@@ -563,7 +655,8 @@ cdef class PackedS8:
         cdef int32_t* xsum = NULL
         cdef const int32_t* w_zp = self.zp if self.any_zp else NULL
         cdef uint8_t* xp = <uint8_t*>x if plain else xp_stack
-        cdef int err = 0
+        cdef int err = 0, helpers
+        cdef i8_job j
         if m == 0 or n == 0:
             return 0
         if not plain and kern.i8_packed_x_size(m, k) > SCRATCH_BYTES:
@@ -577,23 +670,20 @@ cdef class PackedS8:
             if plain:
                 small_x = kern.i8_small_x and kern.u8_max(x, k) <= 128
             else:
-                small_x = kern.i8_pack_x(x, m, k, xp) <= 128
+                small_x = pack_x(kern, x, m, k, xp) <= 128
             if self.any_zp:
                 for i in range(m):
                     xsum[i] = 0
                     for t in range(k):
                         xsum[i] += x[i * k + t]
-            split_work(m, panels, mr, <int64_t>m * n * k, MIN_WORK_I8, &cn, &cm)
+            helpers = split_work(m, panels, mr, product_work(m, n, k), MIN_WORK_I8, &cn, &cm)
             if cn * cm == 1:
                 kern.gemm_u8s8(xp, x_zp, self.rowsum, self.packed, w_zp, xsum, n, k, 0, m, 0, panels, small_x, plain,
                                e)
             else:
-                for task in prange(cn * cm, num_threads=cn * cm, schedule="static"):
-                    kern.gemm_u8s8(xp, x_zp, self.rowsum, self.packed, w_zp, xsum, n, k,
-                                   chunk((m + mr - 1) // mr, cm, task % cm) * mr,
-                                   min(chunk((m + mr - 1) // mr, cm, task % cm + 1) * mr, m),
-                                   chunk(panels, cn, task // cm), chunk(panels, cn, task // cm + 1), small_x, plain,
-                                   e)
+                j = i8_job(kern, xp, x_zp, self.rowsum, self.packed, w_zp, xsum, n, k, m, mr, panels, cn, cm,
+                           small_x, plain, e)
+                qrt_parallel_for(cn * cm, helpers, i8_task, &j)
         if xsum != xsum_stack:
             free(xsum)
         if xp != xp_stack and not plain:
@@ -613,6 +703,23 @@ cdef class PackedS8:
             err = self.matmul(&x[0, 0] if m and self.k else NULL, m, x_zp, &e)
         if err:
             raise MemoryError()
+
+
+cdef struct fp_job:  # as i8_job, over row tiles of the float product
+    const qrt_kernels* kern
+    const float* xp
+    const void* packed
+    int half
+    const float* bias
+    Py_ssize_t n, k, m, tiles, panels, cn, cm
+    float* y
+
+
+cdef void fp_task(void* ctx, ptrdiff_t t) noexcept nogil:
+    cdef fp_job* j = <fp_job*>ctx
+    cdef Py_ssize_t r = t % j.cm, c = t // j.cm
+    j.kern.gemm_fp(j.xp, j.packed, j.half, j.bias, j.n, j.k, j.m, chunk(j.tiles, j.cm, r), chunk(j.tiles, j.cm, r + 1),
+                   chunk(j.panels, j.cn, c), chunk(j.panels, j.cn, c + 1), j.y, j.n)
 
 
 cdef class PackedFloat:
@@ -638,23 +745,22 @@ cdef class PackedFloat:
     cdef int gemm(self, const float* x, Py_ssize_t m, const float* bias, float* y) noexcept nogil:
         """y[m, n] = x @ w.T (+ bias) with fbgemm's float16 rounding; x is [m, k]. -1: out of memory."""
         cdef const qrt_kernels* kern = self.kern
-        cdef Py_ssize_t n = self.n, k = self.k, task, cn, cm, nr = kern.fp_nr, mr = kern.fp_mr
+        cdef Py_ssize_t n = self.n, k = self.k, cn, cm, nr = kern.fp_nr, mr = kern.fp_mr
         cdef Py_ssize_t panels = (n + nr - 1) // nr, tiles = (m + mr - 1) // mr
         cdef float* xp
+        cdef fp_job j
         if m == 0 or n == 0:
             return 0
         xp = <float*>malloc(kern.fp_packed_x_size(m, k) * sizeof(float) + 1)
         if xp == NULL:
             return -1
         kern.fp_pack_x(x, m, k, xp)
-        split_work(m, panels, mr, <int64_t>m * n * k, MIN_WORK_F16, &cn, &cm)
+        cdef int helpers = split_work(m, panels, mr, product_work(m, n, k), MIN_WORK_F16, &cn, &cm)
         if cn * cm == 1:
             kern.gemm_fp(xp, self.packed, self.half, bias, n, k, m, 0, tiles, 0, panels, y, n)
         else:
-            for task in prange(cn * cm, num_threads=cn * cm, schedule="static"):
-                kern.gemm_fp(xp, self.packed, self.half, bias, n, k, m,
-                             chunk(tiles, cm, task % cm), chunk(tiles, cm, task % cm + 1),
-                             chunk(panels, cn, task // cm), chunk(panels, cn, task // cm + 1), y, n)
+            j = fp_job(kern, xp, self.packed, self.half, bias, n, k, m, tiles, panels, cn, cm, y)
+            qrt_parallel_for(cn * cm, helpers, fp_task, &j)
         free(xp)
         return 0
 
@@ -897,6 +1003,25 @@ cdef inline void* align_up(void* p) noexcept nogil:
     """p moved up to the next 64-byte boundary (scratch sizes allow 64 bytes for it)."""
     return <void*>((<size_t>p + 63) // 64 * 64)
 
+
+cdef struct gate_job:  # a step's gates, task t the t-th run of whole vectors of hidden units
+    const qrt_kernels* kern
+    int kind
+    const float* gi
+    float* gh
+    const float* h
+    const float* c
+    float* h_out
+    float* c_out
+    Py_ssize_t b, hidden, vectors, parts
+
+
+cdef void gate_task(void* ctx, ptrdiff_t t) noexcept nogil:
+    cdef gate_job* j = <gate_job*>ctx
+    j.kern.gate_update(j.kind, j.gi, j.gh, j.h, j.c, j.h_out, j.c_out, j.b, j.hidden,
+                       chunk(j.vectors, j.parts, t) * 16, min(chunk(j.vectors, j.parts, t + 1) * 16, j.hidden))
+
+
 cdef class Recurrent:
     """One direction of a dynamic quantized recurrent layer: RNN (tanh/relu), LSTM or GRU.
 
@@ -925,15 +1050,14 @@ cdef class Recurrent:
                      Py_ssize_t b) noexcept nogil:
         """The step's gates and new states (the variant's gate_update), hidden units split across threads
         in runs of 16 (whole vectors)."""
-        cdef Py_ssize_t hidden = self.hidden, vectors = (hidden + 15) // 16, part
+        cdef Py_ssize_t hidden = self.hidden, vectors = (hidden + 15) // 16
         cdef Py_ssize_t parts = max(1, min(<Py_ssize_t>num_threads, b * hidden // MIN_GATE_UNITS, vectors))
+        cdef gate_job j
         if parts == 1:
             self.kern.gate_update(self.kind, gi, gh, h, c, h_out, c_out, b, hidden, 0, hidden)
             return
-        for part in prange(parts, num_threads=parts, schedule="static"):
-            self.kern.gate_update(self.kind, gi, gh, h, c, h_out, c_out, b, hidden,
-                                  chunk(vectors, parts, part) * 16,
-                                  min(chunk(vectors, parts, part + 1) * 16, hidden))
+        j = gate_job(self.kern, self.kind, gi, gh, h, c, h_out, c_out, b, hidden, vectors, parts)
+        qrt_parallel_for(parts, <int>parts - 1, gate_task, &j)
 
     def step(self, const float[:, ::1] x, const float[:, ::1] h, const float[:, ::1] c,
              float[:, ::1] h_out, float[:, ::1] c_out):

@@ -13,6 +13,7 @@ layer-by-layer comparison with PyTorch is the converter's own command,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -31,6 +32,7 @@ from .graph import Node, Tree, ValueSpec, tree_names, tree_text
 from .layout import PackedMatrix
 from .model import Model
 from .ops import OPS, ValueInfo
+from .threads import thread_info
 
 EXIT_ERROR = 2
 
@@ -191,6 +193,7 @@ def inspect_report(path: str) -> dict:
         "format_version": qfile.version,
         "producer": meta.get(qformat.META_PRODUCER),
         "kernels": kernel_variant_info(),  # what this machine would run it with
+        "threads": dataclasses.asdict(thread_info()),  # and on how many threads, and why that many
         # load_file refuses a file whose data does not hash to the header's checksum.
         "checksum": _checksum_json(meta, qfile.version),
         "metadata": {k: v for k, v in meta.items() if k not in qformat.RESERVED_META},
@@ -243,7 +246,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"{r['file']}: {_human_bytes(r['file_bytes'])}, qrt format v{r['format_version']}, producer {r['producer']}")
     print(f"checksum: {r['checksum']['status']} ({r['checksum']['algorithm']} {r['checksum']['value'][:16]}...)")
     k = r["kernels"]
-    print(f"kernels here: {k['variant']} (int8 {k['int8']}, float {k['float']})")
+    print(f"kernels here: {k['variant']} (int8 {k['int8']}, float {k['float']}), {thread_info().describe()}")
     for k, v in r["metadata"].items():
         print(f"  {k}: {v if len(v) <= 100 else v[:97] + '...'}")
     print(f"inputs:  {_io(r['inputs'])}")

@@ -137,6 +137,7 @@ def test_inspect_shows_header_nodes_tensors_and_bytes(files):
     assert "weight i8 s=" in out  # quantization summary of the static linears
     assert "fc1.weight" in out and "[48, 37]" in out
     assert "bytes by dtype" in out and "int8" in out
+    assert f"{qrt.thread_info().threads} threads (" in out  # the thread count and where it came from
 
 
 def test_inspect_json_is_complete_and_consistent(files):
@@ -155,6 +156,7 @@ def test_inspect_json_is_complete_and_consistent(files):
     assert fc2["inputs"]["x"]["shape"] == [None, 48] and fc2["outputs"][0]["shape"] == [None, 48]
     assert any("weight i8" in q for q in fc2["quantization"])
     assert report["metadata"]["converter.mode"] == "dynamic"
+    assert report["threads"]["cpus"] == qrt.thread_info().cpus and report["threads"]["source"]
     total = report["tensor_bytes"]
     assert sum(t["bytes"] for t in report["tensors"]) == total == sum(report["bytes_by_dtype"].values())
     # packed int8 weights: n padded to 64, k to 4 (docs/FORMAT.md); their row sums count as int32

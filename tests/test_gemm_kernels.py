@@ -372,7 +372,7 @@ def test_gemv_floor_benchmark_builds_and_runs(tmp_path):
     exe = tmp_path / "gemv_floor"
     kernels = sorted(str(p) for p in (root / "qrt" / "kernels").glob("*.c"))
     subprocess.run(["cc", "-O2", "-ffp-contract=off", "-std=c11", "-I", str(root / "qrt" / "kernels"),
-                    str(root / "bench" / "gemv_floor.c"), *kernels, "-o", str(exe), "-lm"], check=True,
+                    str(root / "bench" / "gemv_floor.c"), *kernels, "-o", str(exe), "-pthread", "-lm"], check=True,
                    capture_output=True)
     out = subprocess.run([str(exe), "37", "70"], check=True, capture_output=True, text=True).stdout
     assert "qrt one-row product" in out and f"variant {RUNNABLE[0]}" in out

@@ -1,0 +1,277 @@
+/* qrt's thread pool (threadpool.h): pthreads, C11 atomics, a futex on Linux and a condition variable
+ * elsewhere.
+ *
+ * One loop at a time holds the pool (pool.lock). Its state is one 64-bit word, job: the loop's number
+ * (epoch), its task count and the next task to hand out. A thread takes a task by a compare-and-swap
+ * that moves "next" on, so a thread still holding the word of an earlier loop fails the swap and can
+ * never take a task, or read fn and ctx, of a loop that is not the one it sees. The caller waits for
+ * `done` to reach the task count; fn and ctx stay valid until then. */
+#define _GNU_SOURCE
+#include "threadpool.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+#if defined(__linux__) && !defined(QRT_POOL_CONDVAR) /* QRT_POOL_CONDVAR: the fallback, for its test */
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+/* How long an idle thread spins before it sleeps: longer than the gap between two loops of one model
+ * call (a few microseconds of Python between nodes), short enough that an idle process gives its CPUs
+ * back at once. */
+#define SPIN_NS 50000
+#define YIELD_NS 2000
+
+#define NEXT_BITS 20 /* the job word's "next" and "tasks" fields: QRT_POOL_MAX_TASKS fits either */
+#define FIELD_MASK ((UINT64_C(1) << NEXT_BITS) - 1)
+#define JOB(epoch, tasks) (((uint64_t)(epoch) << (2 * NEXT_BITS)) | ((uint64_t)(tasks) << NEXT_BITS))
+
+typedef struct {
+    pthread_mutex_t lock;           /* held by the loop in progress, and by configure */
+    int threads;                    /* the team: the caller and nworkers, at most the CPUs */
+    int started;                    /* the team for `threads` was started (nworkers of it, if threads ran out) */
+    int nworkers;                   /* worker threads running */
+    pthread_t* workers;
+    _Atomic uint64_t job;           /* epoch << 40 | tasks << 20 | next task */
+    _Atomic uint32_t epoch;         /* the futex the workers sleep on: moves on with every loop */
+    _Atomic uint32_t done;          /* tasks of this loop that have returned (the caller's futex) */
+    _Atomic int sleepers;           /* workers asleep on epoch, or about to be */
+    _Atomic int caller_asleep;      /* the caller sleeps on done */
+    _Atomic int stop;               /* workers return */
+    qrt_task_fn fn;
+    void* ctx;
+} qrt_pool;
+
+static qrt_pool pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .threads = 1};
+static _Thread_local int in_pool; /* this thread is a worker, or runs a loop: nested loops run inline */
+
+/* ------------------------------------------------------------ sleeping and waking */
+
+#if defined(__linux__) && !defined(QRT_POOL_CONDVAR)
+static void wait_while(_Atomic uint32_t* word, uint32_t value) {
+    syscall(SYS_futex, (uint32_t*)word, FUTEX_WAIT_PRIVATE, value, NULL, NULL, 0);
+}
+
+static void wake(_Atomic uint32_t* word, int count) {
+    syscall(SYS_futex, (uint32_t*)word, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
+}
+#else
+/* One condition variable for every word: a waker takes the lock after changing the word, so a waiter
+ * that saw the old value under the lock is already waiting when the broadcast comes. */
+static pthread_mutex_t sleep_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t sleep_cond = PTHREAD_COND_INITIALIZER;
+
+static void wait_while(_Atomic uint32_t* word, uint32_t value) {
+    pthread_mutex_lock(&sleep_lock);
+    while (atomic_load(word) == value)
+        pthread_cond_wait(&sleep_cond, &sleep_lock);
+    pthread_mutex_unlock(&sleep_lock);
+}
+
+static void wake(_Atomic uint32_t* word, int count) {
+    (void)word;
+    (void)count;
+    pthread_mutex_lock(&sleep_lock);
+    pthread_mutex_unlock(&sleep_lock);
+    pthread_cond_broadcast(&sleep_cond);
+}
+#endif
+
+static inline void relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Spins up to SPIN_NS until (*word == value) == equal; returns whether that came. After the first
+ * YIELD_NS it yields now and then: the thread it waits for may be queued on this very CPU (the
+ * scheduler often wakes a worker on its waker's CPU), and a pure spin would keep it off for the whole
+ * SPIN_NS. */
+static int spin_until(_Atomic uint32_t* word, uint32_t value, int equal) {
+    int64_t start = 0;
+    for (unsigned i = 1;; i++) {
+        if ((atomic_load_explicit(word, memory_order_acquire) == value) == equal)
+            return 1;
+        relax();
+        if (i % 64 == 0) { /* the clock is read now and then: it costs more than a pause */
+            int64_t t = now_ns();
+            if (start == 0)
+                start = t;
+            else if (t - start > SPIN_NS)
+                return 0;
+            else if (t - start > YIELD_NS)
+                sched_yield();
+        }
+    }
+}
+
+/* ------------------------------------------------------------ running tasks */
+
+/* Takes and runs tasks of the loop in the job word until none is left. */
+static void run_tasks(void) {
+    for (;;) {
+        uint64_t w = atomic_load_explicit(&pool.job, memory_order_acquire), next, tasks;
+        do {
+            next = w & FIELD_MASK;
+            tasks = (w >> NEXT_BITS) & FIELD_MASK;
+            if (next >= tasks)
+                return;
+        } while (!atomic_compare_exchange_weak_explicit(&pool.job, &w, w + 1, memory_order_acquire,
+                                                        memory_order_acquire));
+        pool.fn(pool.ctx, (ptrdiff_t)next);
+        /* seq_cst with the caller's caller_asleep: either it sees this count or this sees its flag */
+        if (atomic_fetch_add(&pool.done, 1) + 1 == (uint32_t)tasks && atomic_load(&pool.caller_asleep))
+            wake(&pool.done, 1);
+    }
+}
+
+static void* worker_main(void* arg) {
+    uint32_t seen = (uint32_t)(uintptr_t)arg;
+    in_pool = 1;
+    for (;;) {
+        if (!spin_until(&pool.epoch, seen, 0)) {
+            /* seq_cst with the caller's epoch store and sleepers load (see qrt_parallel_for) */
+            atomic_fetch_add(&pool.sleepers, 1);
+            while (atomic_load(&pool.epoch) == seen)
+                wait_while(&pool.epoch, seen);
+            atomic_fetch_sub(&pool.sleepers, 1);
+        }
+        seen = atomic_load_explicit(&pool.epoch, memory_order_acquire);
+        if (atomic_load(&pool.stop))
+            return NULL;
+        run_tasks();
+    }
+}
+
+/* ------------------------------------------------------------ the team (pool.lock held) */
+
+static void stop_workers(void) {
+    pool.started = 0;
+    if (pool.nworkers == 0)
+        return;
+    atomic_store(&pool.stop, 1);
+    atomic_fetch_add(&pool.epoch, 1);
+    wake(&pool.epoch, INT32_MAX);
+    for (int i = 0; i < pool.nworkers; i++)
+        pthread_join(pool.workers[i], NULL);
+    atomic_store(&pool.stop, 0);
+    free(pool.workers);
+    pool.workers = NULL;
+    pool.nworkers = 0;
+}
+
+/* Starts threads - 1 workers; fewer if the system refuses threads (the loops then use fewer). */
+static void start_workers(void) {
+    int want = pool.threads - 1;
+    pool.started = 1;
+    pool.workers = (pthread_t*)malloc((size_t)want * sizeof(pthread_t));
+    if (pool.workers == NULL)
+        return;
+    uint32_t epoch = atomic_load(&pool.epoch);
+    while (pool.nworkers < want &&
+           pthread_create(&pool.workers[pool.nworkers], NULL, worker_main, (void*)(uintptr_t)epoch) == 0)
+        pool.nworkers++;
+}
+
+/* In a child process after fork() the workers are gone: forget them (their memory is the parent's; the
+ * next loop starts a team of the child's own). The forking thread holds the lock (before_fork). */
+static void after_fork_child(void) {
+    pool.nworkers = 0;
+    pool.workers = NULL;
+    pool.started = 0;
+    atomic_store(&pool.sleepers, 0);
+    pthread_mutex_unlock(&pool.lock);
+}
+
+static void before_fork(void) {
+    pthread_mutex_lock(&pool.lock);
+}
+
+static void after_fork_parent(void) {
+    pthread_mutex_unlock(&pool.lock);
+}
+
+static pthread_once_t fork_handlers = PTHREAD_ONCE_INIT;
+
+static void install_fork_handlers(void) {
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
+/* ------------------------------------------------------------ public */
+
+void qrt_pool_configure(int threads, int cpus) {
+    pthread_once(&fork_handlers, install_fork_handlers);
+    pthread_mutex_lock(&pool.lock);
+    /* more threads than CPUs only take turns on them: each loop would wait for whichever the OS runs last */
+    threads = threads > cpus ? cpus : threads;
+    threads = threads < 1 ? 1 : threads;
+    if (threads != pool.threads)
+        stop_workers(); /* the next loop starts the new team */
+    pool.threads = threads;
+    pthread_mutex_unlock(&pool.lock);
+}
+
+int qrt_pool_workers(void) {
+    pthread_mutex_lock(&pool.lock);
+    int n = pool.nworkers;
+    pthread_mutex_unlock(&pool.lock);
+    return n;
+}
+
+void qrt_parallel_for(ptrdiff_t tasks, int helpers, qrt_task_fn fn, void* ctx) {
+    if (tasks <= 0)
+        return;
+    if (tasks == 1 || tasks > QRT_POOL_MAX_TASKS || helpers <= 0 || in_pool ||
+        pthread_mutex_trylock(&pool.lock) != 0) {
+        for (ptrdiff_t t = 0; t < tasks; t++)
+            fn(ctx, t);
+        return;
+    }
+    if (pool.threads == 1) {
+        pthread_mutex_unlock(&pool.lock);
+        for (ptrdiff_t t = 0; t < tasks; t++)
+            fn(ctx, t);
+        return;
+    }
+    if (!pool.started)
+        start_workers();
+    in_pool = 1;
+    pool.fn = fn;
+    pool.ctx = ctx;
+    atomic_store_explicit(&pool.done, 0, memory_order_relaxed);
+    uint32_t epoch = atomic_load_explicit(&pool.epoch, memory_order_relaxed) + 1;
+    atomic_store_explicit(&pool.job, JOB(epoch, tasks), memory_order_release);
+    atomic_store(&pool.epoch, epoch);
+    /* wake no more threads than there are tasks beside the caller's */
+    if (helpers > tasks - 1)
+        helpers = (int)(tasks - 1);
+    if (helpers > pool.nworkers)
+        helpers = pool.nworkers;
+    if (helpers > 0 && atomic_load(&pool.sleepers) > 0)
+        wake(&pool.epoch, helpers);
+    run_tasks();
+    uint32_t n = (uint32_t)tasks, d;
+    if (!spin_until(&pool.done, n, 1)) {
+        /* seq_cst with the last task's done count and caller_asleep load (run_tasks) */
+        atomic_store(&pool.caller_asleep, 1);
+        while ((d = atomic_load(&pool.done)) != n)
+            wait_while(&pool.done, d);
+        atomic_store(&pool.caller_asleep, 0);
+    }
+    in_pool = 0;
+    pthread_mutex_unlock(&pool.lock);
+}

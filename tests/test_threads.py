@@ -1,0 +1,222 @@
+"""The default thread count (affinity mask, cgroup CPU quota, environment) on fake cgroup trees, and the
+thread pool: the same bits at every thread count, oversubscribed ones included, and no idle spinning."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import qrt
+from qrt import _kernels as K
+from qrt.threads import ThreadInfo, cgroup_quota, default_threads
+
+
+def tree(tmp_path, proc_cgroup: str, files: dict[str, str]) -> tuple[str, str]:
+    """A fake /proc/self/cgroup and cgroup root under tmp_path: (proc_cgroup path, root)."""
+    root = tmp_path / "sys" / "fs" / "cgroup"
+    root.mkdir(parents=True)
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    proc = tmp_path / "cgroup"
+    proc.write_text(proc_cgroup)
+    return str(proc), str(root)
+
+
+@pytest.mark.parametrize(
+    "proc_cgroup, files, quota, quota_file",
+    [
+        # v2: the process's own cgroup, and a parent whose limit is tighter
+        ("0::/app/job\n", {"app/job/cpu.max": "250000 100000\n", "app/cpu.max": "max 100000\n"}, 2.5,
+         "app/job/cpu.max"),
+        ("0::/app/job\n", {"app/job/cpu.max": "400000 100000\n", "app/cpu.max": "150000 100000\n"}, 1.5, "app/cpu.max"),
+        # v2 in a container with its own cgroup namespace: the cgroup is the root itself
+        ("0::/\n", {"cpu.max": "200000 100000\n"}, 2.0, "cpu.max"),
+        ("0::/app\n", {"app/cpu.max": "max 100000\n"}, None, None),
+        # v1: the cpu controller's hierarchy, the process's path under it
+        ("12:memory:/docker/c1\n4:cpu,cpuacct:/docker/c1\n",
+         {"cpu,cpuacct/docker/c1/cpu.cfs_quota_us": "150000\n", "cpu,cpuacct/docker/c1/cpu.cfs_period_us": "100000\n",
+          "cpu,cpuacct/cpu.cfs_quota_us": "-1\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n"},
+         1.5, "cpu,cpuacct/docker/c1/cpu.cfs_quota_us"),
+        # v1 in a container: /proc/self/cgroup names the host's path, the mount is the container's cgroup
+        ("4:cpu,cpuacct:/kubepods/pod7/c2\n",
+         {"cpu,cpuacct/cpu.cfs_quota_us": "50000\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n"},
+         0.5, "cpu,cpuacct/cpu.cfs_quota_us"),
+        ("4:cpu,cpuacct:/\n", {"cpu,cpuacct/cpu.cfs_quota_us": "-1\n", "cpu,cpuacct/cpu.cfs_period_us": "100000\n"},
+         None, None),
+        # no cgroup files at all (not Linux, or /sys/fs/cgroup not mounted)
+        ("0::/\n", {}, None, None),
+        ("garbage\n", {"cpu.max": "200000 100000\n"}, None, None),
+    ],
+)
+def test_cgroup_quota_from_a_fake_tree(tmp_path, proc_cgroup, files, quota, quota_file):
+    proc, root = tree(tmp_path, proc_cgroup, files)
+    got = cgroup_quota(proc, root)
+    if quota is None:
+        assert got is None
+    else:
+        assert got == (quota, os.path.join(root, quota_file))
+
+
+@pytest.mark.parametrize(
+    "cpu_max, affinity, env, want",
+    [
+        ("250000 100000", 16, {}, (3, "cgroup quota")),  # 2.5 CPUs rounded up
+        ("50000 100000", 16, {}, (1, "cgroup quota")),
+        ("800000 100000", 4, {}, (4, "affinity")),  # the affinity mask is the smaller
+        ("max 100000", 8, {}, (8, "affinity")),
+        ("200000 100000", 16, {"OMP_NUM_THREADS": "16"}, (16, "OMP_NUM_THREADS")),
+        ("200000 100000", 16, {"QRT_NUM_THREADS": "5", "OMP_NUM_THREADS": "16"}, (5, "QRT_NUM_THREADS")),
+        ("200000 100000", 16, {"OMP_NUM_THREADS": "3,2"}, (3, "OMP_NUM_THREADS")),
+    ],
+)
+def test_default_threads_from_quota_affinity_and_environment(tmp_path, cpu_max, affinity, env, want):
+    proc, root = tree(tmp_path, "0::/job\n", {"job/cpu.max": cpu_max})
+    info = default_threads(env, proc, root, affinity)
+    assert (info.threads, info.source) == want
+    quota = None if cpu_max.startswith("max") else int(cpu_max.split()[0]) / 100000
+    assert info.cpus == min(affinity, -(-quota // 1) if quota else affinity)  # the pool's CPUs: env aside
+    assert info.affinity == affinity and info.quota == quota
+    assert str(info.threads) in info.describe() and (quota is None or "cgroup quota" in info.describe())
+
+
+def test_a_bad_environment_value_is_named_and_ignored(tmp_path):
+    proc, root = tree(tmp_path, "0::/\n", {"cpu.max": "200000 100000"})
+    with pytest.warns(UserWarning, match="ignoring QRT_NUM_THREADS='0'"):
+        info = default_threads({"QRT_NUM_THREADS": "0", "OMP_NUM_THREADS": "7"}, proc, root, 4)
+    assert (info.threads, info.source) == (7, "OMP_NUM_THREADS")
+
+
+def test_thread_info_follows_set_num_threads():
+    before = qrt.get_num_threads()
+    try:
+        default = qrt.thread_info()
+        assert isinstance(default, ThreadInfo) and default.threads == before
+        qrt.set_num_threads(before + 3)
+        info = qrt.thread_info()
+        assert (info.threads, info.source, info.cpus) == (before + 3, "set_num_threads", default.cpus)
+    finally:
+        qrt.set_num_threads(before)
+    assert qrt.thread_info() == default
+
+
+# ------------------------------------------------------------------ the pool
+
+
+def outputs_at(threads: int, calls) -> list[np.ndarray]:
+    before, floors = qrt.get_num_threads(), K._set_min_work(1, 1, 1)
+    try:
+        qrt.set_num_threads(threads)
+        return [call() for call in calls]
+    finally:
+        K._set_min_work(*floors)
+        qrt.set_num_threads(before)
+
+
+def test_same_bits_at_every_thread_count_oversubscribed_included():
+    """Every parallel loop split as finely as it goes (work floors of 1), at 1 thread up to many more
+    threads than this machine has CPUs: the same bits, and the pool's team is the asked-for size."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((37, 300)).astype(np.float32)
+    w8 = rng.integers(-128, 128, (70, 300), dtype=np.int8)
+    lin8 = K.DynamicLinear(w8, np.float32(0.01), np.int32(0), rng.standard_normal(70).astype(np.float32))
+    lin16 = K.DynamicLinear(rng.standard_normal((70, 300)).astype(np.float16))
+    big = rng.standard_normal((70000,)).astype(np.float32)  # above the floor that splits quantization
+    lin_big = K.DynamicLinear(rng.integers(-128, 128, (8, 7000), dtype=np.int8), np.float32(0.02), np.int32(0))
+    ops = K.FloatOps()
+    data = rng.integers(0, 256, 5 * (1 << 20) + 17, dtype=np.uint8)
+
+    def linear(layer, inputs, n):
+        y = np.empty((inputs.shape[0], n), np.float32)
+        layer(inputs, y)
+        return y
+
+    def unary():
+        y = np.empty_like(big)
+        ops.unary("tanh", big, y)
+        return y
+
+    calls = [lambda: linear(lin8, x, 70), lambda: linear(lin16, x, 70),
+             lambda: linear(lin_big, big.reshape(10, 7000), 8), unary, lambda: np.asarray(K.data_checksum(data))]
+    want = outputs_at(1, calls)
+    cpus = os.cpu_count() or 1
+    for threads in sorted({2, 3, cpus, cpus + 1, 4 * cpus, 64}):
+        got = outputs_at(threads, calls)
+        for a, b in zip(want, got):
+            assert a.tobytes() == b.tobytes(), threads
+    before, floors = qrt.get_num_threads(), K._set_min_work(1, 1, 1)
+    try:
+        qrt.set_num_threads(5)
+        linear(lin8, x, 70)
+        assert K._pool_workers() == min(5, qrt.thread_info().cpus) - 1  # the caller is the last
+        qrt.set_num_threads(8 * qrt.thread_info().cpus)
+        linear(lin8, x, 70)
+        assert K._pool_workers() == qrt.thread_info().cpus - 1  # no more threads than CPUs
+    finally:
+        K._set_min_work(*floors)
+        qrt.set_num_threads(before)
+
+
+def test_idle_pool_sleeps_when_oversubscribed():
+    """With 8 times more threads asked for than CPUs, after a loop the workers go to sleep: the process
+    uses next to no CPU time while it idles (workers that never slept would use a CPU each)."""
+    before, floors = qrt.get_num_threads(), K._set_min_work(1, 1, 1)
+    data = np.zeros(8 << 20, np.uint8)
+    try:
+        qrt.set_num_threads(8 * (os.cpu_count() or 1))
+        K.data_checksum(data)
+        cpu = time.process_time()
+        time.sleep(0.3)
+        assert time.process_time() - cpu < 0.1
+    finally:
+        K._set_min_work(*floors)
+        qrt.set_num_threads(before)
+
+
+def test_loops_from_several_python_threads_at_once():
+    """Callers that release the GIL run loops at the same time: one holds the pool, the others run theirs
+    on their own thread; every result is right."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    data = np.random.default_rng(1).integers(0, 256, 3 << 20, dtype=np.uint8)
+    want = K.data_checksum(data, threads=1)
+    before = qrt.get_num_threads()
+    try:
+        qrt.set_num_threads(4)
+        with ThreadPoolExecutor(6) as ex:
+            assert set(ex.map(lambda _: K.data_checksum(data, threads=4), range(48))) == {want}
+    finally:
+        qrt.set_num_threads(before)
+
+
+@pytest.mark.skipif("QEMU_CPU" in os.environ, reason="qemu-user aborts in a forked child of a threaded process")
+def test_a_forked_child_gets_a_pool_of_its_own():
+    """After fork() the parent's workers are gone: the child starts its own instead of waiting for them."""
+    code = ("import os, numpy as np, qrt\nfrom qrt import _kernels as K\nqrt.set_num_threads(3)\n"
+            "d = np.arange(4 << 20, dtype=np.uint32).view(np.uint8)\nwant = K.data_checksum(d)\n"
+            "pid = os.fork()\nif pid == 0:\n    os._exit(0 if K.data_checksum(d) == want else 1)\n"
+            "print(os.waitpid(pid, 0)[1])\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "0", r.stderr
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+@pytest.mark.parametrize("wait", ["futex", "condvar"])
+def test_pool_under_stress(tmp_path, wait):
+    """tests/threadpool_stress.c: thousands of loops of 1 to 300 tasks from several caller threads, nested
+    loops, changing teams; every task runs exactly once. Built with the futex and with the condition
+    variable that other systems get (QRT_POOL_CONDVAR)."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    exe = tmp_path / "stress"
+    subprocess.run(["cc", "-std=c11", "-O2", "-pthread", *(["-DQRT_POOL_CONDVAR"] if wait == "condvar" else []),
+                    "-I", str(root / "qrt" / "kernels"), str(root / "tests" / "threadpool_stress.c"),
+                    str(root / "qrt" / "kernels" / "threadpool.c"), "-o", str(exe)], check=True, capture_output=True)
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("ok"), r.stderr
