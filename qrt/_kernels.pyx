@@ -574,8 +574,10 @@ cdef void pack_task(void* ctx, ptrdiff_t t) noexcept nogil:
     cdef pack_job* j = <pack_job*>ctx
     cdef Py_ssize_t mr = j.kern.i8_mr, tiles = (j.m + mr - 1) // mr
     cdef Py_ssize_t r0 = chunk(tiles, j.parts, t) * mr, r1 = min(chunk(tiles, j.parts, t + 1) * mr, j.m)
-    # a chunk of whole row tiles packs on its own into its place: tile i starts at row i's packed offset
-    j.largest[t] = j.kern.i8_pack_x(j.x + r0 * j.k, r1 - r0, j.k, j.out + j.kern.i8_packed_x_size(r0, j.k))
+    # a chunk of whole row tiles packs on its own into its place: tile i starts at row i's packed offset (the
+    # size of r0 rows less that of none: a variant's room to align its start, amx-int8's, counts once)
+    cdef Py_ssize_t offset = j.kern.i8_packed_x_size(r0, j.k) - j.kern.i8_packed_x_size(0, j.k)
+    j.largest[t] = j.kern.i8_pack_x(j.x + r0 * j.k, r1 - r0, j.k, j.out + offset)
 
 
 cdef int pack_x(const qrt_kernels* kern, const uint8_t* x, Py_ssize_t m, Py_ssize_t k, uint8_t* out) noexcept nogil:
