@@ -295,6 +295,10 @@ def test_engine_attribute_rules(tmp_path):
         model = qrt.load(tmp_path / "m.qrt")
         assert model.metadata["qrt.version"] == version
         assert model.graph.nodes[0].attrs["engine"] == (engine or "x86")
+    data = (tmp_path / "m.qrt").read_bytes()  # the qnnpack file, its version edited to 4 (same checksum)
+    (tmp_path / "v4.qrt").write_bytes(data.replace(b'"qrt.version":"5"', b'"qrt.version":"4"', 1))
+    with pytest.raises(FormatError, match=r"attribute 'engine' needs format version 5, the file says 4"):
+        qrt.load(tmp_path / "v4.qrt")
     g = GraphBuilder()
     x = g.input("x", "float32", [None, 4])
     with pytest.raises(FormatError, match=r"attribute 'engine' must be one of \['x86', 'qnnpack'\]"):
