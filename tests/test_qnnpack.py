@@ -113,12 +113,13 @@ def test_dynamic_linear_every_variant_against_the_oracle(in_features, out_featur
         K._use_variant(variant)
         for with_bias in (bias, None):
             layer = K.DynamicLinear(w, w_scale, w_zp, with_bias, True, True)
-            for m in BATCHES:
+            for m, relu in zip(BATCHES + BATCHES, (False,) * 3 + (True,) * 3):
                 x = (rng.standard_normal((m, in_features)) * 2 - 0.3).astype(f32)
                 y = np.empty((m, out_features), f32)
-                layer(x, y)
+                layer(x, y, relu)  # relu after the add, as torch's linear_relu_dynamic
                 want = _dynamic_oracle(x, w, w_scale, w_zp, with_bias)
-                np.testing.assert_array_equal(y.view(np.int32), want.view(np.int32), err_msg=f"m={m}")
+                want = np.where(want <= 0, f32(0), want) if relu else want
+                np.testing.assert_array_equal(y.view(np.int32), want.view(np.int32), err_msg=f"m={m} relu={relu}")
     finally:
         K._use_variant(before)
 
