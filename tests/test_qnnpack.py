@@ -226,7 +226,7 @@ def _cell_file(path, kind: str, qcell, engine: str) -> qrt.Model:
     for side in ("ih", "hh"):
         ports.update(dynamic_weight(wb["weight"][f"weight_{side}"], wb["bias"][f"bias_{side}"], f"{side}_"))
     attrs = {"engine": engine, **({"nonlinearity": kind[4:]} if kind.startswith("rnn") else {})}
-    out = g.node(f"{kind[:3] if kind.startswith('rnn') else kind}_cell_dynamic", ports, attrs)
+    out = g.node(f"{kind[:3] if kind.startswith('rnn') else kind}_cell_dynamic", ports, attrs, name="cell")
     g.output(*(out if isinstance(out, tuple) else (out,)), as_tuple=kind == "lstm")
     g.save(path)
     return qrt.load(path)
@@ -308,11 +308,13 @@ def test_engine_attribute_rules(tmp_path):
         g.save(tmp_path / "bad.qrt")
 
 
-def test_gpu_refuses_qnnpack(tmp_path):
-    """The CUDA kernels implement the x86 numerics only: a qnnpack model is refused by name, before any upload."""
+def test_gpu_refuses_qnnpack(tmp_path, monkeypatch):
+    """The CUDA kernels implement the x86 numerics only: a qnnpack model is refused by name, before any upload
+    (here without a GPU: the check for one is skipped, and nothing may reach CuPy)."""
     gpu = pytest.importorskip("qrt.gpu")
     qcell = _cell("gru", 5, 3, False)
-    model = _cell_file(tmp_path / "cell.qrt", "gru", qcell, "qnnpack")
-    with pytest.raises(NotImplementedError, match=r"engine 'qnnpack' is implemented on the CPU only; nodes \["):
-        gpu.refuse_unsupported(model.graph)
+    _cell_file(tmp_path / "cell.qrt", "gru", qcell, "qnnpack")
+    monkeypatch.setattr(gpu, "require_cuda", lambda: None)
+    with pytest.raises(NotImplementedError, match=r"engine 'qnnpack' is implemented on the CPU only; nodes \['cell'\]"):
+        qrt.load(tmp_path / "cell.qrt", device="cuda")
     gpu.refuse_unsupported(_cell_file(tmp_path / "x86.qrt", "gru", qcell, "x86").graph)
