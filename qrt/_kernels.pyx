@@ -857,12 +857,12 @@ cdef class StaticLinear:
         with np.errstate(over="ignore"):  # a huge bias over a tiny a_w saturates: inf is its right value
             bq = (b / a_w).astype(np.float32)
         self.bias_inv = np.float32(1.0 / np.float64(a_w[0])) if n else 0
-        bi = qnnpack_bias(b, a_w)
+        bi = qnnpack_bias(b, a_w) if qnnpack and self.has_bias else None
         self.arrays = [mult, b, bq, bi]
         cdef const float[::1] fv
         cdef const int32_t[::1] iv
         if n:
-            if qnnpack and self.has_bias:
+            if bi is not None:
                 iv = bi
                 self.bias_i = &iv[0]
             fv = mult
