@@ -282,6 +282,35 @@ def test_sequences_converted_under_qnnpack(tmp_path, qnnpack, factory, shape, cl
     assert all("engine" not in n.attrs or n.attrs["engine"] == "x86" for n in qrt.load(tmp_path / "m.qrt").graph.nodes)
 
 
+@pytest.mark.parametrize("weights", ["per-tensor", "per-channel"])
+def test_static_mlp_converted_for_qnnpack(tmp_path, qnnpack, weights):
+    """--engine qnnpack in static mode: calibrated over the full 8-bit range as get_default_qconfig("qnnpack"),
+    bit for bit with convert_fx's model of the same calibration run on torch's qnnpack engine."""
+    import models
+
+    from tools import qrt_backend
+    from tools.convert import convert
+    from tools.rules import DEFAULT_RULES
+
+    torch.save(models.make_mlp().state_dict(), tmp_path / "mlp.pt")
+    data = (np.random.default_rng(7).standard_normal((150, 37)) * 2).astype(f32)
+    np.savez(tmp_path / "calib.npz", x=data)
+    convert(tmp_path / "mlp.pt", tmp_path / "m.qrt", model="models:make_mlp", mode="static", weights=weights,
+            calib=tmp_path / "calib.npz", calib_batch_size=40, engine="qnnpack")
+    model = qrt.load(tmp_path / "m.qrt")
+    linears = [n for n in model.graph.nodes if n.op == "linear"]
+    assert len(linears) == 3 and all(n.attrs["engine"] == "qnnpack" for n in linears)
+    prepared = qrt_backend.prepare(models.make_mlp(), DEFAULT_RULES, "static", "qint8", weights,
+                                   [torch.zeros(1, 37)], "qnnpack")
+    qrt_backend.calibrate(prepared, ([torch.from_numpy(data[i : i + 40])] for i in range(0, len(data), 40)))
+    want = qrt_backend.to_native(prepared, DEFAULT_RULES)
+    rng = np.random.default_rng(2)
+    for batch in BATCHES:
+        x = (rng.standard_normal((batch, 37)) * 3).astype(f32)
+        with torch.no_grad():
+            np.testing.assert_array_equal(model.run(x), want(torch.from_numpy(x)).numpy(), err_msg=f"batch={batch}")
+
+
 def test_engine_attribute_rules(tmp_path):
     """engine is validated, needs format version 5 (written only where a node sets it), and older files load
     as x86 (tests/test_golden.py holds them to their bytes)."""
