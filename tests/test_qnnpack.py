@@ -179,6 +179,35 @@ def test_static_linear(tmp_path, qnnpack, in_features, out_features, per_channel
             np.testing.assert_array_equal(got, want.numpy(), err_msg=f"torch m={m} x_zp={x_zp}")
 
 
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per_tensor", "per_channel"])
+def test_static_bias_quantized_at_ties(qnnpack, per_channel):
+    """Biases on and next to the half-integer ties of b / a_w pin the rounding of qnnpack's int32 bias:
+    rne(fl(b * fl(1 / a_w))) (fl(b / a_w) and the double quotient each miss hundreds here, NUMERICS.md)."""
+    import torch.ao.nn.quantized as nnq
+
+    rng = np.random.default_rng(11)
+    n, x_scale = 4000, f32(0.0123)
+    w_scale = rng.uniform(1e-3, 2e-2, n).astype(f32) if per_channel else np.full(n, f32(0.0071))
+    a_w = (w_scale * x_scale).astype(f32)
+    ties = rng.integers(-100, 100, n) + 0.5 + rng.choice([-1, 0, 1], n) * rng.uniform(0, 3e-6, n)
+    bias = (ties * a_w).astype(f32)
+    w = torch.zeros(n, 1)
+    if per_channel:
+        qw = torch.quantize_per_channel(w, torch.from_numpy(w_scale).double(), torch.zeros(n, dtype=torch.long), 0,
+                                        torch.qint8)
+    else:
+        qw = torch.quantize_per_tensor(w, float(w_scale[0]), 0, torch.qint8)
+    ref = nnq.Linear(1, n)
+    ref.set_weight_bias(qw, torch.from_numpy(bias))
+    ref.scale, ref.zero_point = float(a_w[0]), 128  # multipliers near 1: the output shows the int32 bias
+    x = torch._make_per_tensor_quantized_tensor(torch.full((1, 1), 7, dtype=torch.uint8), float(x_scale), 7)
+    layer = K.StaticLinear(qw.int_repr().numpy(), w_scale if per_channel else w_scale[0], np.zeros(n, np.int32),
+                           bias, x_scale, 7, f32(a_w[0]), 128, False, True)
+    y = np.empty((1, n), np.uint8)
+    layer(x.int_repr().numpy(), y)
+    np.testing.assert_array_equal(y, ref(x).int_repr().numpy())
+
+
 @pytest.mark.parametrize("variant", RUNNABLE)
 def test_static_linear_saturates_as_on_arm(variant):
     """A requantized value past 2^31 saturates (ARM NEON's vcvtnq); torch's x86 SSE2 kernel gives
