@@ -318,6 +318,7 @@ def test_static_mlp_converted_for_qnnpack(tmp_path, qnnpack, weights):
     import models
 
     from tools import qrt_backend
+    from tools.compare import build_parser, compare_report
     from tools.convert import convert
     from tools.rules import DEFAULT_RULES
 
@@ -332,12 +333,19 @@ def test_static_mlp_converted_for_qnnpack(tmp_path, qnnpack, weights):
     prepared = qrt_backend.prepare(models.make_mlp(), DEFAULT_RULES, "static", "qint8", weights,
                                    [torch.zeros(1, 37)], "qnnpack")
     qrt_backend.calibrate(prepared, ([torch.from_numpy(data[i : i + 40])] for i in range(0, len(data), 40)))
-    want = qrt_backend.to_native(prepared, DEFAULT_RULES)
+    want = qrt_backend.to_native(prepared, DEFAULT_RULES, "qnnpack")
     rng = np.random.default_rng(2)
     for batch in BATCHES:
         x = (rng.standard_normal((batch, 37)) * 3).astype(f32)
         with torch.no_grad():
             np.testing.assert_array_equal(model.run(x), want(torch.from_numpy(x)).numpy(), err_msg=f"batch={batch}")
+    # qrt-compare rebuilds torch's model for the engine the file names, whatever engine is in force
+    torch.backends.quantized.engine = "x86"
+    args = build_parser("qrt-compare").parse_args([str(tmp_path / "m.qrt"), "--checkpoint", str(tmp_path / "mlp.pt"),
+                                                   "--model", "models:make_mlp", "--calib", str(tmp_path / "calib.npz"),
+                                                   "--batch", "7"])
+    report = compare_report(args)
+    assert all(row["vs_torch_quantized"]["identical"] == 1.0 for row in report["layers"])
 
 
 def test_engine_attribute_rules(tmp_path):

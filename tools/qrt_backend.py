@@ -305,11 +305,17 @@ def to_reference(prepared: torch.fx.GraphModule, rules: Rules) -> torch.fx.Graph
         return _swap_recurrent(gm, prepared, rules, native=False)
 
 
-def to_native(prepared: torch.fx.GraphModule, rules: Rules) -> torch.fx.GraphModule:
-    """PyTorch's own quantized model from the same prepared model (what qrt must reproduce)."""
-    with _quiet():
-        gm = convert_fx(copy.deepcopy(prepared), backend_config=backend_config(rules))
-        return _swap_recurrent(gm, prepared, rules, native=True)
+def to_native(prepared: torch.fx.GraphModule, rules: Rules, engine: str | None = None) -> torch.fx.GraphModule:
+    """PyTorch's own quantized model from the same prepared model (what qrt must reproduce), its weights
+    packed for `engine` ("x86" or "qnnpack"; None: torch's engine in force), whose kernels they then run."""
+    before = torch.backends.quantized.engine
+    try:
+        torch.backends.quantized.engine = engine or before
+        with _quiet():
+            gm = convert_fx(copy.deepcopy(prepared), backend_config=backend_config(rules))
+            return _swap_recurrent(gm, prepared, rules, native=True)
+    finally:
+        torch.backends.quantized.engine = before
 
 
 # ------------------------------------------------------------ recurrent modules the FX flow leaves float
