@@ -38,6 +38,8 @@ cdef extern from "qrt_kernels.h" nogil:
         float bias_inv
         const float* mult
         int32_t zp, lo
+        int qnnpack
+        const int32_t* bias_i
     ctypedef struct qrt_kernels:
         const char* name
         const char* i8_isa
@@ -812,11 +814,12 @@ cdef class DynamicLinear:
 
     int8 weights: y = fma(fl(acc), fl(s_x * s_w[n]), bias[n]) where acc is
     the exact integer product of the per-call quantized input and the
-    weights. float16 weights: applied with the fp16 kernel's accumulation
-    order (PackedFloat).
+    weights; qnnpack: activations over 0..255 whatever reduce_range says and
+    y = fl(fl(acc) * fl(s_x * s_w[n])) + bias[n]. float16 weights: applied
+    with the fp16 kernel's accumulation order (PackedFloat), on either engine.
     """
     cdef readonly Py_ssize_t out_features, in_features
-    cdef readonly bint is_int8
+    cdef readonly bint is_int8, qnnpack
     cdef bint reduce_range
     cdef PackedS8 w8
     cdef PackedFloat w16
@@ -824,10 +827,12 @@ cdef class DynamicLinear:
     cdef const float* scale
     cdef const float* bias
 
-    def __init__(self, weight, scale=None, zero_point=None, bias=None, bint reduce_range=True):
+    def __init__(self, weight, scale=None, zero_point=None, bias=None, bint reduce_range=True,
+                 bint qnnpack=False):
         n, k = weight.shape
         self.out_features, self.in_features = n, k
-        self.reduce_range = reduce_range
+        self.reduce_range = reduce_range and not qnnpack  # qnnpack ignores reduce_range (with a warning)
+        self.qnnpack = qnnpack
         self.is_int8 = weight.dtype == np.int8
         cdef const float[::1] fv
         keep = []
@@ -880,7 +885,7 @@ cdef class DynamicLinear:
                 relu_to(y, y, m * self.out_features)
             return err
         memset(&e, 0, sizeof(e))
-        e.y, e.x_scale, e.w_scale, e.bias, e.relu = y, p.scale, self.scale, self.bias, relu
+        e.y, e.x_scale, e.w_scale, e.bias, e.relu, e.qnnpack = y, p.scale, self.scale, self.bias, relu, self.qnnpack
         return self.w8.matmul(p.q + row * self.in_features, m, p.zero_point, &e)
 
     cdef int forward(self, const float* x, Py_ssize_t m, float* y, bint relu) noexcept nogil:
@@ -913,12 +918,22 @@ cdef check_error(int err):
         raise MemoryError()
 
 
+def qnnpack_bias(b, a_w) -> np.ndarray:
+    """The bias as torch's qnnpack packs it: quantize_per_tensor/channel to qint32 at scale a_w, zero
+    point 0, so rne(fl(b * fl(1 / a_w))) clamped to int32 (measured, docs/NUMERICS.md)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = np.rint(np.asarray(b, np.float32) * (np.float32(1) / np.asarray(a_w, np.float32))).astype(np.float64)
+    return np.ascontiguousarray(np.clip(np.nan_to_num(v), -(2.0**31), 2.0**31 - 1), dtype=np.int32)
+
+
 cdef class StaticLinear:
     """Static quantized linear (+ReLU): quint8 in, qint8 weights, float bias, quint8 out.
 
     Requantization as fbgemm does it: a float multiplier per output channel,
     the bias folded into the accumulator scale first, the rounded value
     saturated to int16 before the zero point is added and the result clamped.
+    qnnpack: the bias quantized to int32 (scale fl(s_x * s_w)) and added to the
+    sums exactly, the multiplier fl(fl(s_x * s_w) * fl(1 / s_y)); the rest alike.
     """
     cdef readonly Py_ssize_t out_features, in_features
     cdef int32_t x_zp, y_zp, lo
@@ -929,9 +944,10 @@ cdef class StaticLinear:
     cdef const float* bias
     cdef const float* bias_q  # per-channel: fl(bias / a_w)
     cdef const float* mult
+    cdef const int32_t* bias_i  # qnnpack: the bias in int32
 
     def __init__(self, weight, w_scale, w_zero_point, bias, float x_scale, int32_t x_zero_point,
-                 float y_scale, int32_t y_zero_point, bint relu):
+                 float y_scale, int32_t y_zero_point, bint relu, bint qnnpack=False):
         n, k = weight.shape
         self.out_features, self.in_features = n, k
         self.x_zp, self.y_zp = x_zero_point, y_zero_point
@@ -941,14 +957,22 @@ cdef class StaticLinear:
         self.w = PackedS8(weight, w_zero_point)
         s_w = np.broadcast_to(np.asarray(w_scale, np.float32), (n,))
         a_w = (np.float32(x_scale) * s_w).astype(np.float32)
-        mult = np.ascontiguousarray(a_w / np.float32(y_scale), dtype=np.float32)
+        if qnnpack:
+            mult = np.ascontiguousarray(a_w * (np.float32(1) / np.float32(y_scale)), dtype=np.float32)
+        else:
+            mult = np.ascontiguousarray(a_w / np.float32(y_scale), dtype=np.float32)
         b = np.ascontiguousarray(bias if bias is not None else np.zeros(n), dtype=np.float32)
         with np.errstate(over="ignore"):  # a huge bias over a tiny a_w saturates: inf is its right value
             bq = (b / a_w).astype(np.float32)
         self.bias_inv = np.float32(1.0 / np.float64(a_w[0])) if n else 0
-        self.arrays = [mult, b, bq]
+        bi = qnnpack_bias(b, a_w) if qnnpack and self.has_bias else None
+        self.arrays = [mult, b, bq, bi]
         cdef const float[::1] fv
+        cdef const int32_t[::1] iv
         if n:
+            if bi is not None:
+                iv = bi
+                self.bias_i = &iv[0]
             fv = mult
             self.mult = &fv[0]
             fv = b
@@ -960,7 +984,8 @@ cdef class StaticLinear:
         cdef qrt_epilogue e
         memset(&e, 0, sizeof(e))
         e.q, e.bias_inv, e.mult, e.zp, e.lo = y, self.bias_inv, self.mult, self.y_zp, self.lo
-        if self.has_bias:
+        e.bias_i = self.bias_i
+        if self.has_bias and self.bias_i == NULL:
             if self.per_channel:
                 e.bias_q = self.bias_q
             else:

@@ -151,8 +151,12 @@ def quantization_summary(node: Node, tensors: Mapping[str, np.ndarray]) -> list[
             parts.append(f"{prefix.rstrip('_') or node.op.split('_')[0]} {_qparam_summary(tensors[value], zp)}")
     if "dtype" in node.attrs:
         parts.insert(0, node.attrs["dtype"])
+    qnnpack = node.attrs.get("engine") == "qnnpack"
     if node.op.endswith("_dynamic"):
-        parts.append("x quantized per call" + (" (reduce_range)" if node.attrs.get("reduce_range") else ""))
+        rr = node.attrs.get("reduce_range") and not qnnpack  # qnnpack ignores it
+        parts.append("x quantized per call" + (" (reduce_range)" if rr else ""))
+    if qnnpack:
+        parts.insert(0, "qnnpack")
     if len(parts) > 4:  # whole-sequence ops carry one weight set per layer and direction
         parts = parts[:3] + [f"+{len(parts) - 3} more"]
     return parts

@@ -33,12 +33,12 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .errors import FormatError
-from .graph import Graph, parse_graph
+from .graph import ENGINE_SINCE, Graph, parse_graph
 from .layout import PACKED_DTYPES, PackedMatrix, pack, packed_shape
 from .ops import OPS, ValueInfo
 
-FORMAT_VERSION = 4
-SUPPORTED_VERSIONS = (1, 2, 3, 4)
+FORMAT_VERSION = 4  # what writers write, unless the graph needs a later version (written_version)
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5)
 PACKED_SINCE = 4  # weights stored packed, the xxh64 checksum
 MAX_HEADER_BYTES = 100_000_000  # as safetensors: a header claiming more is refused unread
 HEADER_ALIGN = 64  # the data section starts on a cache line; packed weights come first in it
@@ -405,7 +405,8 @@ def encode(
     # refuse to write what cannot be read
     checked = {**arrays, **packs}
     infos = {name: ValueInfo(t.dtype.name, t.shape) for name, t in checked.items()}
-    parse_graph(json.loads(json.dumps(graph)), infos, checked, FORMAT_VERSION)
+    version = written_version(graph)
+    parse_graph(json.loads(json.dumps(graph)), infos, checked, version)
 
     packed_meta = {}
     for name, p in sorted(packs.items()):
@@ -434,7 +435,7 @@ def encode(
         raise ValueError(f"metadata keys {clash} are reserved for qrt")
     meta.update(
         {
-            META_VERSION: str(FORMAT_VERSION),
+            META_VERSION: str(version),
             META_PRODUCER: meta.pop("producer", None) or _producer(),
             META_CHECKSUM: data_checksum(data),
             META_GRAPH: json.dumps(graph, separators=(",", ":")),
@@ -463,6 +464,14 @@ def _mode_for(path: str) -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return 0o666 & ~mask
+
+
+def written_version(graph: Mapping[str, Any]) -> int:
+    """The version a writer writes: 4, or 5 where a node sets `engine` (docs/FORMAT.md section 3), so a
+    file without it stays readable by version 4 readers."""
+    nodes = graph.get("nodes", []) if isinstance(graph, Mapping) else []
+    uses_engine = any(isinstance(n, Mapping) and "engine" in (n.get("attrs") or {}) for n in nodes)
+    return ENGINE_SINCE if uses_engine else FORMAT_VERSION
 
 
 def write_atomic(path: str | os.PathLike, data: bytes) -> None:

@@ -26,6 +26,8 @@ VALUE_DTYPES = INPUT_DTYPES + ("float64",)
 MAX_NAME = 256
 # input_structure / output_structure (format version 3): trees of tuples over input / output indices.
 TREES_SINCE = 3
+# the attribute `engine` of the linear and recurrent ops (format version 5): x86 (fbgemm) or qnnpack numerics
+ENGINE_SINCE = 5
 MAX_TREE_DEPTH = 16  # tuples nested deeper are refused: no model needs them, and walking them stays shallow
 
 
@@ -157,7 +159,7 @@ def _parse_inputs(obj: list) -> list[ValueSpec]:
     return specs
 
 
-def _parse_node(i: int, item: Any) -> Node:
+def _parse_node(i: int, item: Any, version: int) -> Node:
     where = f"nodes[{i}]"
     _expect_keys(where, item, {"name", "op", "inputs", "outputs"}, {"attrs"})
     name = _name(where, item["name"])
@@ -185,6 +187,8 @@ def _parse_node(i: int, item: Any) -> Node:
     attrs = item.get("attrs", {})
     if not isinstance(attrs, dict):
         _fail(where, "attrs must be a JSON object")
+    if "engine" in attrs and version < ENGINE_SINCE:
+        _fail(where, f"attribute 'engine' needs format version {ENGINE_SINCE}, the file says {version}")
     try:
         attrs = spec.resolve_attrs(attrs)
     except FormatError as e:
@@ -284,7 +288,7 @@ def parse_graph(
         input_structure = _parse_tree("input_structure", obj["input_structure"], len(inputs), "input", in_names)
     else:
         input_structure = tuple(range(len(inputs)))
-    nodes = [_parse_node(i, item) for i, item in enumerate(_list("nodes", obj["nodes"]))]
+    nodes = [_parse_node(i, item, version) for i, item in enumerate(_list("nodes", obj["nodes"]))]
 
     # Every value name is defined exactly once: a graph input, a tensor or a node output.
     defined: dict[str, str] = {}

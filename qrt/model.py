@@ -50,6 +50,8 @@ class Model:
         self.metadata: Mapping[str, str] = qfile.metadata
         self.graph = qfile.graph
         g = self.graph
+        if device == "cuda":
+            backend.refuse_unsupported(g)
         self._names = [s.name for s in g.inputs]
         self._index = {name: i for i, name in enumerate(self._names)}
         # per argument of forward(): its name, where it has one; nested ones by name, for dict calls

@@ -399,6 +399,10 @@ def _dynamic_weight_ports(prefix: str = "", optional: bool = False) -> tuple[Por
 
 _QDTYPE = Attr("dtype", str, choices=tuple(QUANT_DTYPES), required=True)
 _REDUCE_RANGE = Attr("reduce_range", bool, default=True)
+# whose numerics the int8 linears follow: torch's x86 engine (fbgemm) or its qnnpack engine (ARM's default),
+# docs/NUMERICS.md; qnnpack ignores reduce_range. Format version 5.
+ENGINES = ("x86", "qnnpack")
+_ENGINE = Attr("engine", str, default="x86", choices=ENGINES)
 
 # kind, gates per hidden unit, state names, extra attributes, formula
 _RECURRENT = (
@@ -453,7 +457,7 @@ OPS: dict[str, OpSpec] = {
             ),
             ("y",),
             _check_linear,
-            (Attr("relu", bool, default=False),),
+            (Attr("relu", bool, default=False), _ENGINE),
         ),
         OpSpec(
             "linear_dynamic",
@@ -461,7 +465,7 @@ OPS: dict[str, OpSpec] = {
             (Port("x", _F32), *_dynamic_weight_ports()),
             ("y",),
             _check_linear_dynamic,
-            (_REDUCE_RANGE,),
+            (_REDUCE_RANGE, _ENGINE),
         ),
         OpSpec(
             "linear_float",
@@ -486,7 +490,7 @@ OPS: dict[str, OpSpec] = {
                 ),
                 tuple(f"{s}_next" for s in states),
                 _check_cell(gates, states),
-                attrs + (_REDUCE_RANGE,),
+                attrs + (_REDUCE_RANGE, _ENGINE),
             )
             for kind, gates, states, attrs, doc in _RECURRENT
         ),
@@ -507,7 +511,7 @@ OPS: dict[str, OpSpec] = {
                 ),
                 ("y",) + tuple(f"{s}_n" for s in states),
                 _check_sequence(gates, states),
-                attrs + _SEQUENCE_ATTRS + (_REDUCE_RANGE,),
+                attrs + _SEQUENCE_ATTRS + (_REDUCE_RANGE, _ENGINE),
             )
             for kind, gates, states, attrs, doc in _RECURRENT
         ),

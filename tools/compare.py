@@ -227,9 +227,10 @@ def _torch_models(args: argparse.Namespace, model: qrt.Model, example: Sequence[
         return net, None, None
     wanted = meta.get("converter.weights", "per-tensor")
     weight_dtype, weights = ("float16", "per-tensor") if wanted == "float16" else ("qint8", wanted)
+    engine = meta.get("converter.engine", "x86")
     try:
         prepared = qrt_backend.prepare(
-            net, rules, mode, weight_dtype, weights, [_nested(t, example) for t in model.graph.input_structure]
+            net, rules, mode, weight_dtype, weights, [_nested(t, example) for t in model.graph.input_structure], engine
         )
     except Exception as e:
         raise CompareError(f"cannot quantize the PyTorch model ({type(e).__name__}: {e})") from None
@@ -247,7 +248,7 @@ def _torch_models(args: argparse.Namespace, model: qrt.Model, example: Sequence[
             for i in range(0, n, batch)
         )
         qrt_backend.calibrate(prepared, batches)
-    return qrt_backend.to_native(prepared, rules), prepared, net
+    return qrt_backend.to_native(prepared, rules, engine), prepared, net
 
 
 def _layer_rows(path: str, node: Node | None, qrt_values: dict, t_out: Any, f_out: Any, deq: Any) -> list[dict]:

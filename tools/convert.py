@@ -43,6 +43,7 @@ import torch.fx  # noqa: E402
 from torch import nn  # noqa: E402
 
 import qrt  # noqa: E402
+from qrt.ops import ENGINES  # noqa: E402
 
 from . import lower as qlower  # noqa: E402
 from . import qrt_backend  # noqa: E402
@@ -338,14 +339,19 @@ def convert(
     rules: Rules | str | os.PathLike | None = None,
     trust_checkpoint: bool = False,
     progress: bool = False,
+    engine: str | None = None,
 ) -> Result:
     """Convert a checkpoint to a .qrt file (see the module docstring). Raises ConvertError.
 
     ``input_shapes``: one per forward() argument, as --input-shape text ("2,50?,6", "(2,1,200),(2,1,200)"),
     a shape ((1, 37)) or a tuple of shapes for a tuple argument. ``input_dtypes``: by argument or input
-    name ("hidden.0"). ``free_dims``: "auto" or "marked" (see --free-dims).
+    name ("hidden.0"). ``free_dims``: "auto" or "marked" (see --free-dims). ``engine``: whose numerics the
+    int8 layers follow, "x86" or "qnnpack"; None: the quantized engine torch has in force.
     """
     the_rules = startup_rules(rules)
+    engine = engine or ("qnnpack" if torch.backends.quantized.engine == "qnnpack" else "x86")
+    if engine not in ENGINES:
+        raise ConvertError(f"engine must be one of {list(ENGINES)}, got {engine!r}")
     checkpoint, output = os.fspath(checkpoint), os.fspath(output)
     if mode not in MODES:
         raise ConvertError(f"mode must be one of {list(MODES)}, got {mode!r}")
@@ -404,7 +410,7 @@ def convert(
         if bad:
             raise ConvertError(f"qrt cannot run (mode {mode}, rules {the_rules.name!r}): " + "; ".join(bad))
         try:
-            prepared = qrt_backend.prepare(net, the_rules, mode, weight_dtype, weights, example)
+            prepared = qrt_backend.prepare(net, the_rules, mode, weight_dtype, weights, example, engine)
         except qrt_backend.FrontEndError as e:
             raise ConvertError(str(e)) from None
         if mode == "static":
@@ -414,7 +420,7 @@ def convert(
 
     layers: dict[str, str] = {}
     try:
-        builder = qlower.lower(gm, qrt_backend.describe, specs, layers, free_dims)
+        builder = qlower.lower(gm, qrt_backend.describe, specs, layers, free_dims, engine)
     except (qlower.LoweringError, qrt_backend.FrontEndError) as e:
         raise ConvertError(str(e)) from None
 
@@ -424,6 +430,7 @@ def convert(
         "converter.checkpoint_sha256": _sha256(checkpoint),
         "converter.mode": used_mode,
         "converter.rules": the_rules.name,
+        "converter.engine": engine,
         # module path -> qrt value, and the calibration used: `qrt compare` rebuilds PyTorch's model from them.
         "converter.layers": json.dumps(layers, separators=(",", ":")),
     }
@@ -509,6 +516,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="auto: dimensions marked ? and those the model runs with at another size (default); marked: only ?",
     )
     p.add_argument("--rules", help="a Python file defining RULES (see docs/CONVERTER.md)")
+    p.add_argument(
+        "--engine", choices=ENGINES, help="torch's quantized engine whose numerics to follow (default: the current)"
+    )
     p.add_argument("--trust-checkpoint", action="store_true", help="allow a pickled whole-module checkpoint")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
@@ -529,12 +539,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             rules=args.rules,
             trust_checkpoint=args.trust_checkpoint,
             progress=not args.quiet,
+            engine=args.engine,
         )
     except ConvertError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     inputs = ", ".join(f"{name} {shape}" for name, shape in result.shapes.items())
-    print(f"wrote {result.path} ({result.mode}; inputs {inputs}; rules {result.metadata['converter.rules']})")
+    meta = result.metadata
+    print(f"wrote {result.path} ({result.mode}, engine {meta['converter.engine']}; inputs {inputs}; "
+          f"rules {meta['converter.rules']})")
     return 0
 
 

@@ -147,8 +147,11 @@ class Lowerer:
         describe: Describe,
         specs: Sequence[qshapes.Spec],
         runs: Sequence[qshapes.Run],
+        engine: str = "x86",
     ) -> None:
         self.gm = gm
+        # the int8 linears' numerics: x86 is the ops' default, so only qnnpack is written (format version 5)
+        self.engine_attrs: dict[str, str] = {} if engine == "x86" else {"engine": engine}
         self.describe = describe
         self.specs = list(specs)
         self.runs = list(runs)
@@ -500,13 +503,15 @@ def lower(
     inputs: Sequence[Any],
     layers: dict[str, str] | None = None,
     free_dims: str = "auto",
+    engine: str = "x86",
 ) -> GraphBuilder:
     """Lower a quantized fx graph into a qrt GraphBuilder (not yet saved).
 
     ``inputs``: one example per forward() argument: a shape ((1, 37)), --input-shape text ("2,50?,6",
     "(2,1,200),(2,1,200)") or a tools.shapes Leaf / tuple. ``free_dims``: "auto" (dimensions marked
     free and those the runs find free) or "marked" (only those marked). ``layers``, if given, is
-    filled with module path -> the qrt value holding that module's output.
+    filled with module path -> the qrt value holding that module's output. ``engine``: whose numerics the
+    int8 linears follow, torch's "x86" (fbgemm) or "qnnpack" engine.
     """
     if free_dims not in qshapes.FREE_DIMS:
         raise LoweringError(f"free_dims must be one of {list(qshapes.FREE_DIMS)}, got {free_dims!r}")
@@ -520,7 +525,7 @@ def lower(
         raise LoweringError(str(e)) from None
     flat = [pair for spec, name in zip(specs, names) for pair in qshapes.leaves(spec, name)]
     while True:
-        lowerer = Lowerer(gm, describe, specs, runs)
+        lowerer = Lowerer(gm, describe, specs, runs, engine)
         try:
             builder = lowerer.run()
             break

@@ -284,7 +284,7 @@ def emit_static_linear(lw: Lowerer, p: PendingLinear, y_scale: np.float32, y_zp:
             "y_scale": np.float32(y_scale),
             "y_zero_point": np.int32(y_zp),
         },
-        {"relu": layer.relu},
+        {"relu": layer.relu, **lw.engine_attrs},
         name=p.name,
     )
     return Quant(out, np.float32(y_scale), y_zp)
@@ -955,8 +955,8 @@ def _linear(lw: Lowerer, node: torch.fx.Node, layer: LinearLayer, x: Any) -> Any
         return pending
     if layer.mode == "dynamic" or isinstance(x, DynDeq):
         ports = {"x": lw.float_of(x), **layer.weight.ports(), "bias": layer.bias}
-        # x86/fbgemm's dynamic Linear always reduces the activation range (NUMERICS.md).
-        y = lw.emit(node, "linear_dynamic", ports, {"reduce_range": True})
+        # x86/fbgemm's dynamic Linear always reduces the activation range (NUMERICS.md); qnnpack ignores it.
+        y = lw.emit(node, "linear_dynamic", ports, {"reduce_range": True, **lw.engine_attrs})
         if layer.relu:
             y = lw.emit(node, "relu", {"x": y}, suffix="_relu")
         return Tensor(y)
@@ -987,7 +987,7 @@ def _cell(lw: Lowerer, node: torch.fx.Node, layer: RNNCellLayer, input: Any, hx:
         # qrt cells take the state as an input; a streaming model carries it from step to step.
         raise LoweringError(f"call the {kind.upper()} cell with an explicit state")
     ports = {"x": lw.float_of(input), **_states(lw, hx, states), **layer.ports()}
-    attrs: dict[str, Any] = {"reduce_range": True}
+    attrs: dict[str, Any] = {"reduce_range": True, **lw.engine_attrs}
     if kind == "rnn":
         attrs["nonlinearity"] = layer.nonlinearity
     out = lw.emit(node, f"{kind}_cell_dynamic", ports, attrs)
@@ -1012,6 +1012,7 @@ def _sequence(lw: Lowerer, node: torch.fx.Node, layer: SequenceLayer, input: Any
         "bidirectional": layer.bidirectional,
         "batch_first": layer.batch_first,
         "reduce_range": True,
+        **lw.engine_attrs,
     }
     if kind == "rnn":
         attrs["nonlinearity"] = layer.nonlinearity

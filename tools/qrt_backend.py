@@ -209,8 +209,8 @@ def backend_config(rules: Rules) -> BackendConfig:
 # ------------------------------------------------------------ qconfigs
 
 
-def qconfig(mode: str, weight_dtype: str, weights: str) -> QConfig:
-    """The observers for one scheme: as quantize_dynamic / the x86 defaults choose them."""
+def qconfig(mode: str, weight_dtype: str, weights: str, engine: str = "x86") -> QConfig:
+    """The observers for one scheme: as quantize_dynamic / the defaults of torch's engine choose them."""
     if mode == "dynamic":
         if weight_dtype == "float16":
             return QConfig(
@@ -231,12 +231,15 @@ def qconfig(mode: str, weight_dtype: str, weights: str) -> QConfig:
         if weights == "per-channel"
         else default_weight_observer
     )
-    return QConfig(activation=HistogramObserver.with_args(reduce_range=True), weight=weight)
+    # qnnpack sums exactly, and its default qconfig uses the full range (get_default_qconfig("qnnpack"))
+    return QConfig(activation=HistogramObserver.with_args(reduce_range=engine != "qnnpack"), weight=weight)
 
 
-def qconfig_mapping(rules: Rules, model: nn.Module, mode: str, weight_dtype: str, weights: str) -> QConfigMapping:
+def qconfig_mapping(
+    rules: Rules, model: nn.Module, mode: str, weight_dtype: str, weights: str, engine: str = "x86"
+) -> QConfigMapping:
     weights = rules.weights or weights
-    mapping = QConfigMapping().set_global(qconfig(mode, weight_dtype, weights))
+    mapping = QConfigMapping().set_global(qconfig(mode, weight_dtype, weights, engine))
     names = dict(model.named_modules())
     for name, scheme in rules.module_schemes.items():
         if name not in names:
@@ -244,9 +247,9 @@ def qconfig_mapping(rules: Rules, model: nn.Module, mode: str, weight_dtype: str
         if scheme == "float":
             mapping.set_module_name(name, None)
         elif scheme == "float16":
-            mapping.set_module_name(name, qconfig(mode, "float16", "per-tensor"))
+            mapping.set_module_name(name, qconfig(mode, "float16", "per-tensor", engine))
         else:
-            mapping.set_module_name(name, qconfig(mode, "qint8", scheme))
+            mapping.set_module_name(name, qconfig(mode, "qint8", scheme, engine))
     return mapping
 
 
@@ -280,9 +283,10 @@ def prepare(
     weight_dtype: str,
     weights: str,
     example_inputs: Sequence[torch.Tensor],
+    engine: str = "x86",
 ) -> torch.fx.GraphModule:
     """prepare_fx with qrt's BackendConfig: fuses, then inserts observers."""
-    mapping = qconfig_mapping(rules, model, mode, weight_dtype, weights)
+    mapping = qconfig_mapping(rules, model, mode, weight_dtype, weights, engine)
     with _quiet():
         return prepare_fx(
             copy.deepcopy(model).eval(), mapping, tuple(example_inputs), backend_config=backend_config(rules)
@@ -301,11 +305,17 @@ def to_reference(prepared: torch.fx.GraphModule, rules: Rules) -> torch.fx.Graph
         return _swap_recurrent(gm, prepared, rules, native=False)
 
 
-def to_native(prepared: torch.fx.GraphModule, rules: Rules) -> torch.fx.GraphModule:
-    """PyTorch's own quantized model from the same prepared model (what qrt must reproduce)."""
-    with _quiet():
-        gm = convert_fx(copy.deepcopy(prepared), backend_config=backend_config(rules))
-        return _swap_recurrent(gm, prepared, rules, native=True)
+def to_native(prepared: torch.fx.GraphModule, rules: Rules, engine: str | None = None) -> torch.fx.GraphModule:
+    """PyTorch's own quantized model from the same prepared model (what qrt must reproduce), its weights
+    packed for `engine` ("x86" or "qnnpack"; None: torch's engine in force), whose kernels they then run."""
+    before = torch.backends.quantized.engine
+    try:
+        torch.backends.quantized.engine = engine or before
+        with _quiet():
+            gm = convert_fx(copy.deepcopy(prepared), backend_config=backend_config(rules))
+            return _swap_recurrent(gm, prepared, rules, native=True)
+    finally:
+        torch.backends.quantized.engine = before
 
 
 # ------------------------------------------------------------ recurrent modules the FX flow leaves float

@@ -42,23 +42,27 @@ def _linear(node: Node, c: Mapping[str, np.ndarray]) -> Step:
         np.float32(c["y_scale"]),
         int(c["y_zero_point"]),
         node.attrs["relu"],
+        node.attrs["engine"] == "qnnpack",
     )
     return _rows(layer, np.uint8)
 
 
-def dynamic_linear(c: Mapping[str, np.ndarray], reduce_range: bool, prefix: str = "") -> K.DynamicLinear:
-    """The kernel object for a dynamic linear weight set (prefix: 'ih_', 'hh_', ...)."""
+def dynamic_linear(
+    c: Mapping[str, np.ndarray], reduce_range: bool, prefix: str = "", engine: str = "x86"
+) -> K.DynamicLinear:
+    """The kernel object for a dynamic linear weight set (prefix: 'ih_', 'hh_', ...) with engine's numerics."""
     return K.DynamicLinear(
         c[f"{prefix}weight"],
         c.get(f"{prefix}weight_scale"),
         c.get(f"{prefix}weight_zero_point"),
         c.get(f"{prefix}bias"),
         reduce_range,
+        engine == "qnnpack",
     )
 
 
 def _linear_dynamic(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    return _rows(dynamic_linear(c, node.attrs["reduce_range"]), np.float32)
+    return _rows(dynamic_linear(c, node.attrs["reduce_range"], engine=node.attrs["engine"]), np.float32)
 
 
 def _linear_float(node: Node, c: Mapping[str, np.ndarray]) -> Step:

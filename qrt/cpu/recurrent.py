@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 
 import numpy as np
 
@@ -17,9 +18,11 @@ def _cell(op_kind: str) -> Prepare:
     """rnn/lstm/gru_cell_dynamic: one step, states in and new states out."""
 
     def prepare(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-        rr = node.attrs["reduce_range"]
+        rr, engine = node.attrs["reduce_range"], node.attrs["engine"]
         cell = K.Recurrent(
-            recurrent_kind(op_kind, node.attrs), dynamic_linear(c, rr, "ih_"), dynamic_linear(c, rr, "hh_")
+            recurrent_kind(op_kind, node.attrs),
+            dynamic_linear(c, rr, "ih_", engine),
+            dynamic_linear(c, rr, "hh_", engine),
         )
 
         def step(x, h, c_state=None):
@@ -41,7 +44,7 @@ def _sequence(op_kind: str) -> Prepare:
     """rnn/lstm/gru_dynamic: every layer and direction, each time loop in compiled code."""
 
     def prepare(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-        runs = layer_runs(op_kind, node.attrs, c, K.Recurrent, dynamic_linear)
+        runs = layer_runs(op_kind, node.attrs, c, K.Recurrent, partial(dynamic_linear, engine=node.attrs["engine"]))
         has_cell = op_kind == "lstm"
         # the states given, by port: c0 alone is the initial c with h starting at zeros
         ports = [p for p in ("h0", "c0") if p in node.inputs]

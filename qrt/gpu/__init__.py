@@ -20,7 +20,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..cpu.types import Prepare, Step
-from ..graph import Node
+from ..graph import Graph, Node
 from . import float_ops, linear, quantize, recurrent, tensor_ops
 from .plan import build_plan
 from .runtime import (
@@ -41,6 +41,7 @@ __all__ = [
     "build_plan",
     "kernel_source",
     "prepare",
+    "refuse_unsupported",
     "require_cuda",
 ]
 
@@ -51,6 +52,16 @@ IMPLEMENTATIONS: dict[str, Prepare] = {
     **tensor_ops.IMPLEMENTATIONS,
     **float_ops.IMPLEMENTATIONS,
 }
+
+
+def refuse_unsupported(graph: Graph) -> None:
+    """Refuse, before anything is uploaded, what the CUDA kernels do not implement: torch's qnnpack
+    numerics (attribute engine, docs/NUMERICS.md) exist on the CPU only."""
+    nodes = [n.name for n in graph.nodes if n.attrs.get("engine", "x86") != "x86"]
+    if nodes:
+        raise NotImplementedError(
+            f"engine 'qnnpack' is implemented on the CPU only; nodes {nodes} use it: load this model with device='cpu'"
+        )
 
 
 def prepare(node: Node, consts: Mapping[str, np.ndarray]) -> Step:

@@ -190,7 +190,10 @@ QRT_INLINE void qrt_dequantize_row(const qrt_epilogue* e, float* restrict out, c
     const float *restrict w_scale = e->w_scale + j0, *restrict bias = e->bias;
     const float x_scale = e->x_scale;
     ptrdiff_t j;
-    if (bias)
+    if (bias && e->qnnpack) /* qnnpack's q8gemm_dq: a multiply, then an add */
+        for (j = 0; j < cols; j++)
+            out[j] = (float)a[j] * (x_scale * w_scale[j]) + bias[j0 + j];
+    else if (bias)
         for (j = 0; j < cols; j++)
             out[j] = fmaf((float)a[j], x_scale * w_scale[j], bias[j0 + j]);
     else
@@ -214,6 +217,9 @@ static void qrt_epilogue_rows(const qrt_epilogue* e, ptrdiff_t i0, ptrdiff_t i1,
         if (x_rowsum)
             for (ptrdiff_t j = 0; j < cols; j++)
                 ai[j] = (int32_t)((uint32_t)ai[j] - (uint32_t)w_zp[j0 + j] * (uint32_t)x_rowsum[i]);
+        if (e->bias_i) /* qnnpack starts its sums at the int32 bias: the same as adding it here, modulo 2^32 */
+            for (ptrdiff_t j = 0; j < cols; j++)
+                ai[j] = (int32_t)((uint32_t)ai[j] + (uint32_t)e->bias_i[j0 + j]);
         if (e->acc)
             memcpy(e->acc + i * n + j0, ai, (size_t)cols * sizeof(int32_t));
         else if (e->q && cols == I8_NR)
@@ -243,7 +249,7 @@ static void qrt_epilogue_rows(const qrt_epilogue* e, ptrdiff_t i0, ptrdiff_t i1,
  * linear's outputs (not raw sums, not requantized), with no w_zp * rowsum(x) to subtract first, in a flavour
  * that has the ISA's one-register epilogue. */
 static int i8_fused(const qrt_epilogue* e, const int32_t* x_rowsum, int small_x) {
-    if (e->acc || e->q || x_rowsum)
+    if (e->acc || e->q || x_rowsum || e->qnnpack) /* qnnpack's multiply-then-add: through qrt_dequantize_row */
         return 0;
 #if defined(I8_U7_COLS)
     if (small_x)

@@ -44,6 +44,8 @@ typedef struct {
     float bias_inv;
     const float* mult;
     int32_t zp, lo;
+    int qnnpack;          /* torch's qnnpack engine: y = fl(fl(a) * fl(x_scale * w_scale[j])) + bias[j], two roundings */
+    const int32_t* bias_i; /* static linear, qnnpack: the bias in int32, added to a (wrapping) before the requantization */
 } qrt_epilogue;
 
 typedef struct {

@@ -248,8 +248,9 @@ def static_node(
     bias: bool = True,
     w_zp: bool = False,
     w_scale: float = 0.005,
+    engine: str | None = None,
 ) -> str:
-    """One static linear node: quint8 x, int8 weights over the whole range."""
+    """One static linear node: quint8 x, int8 weights over the whole range; engine set if given."""
     if per_channel:
         ws = (w_scale * 10.0 ** rng.uniform(-0.7, 0.7, n)).astype(F32)
         wz = (rng.integers(-20, 21, n) if w_zp else np.zeros(n)).astype(np.int32)
@@ -266,7 +267,7 @@ def static_node(
         "y_scale": np.asarray(y_qp[0], F32),
         "y_zero_point": np.asarray(y_qp[1], np.int32),
     }
-    return c.g.node("linear", ports, {"relu": relu}, name=name)
+    return c.g.node("linear", ports, {"relu": relu, **({"engine": engine} if engine else {})}, name=name)
 
 
 def full_range_u8(rng: np.random.Generator, shape: tuple) -> list[np.ndarray]:
@@ -555,6 +556,54 @@ def case_float_math(rng: np.random.Generator) -> Case:
     return c
 
 
+def case_qnnpack(rng: np.random.Generator) -> Case:
+    """engine="qnnpack" (NUMERICS.md section 9): dynamic Linear (0..255 activations, multiply then add), static
+    Linear (int32 bias, ARM's saturation past 2^31), cells and an LSTM sequence."""
+    c = Case()
+    q = {"engine": "qnnpack"}
+    xf = c.g.input("x", "float32", [None, 45])
+    xq = c.g.input("xq", "uint8", [None, 67])
+    h = c.g.input("h", "float32", [None, 13])
+    cs = c.g.input("c", "float32", [None, 13])
+    outs = [
+        c.g.node("linear_dynamic", {"x": xf, **dynamic_set(rng, 23, 45, "tensor", 0.004)}, q, name="dyn_pt"),
+        c.g.node("linear_dynamic", {"x": xf, **dynamic_set(rng, 31, 45, "channel", 0.004, bias=False, zp=True)},
+                 {"reduce_range": False, **q}, name="dyn_pc_zp"),
+    ]
+    for name, n, pc, x_qp, y_qp, relu, w_scale in (
+        ("st_pt", 29, False, (0.02, 0), (0.5, 120), False, 0.005),
+        ("st_pc_relu", 21, True, (0.02, 128), (0.1, 40), True, 0.005),
+        ("st_past_2_31", 19, False, (0.05, 255), (1e-7, 7), False, 0.5),  # fl(acc) * mult beyond int32
+    ):
+        outs.append(static_node(c, rng, xq, n, 67, name, pc, x_qp, y_qp, relu, w_zp=pc, w_scale=w_scale,
+                                engine="qnnpack"))
+    for kind, gates in (("rnn", 1), ("lstm", 4), ("gru", 3)):
+        ports = {"x": xf, "h": h, **({"c": cs} if kind == "lstm" else {})}
+        ports.update(recurrent_sets(rng, gates, 45, 13, "channel"))
+        extra = {"nonlinearity": "relu"} if kind == "rnn" else {}
+        out = c.g.node(f"{kind}_cell_dynamic", ports, {**q, **extra}, name=f"{kind}_cell")
+        outs += list(out) if isinstance(out, tuple) else [out]
+    seq = c.g.input("seq", "float32", [None, None, 9])
+    ports = {"x": seq}
+    for d in range(2):
+        ports.update(recurrent_sets(rng, 4, 9, 11, "tensor", f"l0_{'reverse_' if d else ''}"))
+    outs += c.g.node("lstm_dynamic", ports, {"bidirectional": True, **q}, name="lstm_seq")
+    c.g.output(*outs)
+    for b, mag in ((1, 0.05), (4, 3.0), (3, 40.0)):
+        c.runs.append({"x": (wide(rng, (b, 45), -1, 0.7) * mag).astype(F32),
+                       "xq": rng.integers(0, 256, (b, 67), dtype=np.uint8),
+                       "h": (wide(rng, (b, 13), -1, 0.7) * min(mag, 3.0)).astype(F32),
+                       "c": (wide(rng, (b, 13), -1, 0.7) * min(mag, 3.0)).astype(F32),
+                       "seq": (wide(rng, (5, b, 9), -1, 0.7) * mag).astype(F32)})
+
+    def saturates(o: list[dict[str, np.ndarray]]) -> bool:
+        sat = np.concatenate([r["st_past_2_31"].ravel() for r in o])
+        return sat.min() == 0 and sat.max() == 255
+
+    c.claims.append(("the static outputs past 2^31 saturate at both ends", saturates))
+    return c
+
+
 CASES: dict[str, Callable[[np.random.Generator], Case]] = {
     "quantize_per_tensor": case_quantize_per_tensor,
     "quantize_per_channel": case_quantize_per_channel,
@@ -575,6 +624,7 @@ CASES: dict[str, Callable[[np.random.Generator], Case]] = {
     "tensor_ops": case_tensor_ops,
     "embedding": case_embedding,
     "float_math": case_float_math,
+    "qnnpack": case_qnnpack,
 }
 
 
