@@ -1,0 +1,452 @@
+"""The torch.export front end: a model (or a ``.pt2`` program) as the torch-level fx graph the lowering reads.
+
+torch.fx cannot trace many real models; torch.export can. This front end exports the model on the
+example inputs, every dimension ``Dim.AUTO`` (torch.export keeps dynamic the ones the model lets
+vary), and *raises* the ATen graph back to the graph torch.fx would have traced:
+
+- each call of a leaf module (a ``torch.nn`` module, as ``torch.fx.Tracer`` treats it) becomes a
+  ``call_module`` of that module again, found by the nodes' ``nn_module_stack``;
+- every other ATen op becomes the torch function of the same name (``aten.relu`` -> ``torch.relu``,
+  ``aten.view`` -> ``torch.reshape``, ``aten.sym_size`` -> ``.size()``, ...), params and buffers
+  ``get_attr`` nodes;
+- pt2e's Q/DQ ops (``quantized_decomposed``) become torch.ao's reference graph (tools/pt2e.py).
+
+From there the FX front end's flow runs unchanged (quantization under qrt's rules, tools/lower.py),
+so where both front ends work they write the same file. torch.ao's quantized modules cannot be
+exported (packed parameters): float stand-ins take their place for the export and the raised graph
+calls the quantized modules again.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+import torch.utils._pytree as pytree
+from torch import nn
+from torch.export import Dim, ExportedProgram
+from torch.export.graph_signature import InputKind
+
+from . import pt2e, qrt_backend
+from . import shapes as qshapes
+from .layers import LinearLayer
+from .lower_ops import FUNCTIONS, LoweringError
+
+
+class ExportError(ValueError):
+    """The export front end cannot read the model; the message says why."""
+
+
+# ------------------------------------------------------------ exporting
+
+
+def _dynamic_shapes(spec: qshapes.Spec) -> Any:
+    if isinstance(spec, tuple):
+        return tuple(_dynamic_shapes(s) for s in spec)
+    return {d: Dim.AUTO for d in range(len(spec.dims))}
+
+
+def _widened(spec: qshapes.Spec) -> qshapes.Spec:
+    """The spec with sizes 0 and 1 at 2n+3: torch.export specializes those (0/1 specialization), which
+    would write a batch of 1 into the graph as a constant."""
+    if isinstance(spec, tuple):
+        return tuple(_widened(s) for s in spec)
+    return qshapes.Leaf(tuple(qshapes.Dim(2 * d.size + 3 if d.size < 2 else d.size) for d in spec.dims), spec.dtype)
+
+
+def export(model: nn.Module, specs: Sequence[qshapes.Spec]) -> ExportedProgram:
+    """torch.export of model on examples of specs, every dimension free to vary (Dim.AUTO)."""
+    dynamic = tuple(_dynamic_shapes(s) for s in specs)
+    first_error = None
+    for tried in ([_widened(s) for s in specs], list(specs)):
+        try:
+            with torch.no_grad():
+                return torch.export.export(model, tuple(qshapes.examples(tried)), dynamic_shapes=dynamic)
+        except Exception as e:  # torch.export raises many kinds; the message is the user's clue
+            first_error = first_error or e
+    raise ExportError(f"torch.export cannot export the model ({type(first_error).__name__}: "
+                      f"{str(first_error).strip().splitlines()[0] if str(first_error).strip() else ''})")
+
+
+def load(path: str) -> ExportedProgram:
+    """A program written by torch.export.save. Its weights are read as plain tensors (no pickled code)."""
+    pt2e.register_ops()  # a pt2e program names quantized_decomposed ops, which must exist to load it
+    try:
+        return torch.export.load(path)
+    except Exception as e:
+        raise ExportError(f"cannot read {path!r} as a torch.export program (.pt2): {type(e).__name__}: {e}") from None
+
+
+def is_pt2(path: str) -> bool:
+    return os.fspath(path).endswith(".pt2")
+
+
+def program_specs(ep: ExportedProgram) -> tuple[list[qshapes.Spec], list[str]]:
+    """A saved program's inputs as specs (its dynamic dimensions marked free) and argument names.
+
+    Each dynamic dimension gets an example size inside its range; dimensions sharing a symbol share it.
+    """
+    args_spec = ep.call_spec.in_spec.child(0)
+    user = [s.arg for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    vals = [next(n for n in ep.graph.nodes if n.op == "placeholder" and n.name == a.name).meta["val"] for a in user]
+    sizes: dict[str, int] = {}
+
+    def dim(d: Any) -> qshapes.Dim:
+        if isinstance(d, int):
+            return qshapes.Dim(d)
+        key = str(d)
+        if key not in sizes:
+            r = ep.range_constraints.get(d.node.expr)
+            lo = int(r.lower) if r is not None else 2
+            hi = int(r.upper) if r is not None and r.upper.is_finite else 1 << 30
+            sizes[key] = max(lo, min(hi, 3 + 2 * len(sizes)))  # distinct sizes: the search tells them apart
+        return qshapes.Dim(sizes[key], free=True)
+
+    leaves = iter(qshapes.Leaf(tuple(dim(d) for d in v.shape), _dtype(v.dtype)) for v in vals)
+    structure = pytree.tree_unflatten(list(range(args_spec.num_leaves)), args_spec)
+    specs = [pytree.tree_map(lambda _: next(leaves), arg) for arg in structure]
+    specs = [tuple(s) if isinstance(s, list) else s for s in specs]
+    names = _arg_names(ep, len(specs))
+    return specs, names
+
+
+def _dtype(dtype: torch.dtype) -> str:
+    for name, d in qshapes.DTYPES.items():
+        if d == dtype:
+            return name
+    raise ExportError(f"the program takes a {dtype} input; qrt inputs are {', '.join(qshapes.DTYPES)}")
+
+
+def _arg_names(ep: ExportedProgram, n: int) -> list[str]:
+    """forward()'s argument names: torch.export keeps them as the names of single-tensor placeholders."""
+    args_spec = ep.call_spec.in_spec.child(0)
+    user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    names, at = [], 0
+    for i, child in enumerate(args_spec.children()):
+        names.append(user[at] if child.num_leaves == 1 and child.is_leaf() else f"input{i}")
+        at += child.num_leaves
+    return names
+
+
+# ------------------------------------------------------------ stand-ins for torch.ao's quantized modules
+
+
+class _LinearStandIn(nn.Module):
+    """A float Linear (+ReLU) in a quantized module's place while exporting; only its shapes matter."""
+
+    def __init__(self, layer: LinearLayer) -> None:
+        super().__init__()
+        out_features, in_features = layer.weight.values.shape
+        self.weight = nn.Parameter(torch.zeros(out_features, in_features), requires_grad=False)
+        self.relu = layer.relu
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.linear(x, self.weight)
+        return torch.relu(y) if self.relu else y
+
+
+def stand_in(model: nn.Module) -> tuple[nn.Module, dict[str, nn.Module]]:
+    """A copy of model with float stand-ins for its quantized modules, and path -> the quantized module."""
+    quantized: dict[str, nn.Module] = {}
+    for name, m in model.named_modules():
+        if not name or not type(m).__module__.startswith(qrt_backend.QUANTIZED_PACKAGES):
+            continue
+        if any(name.startswith(p + ".") for p in quantized):
+            continue
+        layer = qrt_backend.describe(m)
+        if not isinstance(layer, LinearLayer) or layer.mode != "dynamic":
+            raise ExportError(
+                f"module {name!r} ({type(m).__module__}.{type(m).__qualname__}): the export front end takes "
+                "torch.ao's dynamic Linear modules (quantize_dynamic) only; use --frontend fx"
+            )
+        quantized[name] = m
+    if not quantized:
+        return model, {}
+    copy = _shallow_copy(model)
+    for name, m in quantized.items():
+        parent, _, attr = name.rpartition(".")
+        setattr(copy.get_submodule(parent) if parent else copy, attr, _LinearStandIn(qrt_backend.describe(m)))
+    return copy, quantized
+
+
+def _shallow_copy(model: nn.Module) -> nn.Module:
+    """model with every submodule copied (not its tensors), so that swapping one leaves model as it is."""
+    import copy
+
+    out = copy.copy(model)
+    out._modules = {k: _shallow_copy(v) if v is not None else None for k, v in model._modules.items()}
+    return out
+
+
+# ------------------------------------------------------------ raising the ATen graph
+
+
+def _leaf_key(node: torch.fx.Node, leaves: set[str]) -> tuple[str, str] | None:
+    """(stack key, module path) of the outermost leaf module the node runs in, or None."""
+    for key, (path, _) in (node.meta.get("nn_module_stack") or {}).items():
+        if path in leaves:
+            return key, path
+    return None
+
+
+def _leaf_paths(model: nn.Module | None, quantized: dict[str, nn.Module]) -> dict[str, nn.Module]:
+    """Module path -> the module the raised graph calls: torch.fx's leaf modules, and the quantized ones."""
+    if model is None:
+        return {}
+    tracer = torch.fx.Tracer()
+    out = {name: m for name, m in model.named_modules() if name and tracer.is_leaf_module(m, name)}
+    out.update(quantized)
+    return out
+
+
+# aten ops -> the torch function of the lowering table that computes the same from the same arguments
+_RENAMED = {
+    "view": torch.reshape,
+    "_unsafe_view": torch.reshape,
+    "reshape": torch.reshape,
+    "gelu": F.gelu,
+    "silu": F.silu,
+    "log_softmax": torch.log_softmax,
+    "softmax": torch.softmax,
+}
+_SKIPPED = ("_assert_scalar", "sym_constrain_range_for_size", "_assert_tensor_metadata", "sym_constrain_range")
+
+
+def _torch_function(op: Any) -> Any:
+    name = op.overloadpacket.__name__ if isinstance(op, torch._ops.OpOverload) else None
+    if name is None:
+        return op if op in FUNCTIONS else None
+    if name in _RENAMED:
+        return _RENAMED[name]
+    for space in (torch, F):
+        fn = getattr(space, name, None)
+        if fn is not None and fn in FUNCTIONS:
+            return fn
+    return None
+
+
+class _Raiser:
+    def __init__(self, ep: ExportedProgram, leaves: dict[str, nn.Module], names: Sequence[str]) -> None:
+        self.ep = ep
+        self.leaves = leaves
+        self.names = list(names)
+        self.graph = torch.fx.Graph()
+        self.root: dict[str, Any] = {}
+        self.env: dict[torch.fx.Node, Any] = {}
+        self.consts: dict[str, torch.Tensor] = {}
+        self.errors: list[str] = []
+        self.q = pt2e.QDQ(self)
+
+    def const_attr(self, name: str, value: torch.Tensor) -> torch.fx.Node:
+        if name not in self.root:
+            self.root[name] = value
+        return self.graph.get_attr(name)
+
+    def module(self, path: str, module: nn.Module, args: Sequence[Any], name: str) -> torch.fx.Node:
+        self.root[path] = module
+        return self.graph.create_node("call_module", path, tuple(args), {}, name=name)
+
+    def function(self, fn: Any, args: Any, kwargs: Any, name: str) -> torch.fx.Node:
+        return self.graph.create_node("call_function", fn, tuple(args), dict(kwargs), name=name)
+
+    def method(self, method: str, args: Any, name: str) -> torch.fx.Node:
+        return self.graph.create_node("call_method", method, tuple(args), {}, name=name)
+
+    def value(self, a: Any) -> Any:
+        return torch.fx.node.map_arg(a, lambda n: self.env[n])
+
+    def run(self) -> torch.fx.GraphModule:
+        ep = self.ep
+        kinds = {s.arg.name: s for s in ep.graph_signature.input_specs}
+        tensors = {**ep.state_dict, **ep.constants}
+        nodes = list(ep.graph.nodes)
+        for node in nodes:
+            if node.op == "placeholder":
+                spec = kinds[node.name]
+                if spec.kind == InputKind.USER_INPUT:
+                    continue
+                self.consts[node.name] = tensors[spec.target]
+        self._inputs(nodes)
+        groups = self._groups(nodes)
+        for node in nodes:
+            if node.op == "placeholder":
+                if node.name in self.consts:
+                    self.env[node] = pt2e.Constant(node.name, self.consts[node.name])
+                continue
+            if node.op == "output":
+                self._output(node)
+                continue
+            if node in groups:
+                self._call_leaf(node, *groups[node])
+                continue
+            if any(node in members for _, members in groups.values()):
+                continue
+            try:
+                self.env[node] = self._call(node)
+            except LoweringError as e:
+                self.errors.append(f"{node.format_node()}: {e}")
+                self.env[node] = None
+        if self.errors:
+            raise ExportError("the export front end cannot raise: " + "; ".join(self.errors))
+        gm = torch.fx.GraphModule(self.root, self.graph)
+        gm.graph.lint()
+        return gm
+
+    def _inputs(self, nodes: list[torch.fx.Node]) -> None:
+        """One placeholder per forward() argument; a tuple argument's tensors are taken out with getitem."""
+        user = [n for n in nodes if n.op == "placeholder" and n.name not in self.consts]
+        args_spec = self.ep.call_spec.in_spec.child(0)
+        structure = pytree.tree_unflatten(list(range(args_spec.num_leaves)), args_spec)
+        for name, arg in zip(self.names, structure):
+            ph = self.graph.placeholder(name)
+
+            def walk(item: Any, value: torch.fx.Node) -> None:
+                if isinstance(item, int):
+                    self.env[user[item]] = value
+                    return
+                for k, child in enumerate(item):
+                    walk(child, self.function(operator.getitem, (value, k), {}, f"{value.name}_{k}"))
+
+            walk(arg, ph)
+
+    def _groups(self, nodes: list[torch.fx.Node]) -> dict[torch.fx.Node, tuple[str, list[torch.fx.Node]]]:
+        """Each leaf-module call's output node -> (module path, the call's nodes)."""
+        calls: dict[str, tuple[str, list[torch.fx.Node]]] = {}
+        for node in nodes:
+            if node.op == "call_function":
+                found = _leaf_key(node, set(self.leaves))
+                if found is not None:
+                    calls.setdefault(found[0], (found[1], []))[1].append(node)
+        out = {}
+        for path, members in calls.values():
+            inside = set(members)
+            leaving = [n for n in members if any(u not in inside for u in n.users)]
+            if len(leaving) != 1:
+                what = f"{type(self.leaves[path]).__module__}.{type(self.leaves[path]).__qualname__}"
+                raise ExportError(
+                    f"module {path!r} ({what}) returns {len(leaving)} values; the export front end lowers "
+                    "modules returning one tensor (use --frontend fx for recurrent modules)"
+                )
+            out[leaving[0]] = (path, members)
+        return out
+
+    def _call_leaf(self, out: torch.fx.Node, path: str, members: list[torch.fx.Node]) -> None:
+        inside = set(members)
+        args: list[torch.fx.Node] = []
+        for n in members:
+            for a in n.all_input_nodes:
+                if a not in inside and a.name not in self.consts and a not in args:
+                    args.append(a)
+        self.env[out] = self.module(path, self.leaves[path], [self.env[a] for a in args], path.replace(".", "_"))
+
+    def _call(self, node: torch.fx.Node) -> Any:
+        op = node.target
+        if node.op != "call_function":
+            raise LoweringError(f"{node.op} nodes are not supported")
+        if pt2e.handles(op):
+            return self.q.call(node)
+        if node in self.q.fused:
+            return self.q.fused[node]
+        name = op.overloadpacket.__name__ if isinstance(op, torch._ops.OpOverload) else None
+        args, kwargs = self.value(node.args), self.value(node.kwargs)
+        if name in _SKIPPED:
+            return None
+        if name == "linear":
+            return self.q.linear(node, args)
+        if op is operator.getitem and isinstance(args[0], pt2e.Marker):
+            return self.q.getitem(args[0], args[1])
+        args = tuple(self._attr(a) for a in args)
+        kwargs = {k: self._attr(v) for k, v in kwargs.items()}
+        if name == "sym_size":
+            return self.method("size", args, node.name)
+        if name == "slice":
+            x, dim, start, end, step = (list(args) + [0, None, None, 1])[:5]
+            index = (slice(None),) * dim + (slice(start, end, step),)
+            return self.function(operator.getitem, (x, index), {}, node.name)
+        if name == "embedding":  # aten: (weight, indices, padding_idx, ...); F.embedding: (input, weight, ...)
+            return self.function(F.embedding, (args[1], args[0]), {}, node.name)
+        if name in ("clone", "contiguous", "alias", "detach"):
+            return args[0]
+        fn = _torch_function(op)
+        if fn is None:
+            raise LoweringError(f"ATen op {op} has no qrt lowering")
+        return self.function(fn, args, kwargs, node.name)
+
+    def _attr(self, a: Any) -> Any:
+        """A constant (param, buffer) as a get_attr of the raised module."""
+        if isinstance(a, pt2e.Constant):
+            return self.const_attr(a.name, a.value)
+        if isinstance(a, pt2e.Marker):
+            raise LoweringError(f"{a} is used by an op that is not a quantized Linear")
+        if isinstance(a, (list, tuple)):
+            return type(a)(self._attr(v) for v in a)
+        return a
+
+    def _output(self, node: torch.fx.Node) -> None:
+        flat = [self._attr(self.env[n]) if isinstance(n, torch.fx.Node) else n for n in node.args[0]]
+        tree = pytree.tree_unflatten(flat, self.ep.call_spec.out_spec)
+
+        def tuples(v: Any) -> Any:
+            return tuple(tuples(i) for i in v) if isinstance(v, (list, tuple)) else v
+
+        self.graph.output(tuples(tree))
+
+
+def raise_program(
+    ep: ExportedProgram,
+    names: Sequence[str],
+    model: nn.Module | None = None,
+    quantized: dict[str, nn.Module] | None = None,
+) -> torch.fx.GraphModule:
+    """The ATen graph of ep as a torch-level fx graph (module docstring). ``model``: the exported module,
+    whose leaf modules become call_module nodes again; ``quantized``: path -> the torch.ao module a
+    stand-in took the place of."""
+    return _Raiser(ep, _leaf_paths(model, quantized or {}), names).run()
+
+
+def describe(module: nn.Module) -> Any:
+    """The FX front end's descriptions, and the pt2e Linears this front end makes."""
+    if isinstance(module, pt2e.QLinear):
+        return module.layer
+    return qrt_backend.describe(module)
+
+
+def is_pt2e(gm: nn.Module) -> bool:
+    """Whether the raised graph holds pt2e's quantized Linears (then it is quantized already)."""
+    return any(isinstance(m, pt2e.QLinear) for m in gm.modules())
+
+
+def mark_free(specs: Sequence[qshapes.Spec], names: Sequence[str], ep: ExportedProgram, free_dims: str) -> list:
+    """The specs with the dimensions torch.export kept dynamic marked free ("auto"), or the marked ones
+    checked ("marked"): a dimension declared free that torch.export fixed is an error naming it."""
+    user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    vals = {n.name: n.meta["val"] for n in ep.graph.nodes if n.op == "placeholder"}
+    shapes = iter(vals[u].shape for u in user)
+    out = []
+    for spec, name in zip(specs, names):
+        flat = {}
+        for i, (leaf_name, leaf) in enumerate(qshapes.leaves(spec, name)):
+            shape = next(shapes)
+            dims = []
+            for d, dim in enumerate(leaf.dims):
+                dynamic = not isinstance(shape[d], int)
+                if dim.free and not dynamic:
+                    raise ExportError(
+                        f"input {leaf_name!r} dimension {d} is declared free ({leaf}), but torch.export "
+                        f"fixes it to {shape[d]}"
+                    )
+                dims.append(qshapes.Dim(dim.size, dynamic if free_dims == "auto" else dim.free))
+            flat[i] = qshapes.Leaf(tuple(dims), leaf.dtype)
+        out.append(_rebuild(spec, iter(flat.values())))
+    return out
+
+
+def _rebuild(spec: qshapes.Spec, leaves: Any) -> qshapes.Spec:
+    if isinstance(spec, tuple):
+        return tuple(_rebuild(s, leaves) for s in spec)
+    return next(leaves)
