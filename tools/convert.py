@@ -15,6 +15,7 @@ lowering table. Errors exit with status 2 and leave no output file.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import importlib
 import inspect
@@ -23,7 +24,7 @@ import os
 import pickle
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -386,6 +387,18 @@ def _default_dtype(spec: qshapes.Spec, dtype: str) -> qshapes.Spec:
 # ------------------------------------------------------------ conversion
 
 
+def _quietly(fn: Callable[..., Result]) -> Callable[..., Result]:
+    """torch's deprecation warnings (torch.ao, quantized dtypes) are not shown during a conversion."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Result:
+        with qrt_backend.quiet():
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_quietly
 def convert(
     checkpoint: str | os.PathLike,
     output: str | os.PathLike,

@@ -97,8 +97,8 @@ def program_specs(ep: ExportedProgram) -> tuple[list[qshapes.Spec], list[str]]:
     sizes: dict[str, int] = {}
 
     def dim(d: Any) -> qshapes.Dim:
-        if isinstance(d, int):
-            return qshapes.Dim(d)
+        if not _dynamic(d):
+            return qshapes.Dim(int(d))
         key = str(d)
         if key not in sizes:
             r = ep.range_constraints.get(d.node.expr)
@@ -113,6 +113,11 @@ def program_specs(ep: ExportedProgram) -> tuple[list[qshapes.Spec], list[str]]:
     specs = [tuple(s) if isinstance(s, list) else s for s in specs]
     names = _arg_names(ep, len(specs))
     return specs, names
+
+
+def _dynamic(size: Any) -> bool:
+    """Whether a size of an exported input is a symbol (a SymInt can also be a constant)."""
+    return isinstance(size, torch.SymInt) and not size.node.expr.is_number
 
 
 def _dtype(dtype: torch.dtype) -> str:
@@ -434,11 +439,11 @@ def mark_free(specs: Sequence[qshapes.Spec], names: Sequence[str], ep: ExportedP
             shape = next(shapes)
             dims = []
             for d, dim in enumerate(leaf.dims):
-                dynamic = not isinstance(shape[d], int)
+                dynamic = _dynamic(shape[d])
                 if dim.free and not dynamic:
                     raise ExportError(
                         f"input {leaf_name!r} dimension {d} is declared free ({leaf}), but torch.export "
-                        f"fixes it to {shape[d]}"
+                        f"fixes it to {int(shape[d])}"
                     )
                 dims.append(qshapes.Dim(dim.size, dynamic if free_dims == "auto" else dim.free))
             flat[i] = qshapes.Leaf(tuple(dims), leaf.dtype)

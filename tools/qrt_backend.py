@@ -271,6 +271,7 @@ def quiet() -> Iterable[None]:
         warnings.filterwarnings("ignore", category=DeprecationWarning)
         warnings.filterwarnings("ignore", category=FutureWarning)
         warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.ao")
+        warnings.filterwarnings("ignore", message=r"(?s).*deprecated", category=UserWarning)
         yield
 
 
