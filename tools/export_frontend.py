@@ -102,9 +102,9 @@ def program_specs(ep: ExportedProgram) -> tuple[list[qshapes.Spec], list[str]]:
         key = str(d)
         if key not in sizes:
             r = ep.range_constraints.get(d.node.expr)
-            lo = int(r.lower) if r is not None else 2
-            hi = int(r.upper) if r is not None and r.upper.is_finite else 1 << 30
-            sizes[key] = max(lo, min(hi, 3 + 2 * len(sizes)))  # distinct sizes: the search tells them apart
+            lo, hi = (2, None) if r is None else (int(r.lower), r.upper)
+            size = max(lo, 3 + 2 * len(sizes))  # distinct sizes: the search tells them apart
+            sizes[key] = size if hi is None or not hi.is_number or size <= hi else int(hi)
         return qshapes.Dim(sizes[key], free=True)
 
     leaves = iter(qshapes.Leaf(tuple(dim(d) for d in v.shape), _dtype(v.dtype)) for v in vals)
@@ -211,7 +211,6 @@ def _leaf_paths(model: nn.Module | None, quantized: dict[str, nn.Module]) -> dic
 
 # aten ops -> the torch function of the lowering table that computes the same from the same arguments
 _RENAMED = {
-    "view": torch.reshape,
     "_unsafe_view": torch.reshape,
     "reshape": torch.reshape,
     "gelu": F.gelu,
@@ -252,15 +251,17 @@ class _Raiser:
             self.root[name] = value
         return self.graph.get_attr(name)
 
-    def module(self, path: str, module: nn.Module, args: Sequence[Any], name: str) -> torch.fx.Node:
+    # Nodes are named as torch.fx names them (after the module path, function or method), so that
+    # both front ends name qrt's nodes alike.
+    def module(self, path: str, module: nn.Module, args: Sequence[Any]) -> torch.fx.Node:
         self.root[path] = module
-        return self.graph.create_node("call_module", path, tuple(args), {}, name=name)
+        return self.graph.create_node("call_module", path, tuple(args), {})
 
-    def function(self, fn: Any, args: Any, kwargs: Any, name: str) -> torch.fx.Node:
-        return self.graph.create_node("call_function", fn, tuple(args), dict(kwargs), name=name)
+    def function(self, fn: Any, args: Any, kwargs: Any) -> torch.fx.Node:
+        return self.graph.create_node("call_function", fn, tuple(args), dict(kwargs))
 
-    def method(self, method: str, args: Any, name: str) -> torch.fx.Node:
-        return self.graph.create_node("call_method", method, tuple(args), {}, name=name)
+    def method(self, method: str, args: Any) -> torch.fx.Node:
+        return self.graph.create_node("call_method", method, tuple(args), {})
 
     def value(self, a: Any) -> Any:
         return torch.fx.node.map_arg(a, lambda n: self.env[n])
@@ -315,7 +316,7 @@ class _Raiser:
                     self.env[user[item]] = value
                     return
                 for k, child in enumerate(item):
-                    walk(child, self.function(operator.getitem, (value, k), {}, f"{value.name}_{k}"))
+                    walk(child, self.function(operator.getitem, (value, k), {}))
 
             walk(arg, ph)
 
@@ -331,11 +332,12 @@ class _Raiser:
         for path, members in calls.values():
             inside = set(members)
             leaving = [n for n in members if any(u not in inside for u in n.users)]
-            if len(leaving) != 1:
+            # The call's one output must be the module's whole result, not a part of a tuple.
+            if len(leaving) != 1 or leaving[0].target is operator.getitem:
                 what = f"{type(self.leaves[path]).__module__}.{type(self.leaves[path]).__qualname__}"
                 raise ExportError(
-                    f"module {path!r} ({what}) returns {len(leaving)} values; the export front end lowers "
-                    "modules returning one tensor (use --frontend fx for recurrent modules)"
+                        f"module {path!r} ({what}) returns a tuple; the export front end lowers modules "
+                    "returning one tensor (use --frontend fx for recurrent modules)"
                 )
             out[leaving[0]] = (path, members)
         return out
@@ -345,9 +347,11 @@ class _Raiser:
         args: list[torch.fx.Node] = []
         for n in members:
             for a in n.all_input_nodes:
-                if a not in inside and a.name not in self.consts and a not in args:
+                # Sizes read inside the module (zeros for a missing state) are the module's own business.
+                tensor = isinstance(a.meta.get("val"), torch.Tensor)
+                if tensor and a not in inside and a.name not in self.consts and a not in args:
                     args.append(a)
-        self.env[out] = self.module(path, self.leaves[path], [self.env[a] for a in args], path.replace(".", "_"))
+        self.env[out] = self.module(path, self.leaves[path], [self.env[a] for a in args])
 
     def _call(self, node: torch.fx.Node) -> Any:
         op = node.target
@@ -367,20 +371,20 @@ class _Raiser:
             return self.q.getitem(args[0], args[1])
         args = tuple(self._attr(a) for a in args)
         kwargs = {k: self._attr(v) for k, v in kwargs.items()}
-        if name == "sym_size":
-            return self.method("size", args, node.name)
+        if name in ("sym_size", "view"):  # x.size(d), x.view(shape): as torch.fx traces them
+            return self.method("size" if name == "sym_size" else "view", args)
         if name == "slice":
-            x, dim, start, end, step = (list(args) + [0, None, None, 1])[:5]
+            x, dim, start, end, step = [*args, *(None, 0, None, None, 1)[len(args):]]
             index = (slice(None),) * dim + (slice(start, end, step),)
-            return self.function(operator.getitem, (x, index), {}, node.name)
+            return self.function(operator.getitem, (x, index), {})
         if name == "embedding":  # aten: (weight, indices, padding_idx, ...); F.embedding: (input, weight, ...)
-            return self.function(F.embedding, (args[1], args[0]), {}, node.name)
+            return self.function(F.embedding, (args[1], args[0]), {})
         if name in ("clone", "contiguous", "alias", "detach"):
             return args[0]
         fn = _torch_function(op)
         if fn is None:
             raise LoweringError(f"ATen op {op} has no qrt lowering")
-        return self.function(fn, args, kwargs, node.name)
+        return self.function(fn, args, kwargs)
 
     def _attr(self, a: Any) -> Any:
         """A constant (param, buffer) as a get_attr of the raised module."""

@@ -138,11 +138,11 @@ class QDQ:
         if op == ops.quantize_per_tensor.default:
             x, scale, zp, qmin, qmax, dtype = args
             shift = _activation_shift(qmin, qmax, dtype, "a static quantize_per_tensor")
-            return self.r.function(torch.quantize_per_tensor, (x, scale, zp + shift, torch.quint8), {}, node.name)
+            return self.r.function(torch.quantize_per_tensor, (x, scale, zp + shift, torch.quint8), {})
         if op in (ops.dequantize_per_tensor.default, ops.dequantize_per_tensor.tensor):
             if isinstance(args[0], Constant):
                 return self._weight(node, args)
-            return self.r.method("dequantize", (args[0],), node.name)
+            return self.r.method("dequantize", (args[0],))
         if op == ops.dequantize_per_channel.default:
             return self._weight(node, args)
         if op == ops.choose_qparams.tensor:
@@ -154,7 +154,7 @@ class QDQ:
             _activation_shift(qmin, qmax, dtype, "a dynamic quantize_per_tensor")
             if not isinstance(scale, Choose) or scale.x is not x:
                 raise LoweringError("a quantize_per_tensor.tensor whose qparams are not choose_qparams' of its input")
-            return self.r.function(quantize_dynamic_8bit, (x,), {}, node.name)
+            return self.r.function(quantize_dynamic_8bit, (x,), {})
         raise LoweringError(f"{op} is not a pt2e pattern qrt lowers")
 
     def getitem(self, marker: Any, index: int) -> Any:
@@ -172,11 +172,11 @@ class QDQ:
             _, scales, zps, axis, *_ = args
             if axis != 0:
                 raise LoweringError(f"per-channel weights must be quantized along axis 0, not {axis}")
-            scale = _float32(scales.value.numpy(), node.name)
+            scale = _float32(scales.value.numpy())
             zp = zps.value.numpy().astype(np.int32)
         else:
             _, s, z, *_ = args
-            scale, zp = _float32(np.asarray(s), node.name), np.asarray(z, np.int32)
+            scale, zp = _float32(np.asarray(s)), np.asarray(z, np.int32)
         # The float weight as the program computes it: the op run once here.
         with torch.no_grad():
             values = [a.value if isinstance(a, Constant) else a for a in args]
@@ -196,7 +196,7 @@ class QDQ:
             linear.weight = nn.Parameter(w.value.detach().clone(), requires_grad=False)
             if bias is not None:
                 linear.bias = nn.Parameter(bias.detach().clone(), requires_grad=False)
-            return self.r.module(path, linear, (x,), path.replace(".", "_"))
+            return self.r.module(path, linear, (x,))
         if not isinstance(w, WeightDQ):
             raise LoweringError("a linear whose weight is computed at run time")
         static_in = _is_static_dequantize(x)
@@ -208,11 +208,11 @@ class QDQ:
             linear.weight = nn.Parameter(w.dequantized.clone(), requires_grad=False)
             if bias is not None:
                 linear.bias = nn.Parameter(bias.detach().clone(), requires_grad=False)
-            return self.r.module(path, linear, (x,), path.replace(".", "_"))
+            return self.r.module(path, linear, (x,))
         fuse = relu is not None and static_in
         b_np = None if bias is None else bias.detach().float().numpy().copy()
         layer = LinearLayer("linear_relu" if fuse else "linear", w.weight, b_np, fuse)
-        y = self.r.module(path, QLinear(layer, w.dequantized, bias), (x,), path.replace(".", "_"))
+        y = self.r.module(path, QLinear(layer, w.dequantized, bias), (x,))
         if fuse:
             self.fused[relu] = y
         return y
