@@ -19,6 +19,7 @@ calls the quantized modules again.
 
 from __future__ import annotations
 
+import itertools
 import operator
 import os
 from collections.abc import Sequence
@@ -36,6 +37,8 @@ from . import pt2e, qrt_backend
 from . import shapes as qshapes
 from .layers import LinearLayer
 from .lower_ops import FUNCTIONS, LoweringError
+
+_TUPLE_MODULES = (nn.RNNBase, nn.LSTMCell)
 
 
 class ExportError(ValueError):
@@ -60,13 +63,20 @@ def _widened(spec: qshapes.Spec) -> qshapes.Spec:
 
 
 def export(model: nn.Module, specs: Sequence[qshapes.Spec]) -> ExportedProgram:
-    """torch.export of model on examples of specs, every dimension free to vary (Dim.AUTO)."""
+    """torch.export of model on examples of specs, every dimension free to vary (Dim.AUTO).
+
+    Recurrent modules return tuples: their calls' signatures are kept (ep.module_call_graph), which
+    says which nodes are their inputs and outputs, in which structure. A module called more than
+    once cannot keep one: then the export goes without and the raise names the module."""
     dynamic = tuple(_dynamic_shapes(s) for s in specs)
+    tuples = tuple(name for name, m in model.named_modules() if isinstance(m, _TUPLE_MODULES))
     first_error = None
-    for tried in ([_widened(s) for s in specs], list(specs)):
+    keeps = (tuples, ()) if tuples else ((),)
+    for tried, keep in itertools.product(([_widened(s) for s in specs], list(specs)), keeps):
         try:
             with torch.no_grad():
-                return torch.export.export(model, tuple(qshapes.examples(tried)), dynamic_shapes=dynamic)
+                return torch.export.export(model, tuple(qshapes.examples(tried)), dynamic_shapes=dynamic,
+                                           preserve_module_call_signature=keep)
         except Exception as e:  # torch.export raises many kinds; the message is the user's clue
             first_error = first_error or e
     raise ExportError(f"torch.export cannot export the model ({type(first_error).__name__}: "
@@ -245,6 +255,7 @@ class _Raiser:
         self.consts: dict[str, torch.Tensor] = {}
         self.errors: list[str] = []
         self.q = pt2e.QDQ(self)
+        self.signatures = {e.fqn: e.signature for e in ep.module_call_graph if e.fqn in leaves and e.signature}
 
     def const_attr(self, name: str, value: torch.Tensor) -> torch.fx.Node:
         if name not in self.root:
@@ -321,7 +332,8 @@ class _Raiser:
             walk(arg, ph)
 
     def _groups(self, nodes: list[torch.fx.Node]) -> dict[torch.fx.Node, tuple[str, list[torch.fx.Node]]]:
-        """Each leaf-module call's output node -> (module path, the call's nodes)."""
+        """Each leaf-module call's output node (its first, for a kept signature) -> (module path, the
+        call's nodes)."""
         calls: dict[str, tuple[str, list[torch.fx.Node]]] = {}
         for node in nodes:
             if node.op == "call_function":
@@ -332,6 +344,9 @@ class _Raiser:
         for path, members in calls.values():
             inside = set(members)
             leaving = [n for n in members if any(u not in inside for u in n.users)]
+            if path in self.signatures:
+                out[leaving[0]] = (path, members)
+                continue
             # The call's one output must be the module's whole result, not a part of a tuple.
             if len(leaving) != 1 or leaving[0].target is operator.getitem:
                 what = f"{type(self.leaves[path]).__module__}.{type(self.leaves[path]).__qualname__}"
@@ -343,6 +358,23 @@ class _Raiser:
         return out
 
     def _call_leaf(self, out: torch.fx.Node, path: str, members: list[torch.fx.Node]) -> None:
+        sig = self.signatures.get(path)
+        if sig is not None:  # the call's arguments and results as the module takes and returns them
+            by_name = {n.name: n for n in self.ep.graph.nodes}
+            ins = [self.env[by_name[a.name]] for a in sig.inputs]
+            args = pytree.tree_unflatten(ins, sig.in_spec)[0]
+            call = self.module(path, self.leaves[path], [_tuples(a) for a in args])
+            structure = pytree.tree_unflatten(list(range(len(sig.outputs))), sig.out_spec)
+
+            def walk(item: Any, value: torch.fx.Node) -> None:
+                if isinstance(item, int):
+                    self.env[by_name[sig.outputs[item].name]] = value
+                    return
+                for k, child in enumerate(item):
+                    walk(child, self.function(operator.getitem, (value, k), {}))
+
+            walk(structure, call)
+            return
         inside = set(members)
         args: list[torch.fx.Node] = []
         for n in members:
@@ -398,12 +430,11 @@ class _Raiser:
 
     def _output(self, node: torch.fx.Node) -> None:
         flat = [self._attr(self.env[n]) if isinstance(n, torch.fx.Node) else n for n in node.args[0]]
-        tree = pytree.tree_unflatten(flat, self.ep.call_spec.out_spec)
+        self.graph.output(_tuples(pytree.tree_unflatten(flat, self.ep.call_spec.out_spec)))
 
-        def tuples(v: Any) -> Any:
-            return tuple(tuples(i) for i in v) if isinstance(v, (list, tuple)) else v
 
-        self.graph.output(tuples(tree))
+def _tuples(v: Any) -> Any:
+    return tuple(_tuples(i) for i in v) if isinstance(v, (list, tuple)) else v
 
 
 def raise_program(
