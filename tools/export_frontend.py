@@ -228,6 +228,9 @@ _RENAMED = {
     "log_softmax": torch.log_softmax,
     "softmax": torch.softmax,
 }
+# Written as operators by users: torch.fx traces x / y as operator.truediv (and names the node after it).
+_OPERATORS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv}
+_INT64_MAX = (1 << 63) - 1
 _SKIPPED = ("_assert_scalar", "sym_constrain_range_for_size", "_assert_tensor_metadata", "sym_constrain_range")
 
 
@@ -405,10 +408,20 @@ class _Raiser:
         kwargs = {k: self._attr(v) for k, v in kwargs.items()}
         if name in ("sym_size", "view"):  # x.size(d), x.view(shape): as torch.fx traces them
             return self.method("size" if name == "sym_size" else "view", args)
+        if name in _OPERATORS and not kwargs:
+            return self.function(_OPERATORS[name], args, {})
+        if name == "rsub" and not kwargs:
+            return self.function(operator.sub, (args[1], args[0]), {})
+        if name == "reciprocal":  # c / x is torch's reciprocal(x) * c
+            return self.function(operator.truediv, (1.0, args[0]), {})
         if name == "slice":
             x, dim, start, end, step = [*args, *(None, 0, None, None, 1)[len(args):]]
+            if start in (None, 0) and end in (None, _INT64_MAX) and step == 1:
+                return x  # x[:, :, 0] is a whole slice of dimension 0, then a select: torch.fx sees the select
             index = (slice(None),) * dim + (slice(start, end, step),)
             return self.function(operator.getitem, (x, index), {})
+        if name == "select" and len(args) == 3 and isinstance(args[1], int):  # x[:, i], as users write it
+            return self.function(operator.getitem, (args[0], (slice(None),) * args[1] + (args[2],)), {})
         if name == "embedding":  # aten: (weight, indices, padding_idx, ...); F.embedding: (input, weight, ...)
             return self.function(F.embedding, (args[1], args[0]), {})
         if name in ("clone", "contiguous", "alias", "detach"):
