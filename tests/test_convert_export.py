@@ -56,10 +56,14 @@ SAME_FILE = [
     ("models:make_step_rnn_relu", ["2,12", "2,32"], {}),
     ("models:make_step_gru", ["2,10", "2,20"], {}),
     ("models:make_step_lstm", ["2,10", "2,20", "2,20"], {}),
-    ("test_convert_models:TabularMLP", ["3,11"], {}),
-    ("test_convert_models:CellStep", ["2,6", "2,9", "2,9"], {}),
+    ("test_convert_models:TabularMLP", ["3,20"], {}),
+    ("test_convert_models:CellStep", ["2,8", "2,16", "2,16"], {}),
     ("test_convert_models:TokenEncoder", ["2,7"], {}),
     ("test_convert_models:Tables", ["2,4", "3,5"], {}),
+    # (the slower recurrent ones of tests/test_convert_models.py, KeywordSpotter, LSTMAutoencoder and the
+    # GRU / RNN classifiers, write the same files too; left out to keep the suite within CI's time)
+    ("models:make_lstm_classifier", ["2,7,12"], {}),
+    ("models:make_last_step_classifier", ["7,2,9"], {}),
 ]
 
 
@@ -94,7 +98,8 @@ def test_quantize_dynamic_model_same_file(tmp_path):
     out = {}
     for frontend in ("fx", "export"):
         path = tmp_path / f"{frontend}.qrt"
-        assert convert(ckpt, path, trust_checkpoint=True, input_shapes=["1,37"], frontend=frontend).mode == "prequantized"
+        result = convert(ckpt, path, trust_checkpoint=True, input_shapes=["1,37"], frontend=frontend)
+        assert result.mode == "prequantized"
         out[frontend] = path.read_bytes()
     assert out["fx"] == out["export"]
 
@@ -139,7 +144,8 @@ def test_pt2_float_program(tmp_path):
     torch.save(net.state_dict(), ckpt)
     convert(ckpt, tmp_path / "fx.qrt", model="models:make_mlp", input_shapes=["3,37"], frontend="fx")
     a, b = qrt.load(tmp_path / "pt2.qrt"), qrt.load(tmp_path / "fx.qrt")
-    assert [(n.op, n.name, n.attrs) for n in a.graph.nodes] == [(n.op, n.name, n.attrs) for n in b.graph.nodes]
+    # The program has no nn.ReLU module left to fuse: a relu node named relu, not fc1_relu.
+    assert [(n.op, n.attrs) for n in a.graph.nodes] == [(n.op, n.attrs) for n in b.graph.nodes]
     x = np.random.default_rng(2).standard_normal((4, 37)).astype(np.float32)
     np.testing.assert_array_equal(a.run(x), b.run(x))
 

@@ -362,22 +362,61 @@ def _front_end(net: nn.Module, specs: list[qshapes.Spec], names: Sequence[str], 
 
 def _export(net: nn.Module, specs: list[qshapes.Spec], names: Sequence[str], free_dims: str):
     model, quantized = export_frontend.stand_in(net)
+
+    def exported(tried: list[qshapes.Spec]) -> tuple:
+        ep = export_frontend.export(model, tried)
+        return ep, export_frontend.raise_program(ep, names, model, quantized)
+
     # Which inputs are token ids shows only in the raised graph (they reach an embedding): export with
     # float32 where no dtype is given (int64 if that fails), then again if the graph says otherwise.
     tried = [_default_dtype(s, "float32") for s in specs]
     try:
-        ep = export_frontend.export(model, tried)
+        ep, gm = exported(tried)
     except export_frontend.ExportError:
         if all(_default_dtype(s, "int64") == s for s in specs):
             raise
         tried = [_default_dtype(s, "int64") for s in specs]
-        ep = export_frontend.export(model, tried)
-    gm = export_frontend.raise_program(ep, names, model, quantized)
+        ep, gm = exported(tried)
     resolved = _resolve(gm, specs)
     if resolved != tried:
-        ep = export_frontend.export(model, resolved)
-        gm = export_frontend.raise_program(ep, names, model, quantized)
-    return gm, export_frontend.mark_free(resolved, names, ep, free_dims)
+        ep, gm = exported(resolved)
+    marked = export_frontend.mark_free(resolved, names, ep, free_dims)
+    if free_dims == "auto":
+        marked = _free_inside_modules(gm, marked, names, lambda s: exported(s)[1])
+    return gm, marked
+
+
+def _free_inside_modules(gm: torch.fx.GraphModule, specs: list[qshapes.Spec], names: Sequence[str], raised) -> list:
+    """torch.export fixes a dimension that a module's own code specializes (an nn.LSTM's sequence length),
+    though the raised graph only calls the module. Such a dimension is free after all where the graph
+    runs with it at another size and exporting at that size raises the same graph (no size of it written
+    into the graph)."""
+    try:
+        runs = qshapes.search(gm, specs, names, "auto")
+    except qshapes.SpecError:
+        return specs  # the marked search reports it
+    flat = [leaf for spec, name in zip(specs, names) for _, leaf in qshapes.leaves(spec, name)]
+    for leaf, d in sorted(qshapes.free_dims_of(runs)):
+        if flat[leaf].dims[d].free:
+            continue
+        resized = {leaf: tuple(2 * n + 3 if i == d else n for i, n in enumerate(flat[leaf].shape))}
+        other = [qshapes.Leaf(tuple(qshapes.Dim(n) for n in resized.get(i, f.shape)), f.dtype)
+                 for i, f in enumerate(flat)]
+        try:
+            same = raised(_regroup(specs, other)).code == gm.code
+        except export_frontend.ExportError:
+            same = False
+        if same:
+            dims = list(flat[leaf].dims)
+            dims[d] = qshapes.Dim(dims[d].size, True)
+            flat[leaf] = qshapes.Leaf(tuple(dims), flat[leaf].dtype)
+    return _regroup(specs, flat)
+
+
+def _regroup(specs: list[qshapes.Spec], flat: list[qshapes.Leaf]) -> list[qshapes.Spec]:
+    """specs' structure over the leaves of flat."""
+    leaves = iter(flat)
+    return [export_frontend.rebuild(s, leaves) for s in specs]
 
 
 def _default_dtype(spec: qshapes.Spec, dtype: str) -> qshapes.Spec:

@@ -350,12 +350,12 @@ class _Raiser:
             if path in self.signatures:
                 out[leaving[0]] = (path, members)
                 continue
-            # The call's one output must be the module's whole result, not a part of a tuple.
-            if len(leaving) != 1 or leaving[0].target is operator.getitem:
+            # A recurrent module returns a tuple: without its kept signature, which part is which is unknown.
+            if len(leaving) != 1 or isinstance(self.leaves[path], _TUPLE_MODULES):
                 what = f"{type(self.leaves[path]).__module__}.{type(self.leaves[path]).__qualname__}"
                 raise ExportError(
                         f"module {path!r} ({what}) returns a tuple; the export front end lowers modules "
-                    "returning one tensor (use --frontend fx for recurrent modules)"
+                    "returning one tensor, and recurrent modules called once (use --frontend fx)"
                 )
             out[leaving[0]] = (path, members)
         return out
@@ -495,11 +495,12 @@ def mark_free(specs: Sequence[qshapes.Spec], names: Sequence[str], ep: ExportedP
                     )
                 dims.append(qshapes.Dim(dim.size, dynamic if free_dims == "auto" else dim.free))
             flat[i] = qshapes.Leaf(tuple(dims), leaf.dtype)
-        out.append(_rebuild(spec, iter(flat.values())))
+        out.append(rebuild(spec, iter(flat.values())))
     return out
 
 
-def _rebuild(spec: qshapes.Spec, leaves: Any) -> qshapes.Spec:
+def rebuild(spec: qshapes.Spec, leaves: Any) -> qshapes.Spec:
+    """spec's structure (tuples) over the next leaves."""
     if isinstance(spec, tuple):
-        return tuple(_rebuild(s, leaves) for s in spec)
+        return tuple(rebuild(s, leaves) for s in spec)
     return next(leaves)
