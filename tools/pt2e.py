@@ -172,11 +172,11 @@ class QDQ:
             _, scales, zps, axis, *_ = args
             if axis != 0:
                 raise LoweringError(f"per-channel weights must be quantized along axis 0, not {axis}")
-            scale = _float32(scales.value.numpy())
+            scale = _float32(scales.value.numpy(), "a per-channel weight")
             zp = zps.value.numpy().astype(np.int32)
         else:
             _, s, z, *_ = args
-            scale, zp = _float32(np.asarray(s)), np.asarray(z, np.int32)
+            scale, zp = _float32(np.asarray(s), "a per-tensor weight"), np.asarray(z, np.int32)
         # The float weight as the program computes it: the op run once here.
         with torch.no_grad():
             values = [a.value if isinstance(a, Constant) else a for a in args]
