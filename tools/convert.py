@@ -4,8 +4,11 @@
     python tools/convert.py model.pt -o model.qrt --model mypkg.models:make_mlp --mode static --calib calib.npz
     python tools/convert.py whole_quantized_model.pt -o model.qrt --trust-checkpoint --input-shape 1,37
     python tools/convert.py lm.pt -o lm.qrt --trust-checkpoint --input-shape 35,3 --input-shape "(2,3,200),(2,3,200)"
+    python tools/convert.py program.pt2 -o model.qrt    # torch.export.save'd: float, or pt2e-quantized
 
-The float model is quantized with torch.ao's FX flow under qrt's backend
+The model is read by torch.fx, or where torch.fx cannot trace it (or with --frontend export, or from
+a .pt2) by torch.export, whose ATen graph is raised to the same graph (tools/export_frontend.py). The
+float model is quantized with torch.ao's FX flow under qrt's backend
 pattern rules (tools/rules.py, declared for torch.ao in tools/qrt_backend.py),
 then its reference graph is lowered to qrt ops (tools/lower.py). A model
 already quantized by torch.ao is lowered as it is. docs/CONVERTER.md has the
