@@ -35,7 +35,7 @@ from torch.export.graph_signature import InputKind
 
 from . import pt2e, qrt_backend
 from . import shapes as qshapes
-from .layers import LinearLayer
+from .layers import Layer, LinearLayer
 from .lower_ops import FUNCTIONS, LoweringError
 
 _TUPLE_MODULES = (nn.RNNBase, nn.LSTMCell)
@@ -138,14 +138,10 @@ def _dtype(dtype: torch.dtype) -> str:
 
 
 def _arg_names(ep: ExportedProgram, n: int) -> list[str]:
-    """forward()'s argument names: torch.export keeps them as the names of single-tensor placeholders."""
-    args_spec = ep.call_spec.in_spec.child(0)
-    user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
-    names, at = [], 0
-    for i, child in enumerate(args_spec.children()):
-        names.append(user[at] if child.num_leaves == 1 and child.is_leaf() else f"input{i}")
-        at += child.num_leaves
-    return names
+    """forward()'s argument names, as torch.export records them."""
+    root = next((e.signature for e in ep.module_call_graph if e.fqn == "" and e.signature), None)
+    names = list(getattr(root, "forward_arg_names", None) or [])
+    return names[:n] if len(names) >= n else [f"input{i}" for i in range(n)]
 
 
 # ------------------------------------------------------------ stand-ins for torch.ao's quantized modules
@@ -323,16 +319,15 @@ class _Raiser:
         args_spec = self.ep.call_spec.in_spec.child(0)
         structure = pytree.tree_unflatten(list(range(args_spec.num_leaves)), args_spec)
         for name, arg in zip(self.names, structure):
-            ph = self.graph.placeholder(name)
+            self._unpack(arg, self.graph.placeholder(name), user)
 
-            def walk(item: Any, value: torch.fx.Node) -> None:
-                if isinstance(item, int):
-                    self.env[user[item]] = value
-                    return
-                for k, child in enumerate(item):
-                    walk(child, self.function(operator.getitem, (value, k), {}))
-
-            walk(arg, ph)
+    def _unpack(self, structure: Any, value: torch.fx.Node, nodes: list[torch.fx.Node]) -> None:
+        """value holds a tuple shaped as structure, whose leaf i is nodes[i]: each one a getitem of it."""
+        if isinstance(structure, int):
+            self.env[nodes[structure]] = value
+            return
+        for k, child in enumerate(structure):
+            self._unpack(child, self.function(operator.getitem, (value, k), {}), nodes)
 
     def _groups(self, nodes: list[torch.fx.Node]) -> dict[torch.fx.Node, tuple[str, list[torch.fx.Node]]]:
         """Each leaf-module call's output node (its first, for a kept signature) -> (module path, the
@@ -368,15 +363,7 @@ class _Raiser:
             args = pytree.tree_unflatten(ins, sig.in_spec)[0]
             call = self.module(path, self.leaves[path], [_tuples(a) for a in args])
             structure = pytree.tree_unflatten(list(range(len(sig.outputs))), sig.out_spec)
-
-            def walk(item: Any, value: torch.fx.Node) -> None:
-                if isinstance(item, int):
-                    self.env[by_name[sig.outputs[item].name]] = value
-                    return
-                for k, child in enumerate(item):
-                    walk(child, self.function(operator.getitem, (value, k), {}))
-
-            walk(structure, call)
+            self._unpack(structure, call, [by_name[o.name] for o in sig.outputs])
             return
         inside = set(members)
         args: list[torch.fx.Node] = []
@@ -462,7 +449,7 @@ def raise_program(
     return _Raiser(ep, _leaf_paths(model, quantized or {}), names).run()
 
 
-def describe(module: nn.Module) -> Any:
+def describe(module: nn.Module) -> Layer | None:
     """The FX front end's descriptions, and the pt2e Linears this front end makes."""
     if isinstance(module, pt2e.QLinear):
         return module.layer
