@@ -162,6 +162,14 @@ def load_model(checkpoint: str, model: str | None, trust_checkpoint: bool) -> nn
         return obj.eval()
     if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
         raise ConvertError(f"checkpoint {checkpoint!r} is not a state_dict (a dict of tensors)")
+    # torchao's quantize_ leaves tensor subclasses (Int8Tensor: int8 qdata, a scale per row) as weights.
+    torchao = sorted({f"{k} ({type(v).__name__})" for k, v in obj.items() if type(v).__module__.startswith("torchao")})
+    if torchao:
+        raise ConvertError(
+            f"checkpoint {checkpoint!r} holds torchao quantize_ weights ({', '.join(torchao)}); their schemes "
+            "(int8 weight-only, int8 per-token dynamic activations) are not ones qrt runs yet: convert the float "
+            "model, or quantize it with pt2e (docs/CONVERTER.md)"
+        )
     if model is None:
         raise ConvertError(
             f"checkpoint {checkpoint!r} is a state_dict: pass --model package.module:factory to build the model"

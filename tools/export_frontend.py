@@ -289,6 +289,7 @@ class _Raiser:
                 self.consts[node.name] = tensors[spec.target]
         self._inputs(nodes)
         groups = self._groups(nodes)
+        inside = {n for _, members in groups.values() for n in members}
         for node in nodes:
             if node.op == "placeholder":
                 if node.name in self.consts:
@@ -300,7 +301,7 @@ class _Raiser:
             if node in groups:
                 self._call_leaf(node, *groups[node])
                 continue
-            if any(node in members for _, members in groups.values()):
+            if node in inside:  # the module call stands for it
                 continue
             try:
                 self.env[node] = self._call(node)

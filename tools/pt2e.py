@@ -191,6 +191,8 @@ class QDQ:
         if b is not None and not isinstance(b, Constant):
             raise LoweringError("a linear whose bias is computed at run time")
         path = _module_path(node)
+        if path in self.r.root:  # two F.linear calls in one module: the second one by its node's name
+            path = node.name
         if isinstance(w, Constant):  # a float Linear (a float program): the rules may quantize it
             linear = nn.Linear(w.value.shape[1], w.value.shape[0], bias=bias is not None)
             linear.weight = nn.Parameter(w.value.detach().clone(), requires_grad=False)
@@ -219,10 +221,12 @@ class QDQ:
 
 
 def _module_path(node: torch.fx.Node) -> str:
-    """The Linear's module path in the model pt2e quantized (nn_module_stack), else the node's name."""
+    """The nn.Linear's module path in the model the program was exported from (nn_module_stack), else the
+    node's name (an F.linear)."""
     stack = list((node.meta.get("nn_module_stack") or {}).values())
-    path = stack[-1][0] if stack else ""
-    return path if path and all(p.isidentifier() for p in path.split(".")) else node.name
+    path, kind = stack[-1] if stack else ("", "")
+    linear = kind.endswith("Linear") and all(p.isidentifier() for p in path.split("."))
+    return path if path and linear else node.name
 
 
 def _is_static_dequantize(x: Any) -> bool:
