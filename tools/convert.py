@@ -4,8 +4,11 @@
     python tools/convert.py model.pt -o model.qrt --model mypkg.models:make_mlp --mode static --calib calib.npz
     python tools/convert.py whole_quantized_model.pt -o model.qrt --trust-checkpoint --input-shape 1,37
     python tools/convert.py lm.pt -o lm.qrt --trust-checkpoint --input-shape 35,3 --input-shape "(2,3,200),(2,3,200)"
+    python tools/convert.py program.pt2 -o model.qrt    # torch.export.save'd: float, or pt2e-quantized
 
-The float model is quantized with torch.ao's FX flow under qrt's backend
+The model is read by torch.fx, or where torch.fx cannot trace it (or with --frontend export, or from
+a .pt2) by torch.export, whose ATen graph is raised to the same graph (tools/export_frontend.py). The
+float model is quantized with torch.ao's FX flow under qrt's backend
 pattern rules (tools/rules.py, declared for torch.ao in tools/qrt_backend.py),
 then its reference graph is lowered to qrt ops (tools/lower.py). A model
 already quantized by torch.ao is lowered as it is. docs/CONVERTER.md has the
@@ -15,6 +18,7 @@ lowering table. Errors exit with status 2 and leave no output file.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import importlib
 import inspect
@@ -23,7 +27,7 @@ import os
 import pickle
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,8 +49,8 @@ from torch import nn  # noqa: E402
 import qrt  # noqa: E402
 from qrt.ops import ENGINES  # noqa: E402
 
+from . import export_frontend, qrt_backend  # noqa: E402
 from . import lower as qlower  # noqa: E402
-from . import qrt_backend  # noqa: E402
 from . import shapes as qshapes  # noqa: E402
 from .rules import DEFAULT_RULES, MODES, WEIGHT_DTYPES, WEIGHT_SCHEMES, Rules, RulesError, load_rules  # noqa: E402
 
@@ -64,6 +68,8 @@ class Result:
     inputs: list[str]  # the .qrt file's inputs: forward()'s arguments, a tuple's items as name.0, name.1, ...
     metadata: dict[str, str]
     shapes: dict[str, str] = field(default_factory=dict)  # input -> dtype[dims], "?" where free
+    frontend: str = "fx"  # "fx" or "export"
+    frontend_note: str = ""  # why the front end ran when auto chose export
 
 
 # ------------------------------------------------------------ start-up
@@ -157,6 +163,14 @@ def load_model(checkpoint: str, model: str | None, trust_checkpoint: bool) -> nn
         return obj.eval()
     if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
         raise ConvertError(f"checkpoint {checkpoint!r} is not a state_dict (a dict of tensors)")
+    # torchao's quantize_ leaves tensor subclasses (Int8Tensor: int8 qdata, a scale per row) as weights.
+    torchao = sorted({f"{k} ({type(v).__name__})" for k, v in obj.items() if type(v).__module__.startswith("torchao")})
+    if torchao:
+        raise ConvertError(
+            f"checkpoint {checkpoint!r} holds torchao quantize_ weights ({', '.join(torchao)}); their schemes "
+            "(int8 weight-only, int8 per-token dynamic activations) are not ones qrt runs yet: convert the float "
+            "model, or quantize it with pt2e (docs/CONVERTER.md)"
+        )
     if model is None:
         raise ConvertError(
             f"checkpoint {checkpoint!r} is a state_dict: pass --model package.module:factory to build the model"
@@ -315,14 +329,127 @@ def _run_float(model: nn.Module, example: Sequence[Any], specs: Sequence[qshapes
 def _resolve(gm: torch.fx.GraphModule, specs: Sequence[qshapes.Spec]) -> list[qshapes.Spec]:
     """The specs with every dtype filled in (int64 for an embedding's indices, else float32)."""
     try:
-        return qlower.resolve_specs(gm, qrt_backend.describe, specs)[0]
+        return qlower.resolve_specs(gm, export_frontend.describe, specs)[0]
     except qlower.LoweringError as e:
         raise ConvertError(str(e)) from None
+
+
+# ------------------------------------------------------------ front ends
+
+FRONTENDS = ("auto", "fx", "export")
+
+
+def _load_program(path: str, frontend: str, input_shapes: Sequence[Any] | None) -> tuple:
+    """A .pt2 program raised to a torch-level graph, its input specs (dynamic dimensions free) and names."""
+    if frontend == "fx":
+        raise ConvertError(f"{path!r} is a torch.export program (.pt2): it is read by --frontend export (or auto)")
+    if input_shapes:
+        raise ConvertError(f"{path!r} is a torch.export program (.pt2), which fixes its inputs: drop --input-shape")
+    try:
+        ep = export_frontend.load(path)
+        specs, names = export_frontend.program_specs(ep)
+        return export_frontend.raise_program(ep, names), specs, names
+    except export_frontend.ExportError as e:
+        raise ConvertError(str(e)) from None
+
+
+def _front_end(net: nn.Module, specs: list[qshapes.Spec], names: Sequence[str], frontend: str, free_dims: str):
+    """(model, specs, free dims, front end, why): the model for the FX flow as it is, or exported and raised."""
+    note = ""
+    if frontend == "fx":
+        return net, specs, free_dims, "fx", note
+    if frontend == "auto":
+        try:
+            _trace(net, names)
+            return net, specs, free_dims, "fx", note
+        except ConvertError as e:
+            note = str(e)
+    try:
+        gm, specs = _export(net, specs, names, free_dims)
+    except export_frontend.ExportError as e:
+        raise ConvertError(f"{note}; {e}" if note else str(e)) from None
+    # torch.export decided which dimensions are dynamic: the runs vary those (and only those).
+    return gm, specs, "marked", "export", note
+
+
+def _export(net: nn.Module, specs: list[qshapes.Spec], names: Sequence[str], free_dims: str):
+    model, quantized = export_frontend.stand_in(net)
+
+    def exported(tried: list[qshapes.Spec]) -> tuple:
+        ep = export_frontend.export(model, tried)
+        return ep, export_frontend.raise_program(ep, names, model, quantized)
+
+    # Which inputs are token ids shows only in the raised graph (they reach an embedding): export with
+    # float32 where no dtype is given (int64 if that fails), then again if the graph says otherwise.
+    tried = [_default_dtype(s, "float32") for s in specs]
+    try:
+        ep, gm = exported(tried)
+    except export_frontend.ExportError:
+        if all(_default_dtype(s, "int64") == s for s in specs):
+            raise
+        tried = [_default_dtype(s, "int64") for s in specs]
+        ep, gm = exported(tried)
+    resolved = _resolve(gm, specs)
+    if resolved != tried:
+        ep, gm = exported(resolved)
+    marked = export_frontend.mark_free(resolved, names, ep, free_dims)
+    if free_dims == "auto":
+        marked = _free_inside_modules(gm, marked, names, lambda s: exported(s)[1])
+    return gm, marked
+
+
+def _free_inside_modules(gm: torch.fx.GraphModule, specs: list[qshapes.Spec], names: Sequence[str], raised) -> list:
+    """torch.export fixes a dimension that a module's own code specializes (an nn.LSTM's sequence length),
+    though the raised graph only calls the module. Such a dimension is free after all where the graph
+    runs with it at another size and exporting at that size raises the same graph (no size of it written
+    into the graph)."""
+    try:
+        runs = qshapes.search(gm, specs, names, "auto")
+    except qshapes.SpecError:
+        return specs  # the marked search reports it
+    flat = [leaf for spec, name in zip(specs, names) for _, leaf in qshapes.leaves(spec, name)]
+    for leaf, d in sorted(qshapes.free_dims_of(runs)):
+        if flat[leaf].dims[d].free:
+            continue
+        resized = {leaf: tuple(2 * n + 3 if i == d else n for i, n in enumerate(flat[leaf].shape))}
+        other = [qshapes.Leaf(tuple(qshapes.Dim(n) for n in resized.get(i, f.shape)), f.dtype)
+                 for i, f in enumerate(flat)]
+        try:
+            same = raised(_regroup(specs, other)).code == gm.code
+        except export_frontend.ExportError:
+            same = False
+        if same:
+            dims = list(flat[leaf].dims)
+            dims[d] = qshapes.Dim(dims[d].size, True)
+            flat[leaf] = qshapes.Leaf(tuple(dims), flat[leaf].dtype)
+    return _regroup(specs, flat)
+
+
+def _regroup(specs: list[qshapes.Spec], flat: list[qshapes.Leaf]) -> list[qshapes.Spec]:
+    """specs' structure over the leaves of flat."""
+    leaves = iter(flat)
+    return [export_frontend.rebuild(s, leaves) for s in specs]
+
+
+def _default_dtype(spec: qshapes.Spec, dtype: str) -> qshapes.Spec:
+    return qshapes.with_dtypes(spec, lambda leaf, i: leaf.dtype or dtype)[0]
 
 
 # ------------------------------------------------------------ conversion
 
 
+def _quietly(fn: Callable[..., Result]) -> Callable[..., Result]:
+    """torch's deprecation warnings (torch.ao, quantized dtypes) are not shown during a conversion."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Result:
+        with qrt_backend.quiet():
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_quietly
 def convert(
     checkpoint: str | os.PathLike,
     output: str | os.PathLike,
@@ -340,13 +467,16 @@ def convert(
     trust_checkpoint: bool = False,
     progress: bool = False,
     engine: str | None = None,
+    frontend: str = "auto",
 ) -> Result:
     """Convert a checkpoint to a .qrt file (see the module docstring). Raises ConvertError.
 
     ``input_shapes``: one per forward() argument, as --input-shape text ("2,50?,6", "(2,1,200),(2,1,200)"),
     a shape ((1, 37)) or a tuple of shapes for a tuple argument. ``input_dtypes``: by argument or input
     name ("hidden.0"). ``free_dims``: "auto" or "marked" (see --free-dims). ``engine``: whose numerics the
-    int8 layers follow, "x86" or "qnnpack"; None: the quantized engine torch has in force.
+    int8 layers follow, "x86" or "qnnpack"; None: the quantized engine torch has in force. ``frontend``: "fx",
+    "export" or "auto" (torch.fx, else torch.export where torch.fx cannot trace; a .pt2 program is always
+    exported).
     """
     the_rules = startup_rules(rules)
     engine = engine or ("qnnpack" if torch.backends.quantized.engine == "qnnpack" else "x86")
@@ -367,14 +497,21 @@ def convert(
 
     if free_dims not in qshapes.FREE_DIMS:
         raise ConvertError(f"free dims must be one of {list(qshapes.FREE_DIMS)}, got {free_dims!r}")
-    net = load_model(checkpoint, model, trust_checkpoint)
-    names = input_names(net)
-    specs = [parse_shape(s) if isinstance(s, str) else _as_spec(s) for s in (input_shapes or [])]
-    if specs and len(specs) != len(names):
-        raise ConvertError(f"got {len(specs)} --input-shape, but forward takes {len(names)} inputs {names}")
+    if frontend not in FRONTENDS:
+        raise ConvertError(f"front end must be one of {list(FRONTENDS)}, got {frontend!r}")
+    pt2 = export_frontend.is_pt2(checkpoint)
+    if pt2:
+        net, specs, names = _load_program(checkpoint, frontend, input_shapes)
+        free_dims, used_frontend, note = "marked", "export", "a torch.export program"
+    else:
+        net = load_model(checkpoint, model, trust_checkpoint)
+        names = input_names(net)
+        specs = [parse_shape(s) if isinstance(s, str) else _as_spec(s) for s in (input_shapes or [])]
+        if specs and len(specs) != len(names):
+            raise ConvertError(f"got {len(specs)} --input-shape, but forward takes {len(names)} inputs {names}")
 
     data = load_calibration(os.fspath(calib), names) if calib is not None else None
-    if data is not None:
+    if data is not None and not pt2:
         for n, spec in zip(names, specs):
             if not isinstance(spec, qshapes.Leaf) or tuple(data[n].shape[1:]) != spec.shape[1:]:
                 raise ConvertError(
@@ -392,8 +529,10 @@ def convert(
     if not specs:
         raise ConvertError(f"example input shapes are needed: pass --input-shape once per input {names} or --calib")
     specs = _set_dtypes(specs, names, input_dtypes or {})
+    if not pt2:
+        net, specs, free_dims, used_frontend, note = _front_end(net, specs, names, frontend, free_dims)
 
-    prequantized = qrt_backend.is_quantized(net)
+    prequantized = qrt_backend.is_quantized(net) or export_frontend.is_pt2e(net)
     if prequantized:
         gm = _trace(net, names)
         specs = _resolve(gm, specs)
@@ -406,7 +545,7 @@ def convert(
         example = qshapes.examples(specs)
         _run_float(net, example, specs, names)
         # Refuse unsupported layers before spending time calibrating.
-        bad = qlower.find_unsupported(traced, qrt_backend.describe, qrt_backend.quantizable(the_rules, mode))
+        bad = qlower.find_unsupported(traced, export_frontend.describe, qrt_backend.quantizable(the_rules, mode))
         if bad:
             raise ConvertError(f"qrt cannot run (mode {mode}, rules {the_rules.name!r}): " + "; ".join(bad))
         try:
@@ -420,7 +559,7 @@ def convert(
 
     layers: dict[str, str] = {}
     try:
-        builder = qlower.lower(gm, qrt_backend.describe, specs, layers, free_dims, engine)
+        builder = qlower.lower(gm, export_frontend.describe, specs, layers, free_dims, engine)
     except (qlower.LoweringError, qrt_backend.FrontEndError) as e:
         raise ConvertError(str(e)) from None
 
@@ -447,7 +586,7 @@ def convert(
         spec["name"]: f"{spec['dtype']}[{', '.join('?' if d is None else str(d) for d in spec['shape'])}]"
         for spec in builder.inputs
     }
-    return Result(output, used_mode, list(shapes), metadata, shapes)
+    return Result(output, used_mode, list(shapes), metadata, shapes, used_frontend, note)
 
 
 def _calibrate(prepared, data: dict[str, np.ndarray], names: Sequence[str], batch: int, progress: bool) -> None:
@@ -520,7 +659,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--engine", choices=ENGINES, help="torch's quantized engine whose numerics to follow (default: the current)"
     )
     p.add_argument("--trust-checkpoint", action="store_true", help="allow a pickled whole-module checkpoint")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--frontend", choices=FRONTENDS, default="auto",
+        help="fx: torch.fx; export: torch.export; auto (default): torch.fx, else torch.export where torch.fx "
+        "cannot trace the model. A .pt2 program is always read by the export front end",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no front-end line")
     args = p.parse_args(argv)
     try:
         dtypes = dict(parse_dtype(t) for t in args.input_dtype)
@@ -540,10 +684,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             trust_checkpoint=args.trust_checkpoint,
             progress=not args.quiet,
             engine=args.engine,
+            frontend=args.frontend,
         )
     except ConvertError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
+    if not args.quiet:
+        why = f" ({result.frontend_note})" if result.frontend_note else ""
+        print(f"front end: {'torch.export' if result.frontend == 'export' else 'torch.fx'}{why}", file=sys.stderr)
     inputs = ", ".join(f"{name} {shape}" for name, shape in result.shapes.items())
     meta = result.metadata
     print(f"wrote {result.path} ({result.mode}, engine {meta['converter.engine']}; inputs {inputs}; "

@@ -75,6 +75,7 @@ class Deq:
 @dataclass(frozen=True)
 class DynQ:
     source: Tensor
+    reduce_range: bool = True  # 7-bit activations (torch.ao's x86 flow); pt2e's dynamic schemes use all 8 bits
 
     @property
     def name(self) -> str:
@@ -86,6 +87,7 @@ class DynDeq:
     """The float input of a dynamic op: the op quantizes it itself, per call."""
 
     source: Tensor
+    reduce_range: bool = True
 
     @property
     def name(self) -> str:
@@ -312,7 +314,20 @@ def _quantize(lw: Lowerer, node: torch.fx.Node, x: Any, scale: Any, zero_point: 
 
 @lowers(functions=(torch.quantize_per_tensor_dynamic,))
 def _quantize_dynamic(lw: Lowerer, node: torch.fx.Node, x: Any, dtype: Any = None, reduce_range: Any = None) -> DynQ:
+    # torch.ao's graphs say reduce_range False, but nnqd.Linear reduces the range on x86 whatever the
+    # observer says (NUMERICS.md): 7-bit activations.
     return DynQ(Tensor(lw.float_of(x)))
+
+
+def quantize_dynamic_8bit(x: torch.Tensor) -> torch.Tensor:
+    """pt2e's dynamic activation quantize (choose_qparams + quantize + dequantize over all 8 bits), as the
+    export front end writes it into its graphs. The value for the shape runs is x itself."""
+    return x
+
+
+@lowers(functions=(quantize_dynamic_8bit,))
+def _quantize_dynamic_8bit(lw: Lowerer, node: torch.fx.Node, x: Any) -> DynQ:
+    return DynQ(Tensor(lw.float_of(x)), reduce_range=False)
 
 
 @lowers(methods=("dequantize",))
@@ -320,7 +335,7 @@ def _dequantize(lw: Lowerer, node: torch.fx.Node, x: Any) -> Any:
     if isinstance(x, Quant):
         return Deq(x)
     if isinstance(x, DynQ):
-        return DynDeq(x.source)
+        return DynDeq(x.source, x.reduce_range)
     if isinstance(x, PendingLinear):
         raise LoweringError("a static Linear's output is dequantized unquantized")
     return x  # dequantize of a float tensor is the identity
@@ -955,8 +970,10 @@ def _linear(lw: Lowerer, node: torch.fx.Node, layer: LinearLayer, x: Any) -> Any
         return pending
     if layer.mode == "dynamic" or isinstance(x, DynDeq):
         ports = {"x": lw.float_of(x), **layer.weight.ports(), "bias": layer.bias}
-        # x86/fbgemm's dynamic Linear always reduces the activation range (NUMERICS.md); qnnpack ignores it.
-        y = lw.emit(node, "linear_dynamic", ports, {"reduce_range": True, **lw.engine_attrs})
+        # x86/fbgemm's dynamic Linear always reduces the activation range (NUMERICS.md); qnnpack ignores it;
+        # pt2e's does not reduce it
+        reduce_range = not isinstance(x, DynDeq) or x.reduce_range
+        y = lw.emit(node, "linear_dynamic", ports, {"reduce_range": reduce_range, **lw.engine_attrs})
         if layer.relu:
             y = lw.emit(node, "relu", {"x": y}, suffix="_relu")
         return Tensor(y)

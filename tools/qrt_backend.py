@@ -267,12 +267,14 @@ def quantizable(rules: Rules, mode: str) -> Callable[[str, nn.Module], bool]:
 
 
 @contextlib.contextmanager
-def _quiet() -> Iterable[None]:
-    # torch.ao warns that it is deprecated on every call; the converter's users cannot act on it.
+def quiet() -> Iterable[None]:
+    # torch 2.13 warns that torch.ao.quantization (and its dtypes) are deprecated on every call; the
+    # converter's users cannot act on it.
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning)
         warnings.filterwarnings("ignore", category=FutureWarning)
         warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.ao")
+        warnings.filterwarnings("ignore", message=r"(?s).*deprecated", category=UserWarning)
         yield
 
 
@@ -287,20 +289,20 @@ def prepare(
 ) -> torch.fx.GraphModule:
     """prepare_fx with qrt's BackendConfig: fuses, then inserts observers."""
     mapping = qconfig_mapping(rules, model, mode, weight_dtype, weights, engine)
-    with _quiet():
+    with quiet():
         return prepare_fx(
             copy.deepcopy(model).eval(), mapping, tuple(example_inputs), backend_config=backend_config(rules)
         )
 
 
 def calibrate(prepared: torch.fx.GraphModule, batches: Iterable[Sequence[torch.Tensor]]) -> None:
-    with torch.no_grad(), _quiet():
+    with torch.no_grad(), quiet():
         for batch in batches:
             prepared(*batch)
 
 
 def to_reference(prepared: torch.fx.GraphModule, rules: Rules) -> torch.fx.GraphModule:
-    with _quiet():
+    with quiet():
         gm = convert_to_reference_fx(copy.deepcopy(prepared), backend_config=backend_config(rules))
         return _swap_recurrent(gm, prepared, rules, native=False)
 
@@ -311,7 +313,7 @@ def to_native(prepared: torch.fx.GraphModule, rules: Rules, engine: str | None =
     before = torch.backends.quantized.engine
     try:
         torch.backends.quantized.engine = engine or before
-        with _quiet():
+        with quiet():
             gm = convert_fx(copy.deepcopy(prepared), backend_config=backend_config(rules))
             return _swap_recurrent(gm, prepared, rules, native=True)
     finally:
@@ -427,13 +429,13 @@ class DynamicRNNLoop(nn.Module):
 
 # ------------------------------------------------------------ torch.ao modules -> neutral layers
 
-_QUANTIZED_PACKAGES = ("torch.ao.nn.quantized", "torch.ao.nn.intrinsic.quantized")
+QUANTIZED_PACKAGES = ("torch.ao.nn.quantized", "torch.ao.nn.intrinsic.quantized")
 
 
 def is_quantized(model: nn.Module) -> bool:
     """True for a model torch.ao already quantized (quantize_dynamic, convert_fx, reference)."""
     for m in model.modules():
-        if type(m).__module__.startswith(_QUANTIZED_PACKAGES):
+        if type(m).__module__.startswith(QUANTIZED_PACKAGES):
             return True
     if isinstance(model, torch.fx.GraphModule):
         targets = (torch.quantize_per_tensor, torch.quantize_per_tensor_dynamic)

@@ -1,0 +1,192 @@
+"""The torch.export front end (tools/export_frontend.py): the converter's test models through both
+front ends write the same file, byte for byte; what only torch.export reads (a model torch.fx cannot
+trace, a .pt2 program) converts; the front end is named on the command line, and torch's deprecation
+warnings are not shown. pt2e's Q/DQ programs are tests/test_convert_pt2e.py's.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+
+import models
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.ao.quantization import quantize_dynamic
+
+import qrt
+from tools.convert import ConvertError, convert
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.join(ROOT, "tests")
+warnings.filterwarnings("ignore", module=r"torch\.ao")
+
+
+@pytest.fixture(scope="module")
+def calib_npz(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("calib") / "calib.npz")
+    np.savez(path, x=np.random.default_rng(7).standard_normal((150, 37)).astype(np.float32) * 2)
+    return path
+
+
+def _both(tmp_path, factory: str, shapes: list[str], **kwargs) -> tuple[bytes, bytes]:
+    """The files the FX and the export front ends write for one checkpoint."""
+    module, _, name = factory.partition(":")
+    ckpt = str(tmp_path / "model.pt")
+    torch.save(getattr(__import__(module), name)().state_dict(), ckpt)
+    out = {}
+    for frontend in ("fx", "export"):
+        path = tmp_path / f"{frontend}.qrt"
+        result = convert(ckpt, path, model=factory, input_shapes=shapes, frontend=frontend, **kwargs)
+        assert result.frontend == frontend
+        out[frontend] = path.read_bytes()
+    return out["fx"], out["export"]
+
+
+# The converter tests' models (tests/models.py, tests/test_convert_models.py) that both front ends read.
+SAME_FILE = [
+    ("models:make_mlp", ["1,37"], {}),
+    ("models:make_mlp", ["1,37"], {"weights": "per-channel"}),
+    ("models:make_mlp", ["1,37"], {"weight_dtype": "float16"}),
+    ("models:make_step_rnn_tanh", ["2,12", "2,32"], {}),
+    ("models:make_step_rnn_relu", ["2,12", "2,32"], {}),
+    ("models:make_step_gru", ["2,10", "2,20"], {}),
+    ("models:make_step_lstm", ["2,10", "2,20", "2,20"], {}),
+    ("test_convert_models:TabularMLP", ["3,20"], {}),
+    ("test_convert_models:CellStep", ["2,8", "2,16", "2,16"], {}),
+    ("test_convert_models:TokenEncoder", ["2,7"], {}),
+    ("test_convert_models:Tables", ["2,4", "3,5"], {}),
+    # (the slower recurrent ones of tests/test_convert_models.py, KeywordSpotter, LSTMAutoencoder and the
+    # GRU / RNN classifiers, write the same files too; left out to keep the suite within CI's time)
+    ("models:make_lstm_classifier", ["2,7,12"], {}),
+    ("models:make_last_step_classifier", ["7,2,9"], {}),
+]
+
+
+@pytest.mark.parametrize("factory, shapes, kwargs", SAME_FILE, ids=lambda v: v if isinstance(v, str) else None)
+def test_both_front_ends_write_the_same_file(tmp_path, factory, shapes, kwargs):
+    fx, export = _both(tmp_path, factory, shapes, **kwargs)
+    assert fx == export
+
+
+def test_glue_ops_same_graph_up_to_operand_order(tmp_path):
+    """torch.export writes 1 + x as aten.add(x, 1): the one difference, an add's operands swapped (float
+    addition commutes exactly), so the outputs are the same bits."""
+    fx, export = _both(tmp_path, "test_convert_models:Glue", ["2,5,8"])
+    a, b = (qrt.load(tmp_path / f"{f}.qrt") for f in ("fx", "export"))
+    assert [(n.op, n.name, n.attrs) for n in a.graph.nodes] == [(n.op, n.name, n.attrs) for n in b.graph.nodes]
+    x = np.random.default_rng(3).standard_normal((3, 6, 8)).astype(np.float32)
+    for got, want in zip(b.run(x), a.run(x)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_static_mode_same_file(tmp_path, calib_npz):
+    fx, export = _both(tmp_path, "models:make_mlp", ["1,37"], mode="static", calib=calib_npz)
+    assert fx == export
+
+
+def test_quantize_dynamic_model_same_file(tmp_path):
+    """torch.ao's quantized modules cannot be exported: float stand-ins take their place, and the raised
+    graph calls the quantized modules again, so their integers and scales are PyTorch's."""
+    torch.manual_seed(0)
+    ckpt = str(tmp_path / "q.pt")
+    torch.save(quantize_dynamic(models.make_mlp().eval(), {nn.Linear}, dtype=torch.qint8), ckpt)
+    out = {}
+    for frontend in ("fx", "export"):
+        path = tmp_path / f"{frontend}.qrt"
+        result = convert(ckpt, path, trust_checkpoint=True, input_shapes=["1,37"], frontend=frontend)
+        assert result.mode == "prequantized"
+        out[frontend] = path.read_bytes()
+    assert out["fx"] == out["export"]
+
+
+class Untraceable(nn.Module):
+    """torch.fx cannot trace int() of a size (as in HuggingFace's wrappers: "slice indices must be integers")."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(3)
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
+        keep = int(x.shape[1])
+        return torch.relu(self.fc(x[:, :keep])) * scale
+
+
+def test_auto_exports_what_fx_cannot_trace(tmp_path):
+    ckpt = str(tmp_path / "u.pt")
+    torch.save(Untraceable().state_dict(), ckpt)
+    with pytest.raises(ConvertError, match="torch.fx cannot trace"):
+        convert(ckpt, tmp_path / "fx.qrt", model="test_convert_export:Untraceable", input_shapes=["2,8"], frontend="fx")
+    assert not (tmp_path / "fx.qrt").exists()
+    result = convert(ckpt, tmp_path / "u.qrt", model="test_convert_export:Untraceable", input_shapes=["2,8"])
+    assert result.frontend == "export" and "torch.fx cannot trace" in result.frontend_note
+    assert result.shapes == {"x": "float32[?, 8]"}
+    x = np.random.default_rng(1).standard_normal((5, 8)).astype(np.float32)
+    want = torch.ao.quantization.quantize_dynamic(Untraceable().eval(), {nn.Linear})(torch.from_numpy(x))
+    np.testing.assert_array_equal(qrt.load(tmp_path / "u.qrt").run(x), want.numpy())  # dynamic Linear: exact
+
+
+def test_pt2_float_program(tmp_path):
+    """A float program saved with torch.export.save: its dynamic batch stays free, no --trust-checkpoint
+    (loading it runs no pickled code), and its Linears are quantized under the rules as the FX front
+    end quantizes the module (same weights, same nodes)."""
+    net = models.make_mlp().eval()
+    ep = torch.export.export(net, (torch.randn(3, 37),), dynamic_shapes=({0: torch.export.Dim.AUTO},))
+    torch.export.save(ep, tmp_path / "mlp.pt2")
+    result = convert(tmp_path / "mlp.pt2", tmp_path / "pt2.qrt")
+    assert result.frontend == "export" and result.shapes == {"x": "float32[?, 37]"}
+    ckpt = str(tmp_path / "mlp.pt")
+    torch.save(net.state_dict(), ckpt)
+    convert(ckpt, tmp_path / "fx.qrt", model="models:make_mlp", input_shapes=["3,37"], frontend="fx")
+    a, b = qrt.load(tmp_path / "pt2.qrt"), qrt.load(tmp_path / "fx.qrt")
+    # The program has no nn.ReLU module left to fuse: a relu node named relu, not fc1_relu.
+    assert [(n.op, n.attrs) for n in a.graph.nodes] == [(n.op, n.attrs) for n in b.graph.nodes]
+    x = np.random.default_rng(2).standard_normal((4, 37)).astype(np.float32)
+    np.testing.assert_array_equal(a.run(x), b.run(x))
+
+
+def test_pt2_refuses_fx_and_input_shapes(tmp_path):
+    ep = torch.export.export(models.make_mlp().eval(), (torch.randn(3, 37),))
+    torch.export.save(ep, tmp_path / "m.pt2")
+    with pytest.raises(ConvertError, match="read by --frontend export"):
+        convert(tmp_path / "m.pt2", tmp_path / "m.qrt", frontend="fx")
+    with pytest.raises(ConvertError, match="drop --input-shape"):
+        convert(tmp_path / "m.pt2", tmp_path / "m.qrt", input_shapes=["3,37"])
+    assert not (tmp_path / "m.qrt").exists()
+
+
+def test_declared_free_dim_export_fixes_is_named(tmp_path):
+    class FixedBatch(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(6, 2)
+
+        def forward(self, x):
+            return self.fc(x.view(3, 6))
+
+    net = FixedBatch()
+    ckpt = str(tmp_path / "f.pt")
+    torch.save(net.state_dict(), ckpt)
+    sys.modules[__name__].FixedBatch = FixedBatch
+    with pytest.raises(ConvertError, match=r"input 'x' dimension 0 is declared free .* torch.export fixes it to 3"):
+        convert(ckpt, tmp_path / "f.qrt", model=f"{__name__}:FixedBatch", input_shapes=["3?,6"], frontend="export")
+
+
+def test_cli_names_the_front_end_and_shows_no_deprecation_warning(tmp_path):
+    ckpt = str(tmp_path / "u.pt")
+    torch.save(Untraceable().state_dict(), ckpt)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS]), "PYTHONWARNINGS": "default"}
+    run = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tools", "convert.py"), ckpt, "-o", str(tmp_path / "u.qrt"),
+         "--model", "test_convert_export:Untraceable", "--input-shape", "2,8"],
+        cwd=TESTS, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "front end: torch.export (torch.fx cannot trace the model" in run.stderr
+    assert "deprecat" not in run.stderr.lower(), run.stderr
+    assert run.stdout.startswith("wrote ")

@@ -1,0 +1,494 @@
+"""The torch.export front end: a model (or a ``.pt2`` program) as the torch-level fx graph the lowering reads.
+
+torch.fx cannot trace many real models; torch.export can. This front end exports the model on the
+example inputs, every dimension ``Dim.AUTO`` (torch.export keeps dynamic the ones the model lets
+vary), and *raises* the ATen graph back to the graph torch.fx would have traced:
+
+- each call of a leaf module (a ``torch.nn`` module, as ``torch.fx.Tracer`` treats it) becomes a
+  ``call_module`` of that module again, found by the nodes' ``nn_module_stack``;
+- every other ATen op becomes the torch function of the same name (``aten.relu`` -> ``torch.relu``,
+  ``aten.view`` -> ``torch.reshape``, ``aten.sym_size`` -> ``.size()``, ...), params and buffers
+  ``get_attr`` nodes;
+- pt2e's Q/DQ ops (``quantized_decomposed``) become torch.ao's reference graph (tools/pt2e.py).
+
+From there the FX front end's flow runs unchanged (quantization under qrt's rules, tools/lower.py),
+so where both front ends work they write the same file. torch.ao's quantized modules cannot be
+exported (packed parameters): float stand-ins take their place for the export and the raised graph
+calls the quantized modules again.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+import torch.utils._pytree as pytree
+from torch import nn
+from torch.export import Dim, ExportedProgram
+from torch.export.graph_signature import InputKind
+
+from . import pt2e, qrt_backend
+from . import shapes as qshapes
+from .layers import Layer, LinearLayer
+from .lower_ops import FUNCTIONS, LoweringError
+
+_TUPLE_MODULES = (nn.RNNBase, nn.LSTMCell)
+
+
+class ExportError(ValueError):
+    """The export front end cannot read the model; the message says why."""
+
+
+# ------------------------------------------------------------ exporting
+
+
+def _dynamic_shapes(spec: qshapes.Spec) -> Any:
+    if isinstance(spec, tuple):
+        return tuple(_dynamic_shapes(s) for s in spec)
+    return {d: Dim.AUTO for d in range(len(spec.dims))}
+
+
+def _widened(spec: qshapes.Spec) -> qshapes.Spec:
+    """The spec with sizes 0 and 1 at 2n+3: torch.export specializes those (0/1 specialization), which
+    would write a batch of 1 into the graph as a constant."""
+    if isinstance(spec, tuple):
+        return tuple(_widened(s) for s in spec)
+    return qshapes.Leaf(tuple(qshapes.Dim(2 * d.size + 3 if d.size < 2 else d.size) for d in spec.dims), spec.dtype)
+
+
+def export(model: nn.Module, specs: Sequence[qshapes.Spec]) -> ExportedProgram:
+    """torch.export of model on examples of specs, every dimension free to vary (Dim.AUTO).
+
+    Recurrent modules return tuples: their calls' signatures are kept (ep.module_call_graph), which
+    says which nodes are their inputs and outputs, in which structure. A module called more than
+    once cannot keep one: then the export goes without and the raise names the module."""
+    dynamic = tuple(_dynamic_shapes(s) for s in specs)
+    tuples = tuple(name for name, m in model.named_modules() if isinstance(m, _TUPLE_MODULES))
+    first_error = None
+    keeps = (tuples, ()) if tuples else ((),)
+    for tried, keep in itertools.product(([_widened(s) for s in specs], list(specs)), keeps):
+        try:
+            with torch.no_grad():
+                return torch.export.export(model, tuple(qshapes.examples(tried)), dynamic_shapes=dynamic,
+                                           preserve_module_call_signature=keep)
+        except Exception as e:  # torch.export raises many kinds; the message is the user's clue
+            first_error = first_error or e
+    raise ExportError(f"torch.export cannot export the model ({type(first_error).__name__}: "
+                      f"{str(first_error).strip().splitlines()[0] if str(first_error).strip() else ''})")
+
+
+def load(path: str) -> ExportedProgram:
+    """A program written by torch.export.save. Its weights are read as plain tensors (no pickled code)."""
+    pt2e.register_ops()  # a pt2e program names quantized_decomposed ops, which must exist to load it
+    try:
+        return torch.export.load(path)
+    except Exception as e:
+        raise ExportError(f"cannot read {path!r} as a torch.export program (.pt2): {type(e).__name__}: {e}") from None
+
+
+def is_pt2(path: str) -> bool:
+    return os.fspath(path).endswith(".pt2")
+
+
+def program_specs(ep: ExportedProgram) -> tuple[list[qshapes.Spec], list[str]]:
+    """A saved program's inputs as specs (its dynamic dimensions marked free) and argument names.
+
+    Each dynamic dimension gets an example size inside its range; dimensions sharing a symbol share it.
+    """
+    args_spec = ep.call_spec.in_spec.child(0)
+    user = [s.arg for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    vals = [next(n for n in ep.graph.nodes if n.op == "placeholder" and n.name == a.name).meta["val"] for a in user]
+    sizes: dict[str, int] = {}
+
+    def dim(d: Any) -> qshapes.Dim:
+        if not _dynamic(d):
+            return qshapes.Dim(int(d))
+        key = str(d)
+        if key not in sizes:
+            r = ep.range_constraints.get(d.node.expr)
+            lo, hi = (2, None) if r is None else (int(r.lower), r.upper)
+            size = max(lo, 3 + 2 * len(sizes))  # distinct sizes: the search tells them apart
+            sizes[key] = size if hi is None or not hi.is_number or size <= hi else int(hi)
+        return qshapes.Dim(sizes[key], free=True)
+
+    leaves = iter(qshapes.Leaf(tuple(dim(d) for d in v.shape), _dtype(v.dtype)) for v in vals)
+    structure = pytree.tree_unflatten(list(range(args_spec.num_leaves)), args_spec)
+    specs = [pytree.tree_map(lambda _: next(leaves), arg) for arg in structure]
+    specs = [tuple(s) if isinstance(s, list) else s for s in specs]
+    names = _arg_names(ep, len(specs))
+    return specs, names
+
+
+def _dynamic(size: Any) -> bool:
+    """Whether a size of an exported input is a symbol (a SymInt can also be a constant)."""
+    return isinstance(size, torch.SymInt) and not size.node.expr.is_number
+
+
+def _dtype(dtype: torch.dtype) -> str:
+    for name, d in qshapes.DTYPES.items():
+        if d == dtype:
+            return name
+    raise ExportError(f"the program takes a {dtype} input; qrt inputs are {', '.join(qshapes.DTYPES)}")
+
+
+def _arg_names(ep: ExportedProgram, n: int) -> list[str]:
+    """forward()'s argument names, as torch.export records them."""
+    root = next((e.signature for e in ep.module_call_graph if e.fqn == "" and e.signature), None)
+    names = list(getattr(root, "forward_arg_names", None) or [])
+    return names[:n] if len(names) >= n else [f"input{i}" for i in range(n)]
+
+
+# ------------------------------------------------------------ stand-ins for torch.ao's quantized modules
+
+
+class _LinearStandIn(nn.Module):
+    """A float Linear (+ReLU) in a quantized module's place while exporting; only its shapes matter."""
+
+    def __init__(self, layer: LinearLayer) -> None:
+        super().__init__()
+        out_features, in_features = layer.weight.values.shape
+        self.weight = nn.Parameter(torch.zeros(out_features, in_features), requires_grad=False)
+        self.relu = layer.relu
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.linear(x, self.weight)
+        return torch.relu(y) if self.relu else y
+
+
+def stand_in(model: nn.Module) -> tuple[nn.Module, dict[str, nn.Module]]:
+    """A copy of model with float stand-ins for its quantized modules, and path -> the quantized module."""
+    quantized: dict[str, nn.Module] = {}
+    for name, m in model.named_modules():
+        if not name or not type(m).__module__.startswith(qrt_backend.QUANTIZED_PACKAGES):
+            continue
+        if any(name.startswith(p + ".") for p in quantized):
+            continue
+        layer = qrt_backend.describe(m)
+        if not isinstance(layer, LinearLayer) or layer.mode != "dynamic":
+            raise ExportError(
+                f"module {name!r} ({type(m).__module__}.{type(m).__qualname__}): the export front end takes "
+                "torch.ao's dynamic Linear modules (quantize_dynamic) only; use --frontend fx"
+            )
+        quantized[name] = m
+    if not quantized:
+        return model, {}
+    copy = _shallow_copy(model)
+    for name, m in quantized.items():
+        parent, _, attr = name.rpartition(".")
+        setattr(copy.get_submodule(parent) if parent else copy, attr, _LinearStandIn(qrt_backend.describe(m)))
+    return copy, quantized
+
+
+def _shallow_copy(model: nn.Module) -> nn.Module:
+    """model with every submodule copied (not its tensors), so that swapping one leaves model as it is."""
+    import copy
+
+    out = copy.copy(model)
+    out._modules = {k: _shallow_copy(v) if v is not None else None for k, v in model._modules.items()}
+    return out
+
+
+# ------------------------------------------------------------ raising the ATen graph
+
+
+def _leaf_key(node: torch.fx.Node, leaves: set[str]) -> tuple[str, str] | None:
+    """(stack key, module path) of the outermost leaf module the node runs in, or None."""
+    for key, (path, _) in (node.meta.get("nn_module_stack") or {}).items():
+        if path in leaves:
+            return key, path
+    return None
+
+
+def _leaf_paths(model: nn.Module | None, quantized: dict[str, nn.Module]) -> dict[str, nn.Module]:
+    """Module path -> the module the raised graph calls: torch.fx's leaf modules, and the quantized ones."""
+    if model is None:
+        return {}
+    tracer = torch.fx.Tracer()
+    out = {name: m for name, m in model.named_modules() if name and tracer.is_leaf_module(m, name)}
+    out.update(quantized)
+    return out
+
+
+# aten ops -> the torch function of the lowering table that computes the same from the same arguments
+_RENAMED = {
+    "_unsafe_view": torch.reshape,
+    "reshape": torch.reshape,
+    "gelu": F.gelu,
+    "silu": F.silu,
+    "log_softmax": torch.log_softmax,
+    "softmax": torch.softmax,
+}
+# Written as operators by users: torch.fx traces x / y as operator.truediv (and names the node after it).
+_OPERATORS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv}
+_INT64_MAX = (1 << 63) - 1
+_SKIPPED = ("_assert_scalar", "sym_constrain_range_for_size", "_assert_tensor_metadata", "sym_constrain_range")
+
+
+def _torch_function(op: Any) -> Any:
+    name = op.overloadpacket.__name__ if isinstance(op, torch._ops.OpOverload) else None
+    if name is None:
+        return op if op in FUNCTIONS else None
+    if name in _RENAMED:
+        return _RENAMED[name]
+    for space in (torch, F):
+        fn = getattr(space, name, None)
+        if fn is not None and fn in FUNCTIONS:
+            return fn
+    return None
+
+
+class _Raiser:
+    def __init__(self, ep: ExportedProgram, leaves: dict[str, nn.Module], names: Sequence[str]) -> None:
+        self.ep = ep
+        self.leaves = leaves
+        self.names = list(names)
+        self.graph = torch.fx.Graph()
+        self.root: dict[str, Any] = {}
+        self.env: dict[torch.fx.Node, Any] = {}
+        self.consts: dict[str, torch.Tensor] = {}
+        self.errors: list[str] = []
+        self.q = pt2e.QDQ(self)
+        self.signatures = {e.fqn: e.signature for e in ep.module_call_graph if e.fqn in leaves and e.signature}
+
+    def const_attr(self, name: str, value: torch.Tensor) -> torch.fx.Node:
+        if name not in self.root:
+            self.root[name] = value
+        return self.graph.get_attr(name)
+
+    # Nodes are named as torch.fx names them (after the module path, function or method), so that
+    # both front ends name qrt's nodes alike.
+    def module(self, path: str, module: nn.Module, args: Sequence[Any]) -> torch.fx.Node:
+        self.root[path] = module
+        return self.graph.create_node("call_module", path, tuple(args), {})
+
+    def function(self, fn: Any, args: Any, kwargs: Any) -> torch.fx.Node:
+        return self.graph.create_node("call_function", fn, tuple(args), dict(kwargs))
+
+    def method(self, method: str, args: Any) -> torch.fx.Node:
+        return self.graph.create_node("call_method", method, tuple(args), {})
+
+    def value(self, a: Any) -> Any:
+        return torch.fx.node.map_arg(a, lambda n: self.env[n])
+
+    def run(self) -> torch.fx.GraphModule:
+        ep = self.ep
+        kinds = {s.arg.name: s for s in ep.graph_signature.input_specs}
+        tensors = {**ep.state_dict, **ep.constants}
+        nodes = list(ep.graph.nodes)
+        for node in nodes:
+            if node.op == "placeholder":
+                spec = kinds[node.name]
+                if spec.kind == InputKind.USER_INPUT:
+                    continue
+                self.consts[node.name] = tensors[spec.target]
+        self._inputs(nodes)
+        groups = self._groups(nodes)
+        inside = {n for _, members in groups.values() for n in members}
+        for node in nodes:
+            if node.op == "placeholder":
+                if node.name in self.consts:
+                    self.env[node] = pt2e.Constant(node.name, self.consts[node.name])
+                continue
+            if node.op == "output":
+                self._output(node)
+                continue
+            if node in groups:
+                self._call_leaf(node, *groups[node])
+                continue
+            if node in inside:  # the module call stands for it
+                continue
+            try:
+                self.env[node] = self._call(node)
+            except LoweringError as e:
+                self.errors.append(f"{node.format_node()}: {e}")
+                self.env[node] = None
+        if self.errors:
+            raise ExportError("the export front end cannot raise: " + "; ".join(self.errors))
+        gm = torch.fx.GraphModule(self.root, self.graph)
+        gm.graph.lint()
+        return gm
+
+    def _inputs(self, nodes: list[torch.fx.Node]) -> None:
+        """One placeholder per forward() argument; a tuple argument's tensors are taken out with getitem."""
+        user = [n for n in nodes if n.op == "placeholder" and n.name not in self.consts]
+        args_spec = self.ep.call_spec.in_spec.child(0)
+        structure = pytree.tree_unflatten(list(range(args_spec.num_leaves)), args_spec)
+        for name, arg in zip(self.names, structure):
+            self._unpack(arg, self.graph.placeholder(name), user)
+
+    def _unpack(self, structure: Any, value: torch.fx.Node, nodes: list[torch.fx.Node]) -> None:
+        """value holds a tuple shaped as structure, whose leaf i is nodes[i]: each one a getitem of it."""
+        if isinstance(structure, int):
+            self.env[nodes[structure]] = value
+            return
+        for k, child in enumerate(structure):
+            self._unpack(child, self.function(operator.getitem, (value, k), {}), nodes)
+
+    def _groups(self, nodes: list[torch.fx.Node]) -> dict[torch.fx.Node, tuple[str, list[torch.fx.Node]]]:
+        """Each leaf-module call's output node (its first, for a kept signature) -> (module path, the
+        call's nodes)."""
+        calls: dict[str, tuple[str, list[torch.fx.Node]]] = {}
+        for node in nodes:
+            if node.op == "call_function":
+                found = _leaf_key(node, set(self.leaves))
+                if found is not None:
+                    calls.setdefault(found[0], (found[1], []))[1].append(node)
+        out = {}
+        for path, members in calls.values():
+            inside = set(members)
+            leaving = [n for n in members if any(u not in inside for u in n.users)]
+            if path in self.signatures:
+                out[leaving[0]] = (path, members)
+                continue
+            # A recurrent module returns a tuple: without its kept signature, which part is which is unknown.
+            if len(leaving) != 1 or isinstance(self.leaves[path], _TUPLE_MODULES):
+                what = f"{type(self.leaves[path]).__module__}.{type(self.leaves[path]).__qualname__}"
+                raise ExportError(
+                        f"module {path!r} ({what}) returns a tuple; the export front end lowers modules "
+                    "returning one tensor, and recurrent modules called once (use --frontend fx)"
+                )
+            out[leaving[0]] = (path, members)
+        return out
+
+    def _call_leaf(self, out: torch.fx.Node, path: str, members: list[torch.fx.Node]) -> None:
+        sig = self.signatures.get(path)
+        if sig is not None:  # the call's arguments and results as the module takes and returns them
+            by_name = {n.name: n for n in self.ep.graph.nodes}
+            ins = [self.env[by_name[a.name]] for a in sig.inputs]
+            args = pytree.tree_unflatten(ins, sig.in_spec)[0]
+            call = self.module(path, self.leaves[path], [_tuples(a) for a in args])
+            structure = pytree.tree_unflatten(list(range(len(sig.outputs))), sig.out_spec)
+            self._unpack(structure, call, [by_name[o.name] for o in sig.outputs])
+            return
+        inside = set(members)
+        args: list[torch.fx.Node] = []
+        for n in members:
+            for a in n.all_input_nodes:
+                # Sizes read inside the module (zeros for a missing state) are the module's own business.
+                tensor = isinstance(a.meta.get("val"), torch.Tensor)
+                if tensor and a not in inside and a.name not in self.consts and a not in args:
+                    args.append(a)
+        self.env[out] = self.module(path, self.leaves[path], [self.env[a] for a in args])
+
+    def _call(self, node: torch.fx.Node) -> Any:
+        op = node.target
+        if node.op != "call_function":
+            raise LoweringError(f"{node.op} nodes are not supported")
+        if pt2e.handles(op):
+            return self.q.call(node)
+        if node in self.q.fused:
+            return self.q.fused[node]
+        name = op.overloadpacket.__name__ if isinstance(op, torch._ops.OpOverload) else None
+        args, kwargs = self.value(node.args), self.value(node.kwargs)
+        if name in _SKIPPED:
+            return None
+        if name == "linear":
+            return self.q.linear(node, args)
+        if op is operator.getitem and isinstance(args[0], pt2e.Marker):
+            return self.q.getitem(args[0], args[1])
+        args = tuple(self._attr(a) for a in args)
+        kwargs = {k: self._attr(v) for k, v in kwargs.items()}
+        if name in ("sym_size", "view"):  # x.size(d), x.view(shape): as torch.fx traces them
+            return self.method("size" if name == "sym_size" else "view", args)
+        if name in _OPERATORS and not kwargs:
+            return self.function(_OPERATORS[name], args, {})
+        if name == "rsub" and not kwargs:
+            return self.function(operator.sub, (args[1], args[0]), {})
+        if name == "reciprocal":  # c / x is torch's reciprocal(x) * c
+            return self.function(operator.truediv, (1.0, args[0]), {})
+        if name == "slice":
+            x, dim, start, end, step = [*args, *(None, 0, None, None, 1)[len(args):]]
+            if start in (None, 0) and end in (None, _INT64_MAX) and step == 1:
+                return x  # x[:, :, 0] is a whole slice of dimension 0, then a select: torch.fx sees the select
+            index = (slice(None),) * dim + (slice(start, end, step),)
+            return self.function(operator.getitem, (x, index), {})
+        if name == "select" and len(args) == 3 and isinstance(args[1], int):  # x[:, i], as users write it
+            return self.function(operator.getitem, (args[0], (slice(None),) * args[1] + (args[2],)), {})
+        if name == "embedding":  # aten: (weight, indices, padding_idx, ...); F.embedding: (input, weight, ...)
+            return self.function(F.embedding, (args[1], args[0]), {})
+        if name in ("clone", "contiguous", "alias", "detach"):
+            return args[0]
+        fn = _torch_function(op)
+        if fn is None:
+            raise LoweringError(f"ATen op {op} has no qrt lowering")
+        return self.function(fn, args, kwargs)
+
+    def _attr(self, a: Any) -> Any:
+        """A constant (param, buffer) as a get_attr of the raised module."""
+        if isinstance(a, pt2e.Constant):
+            return self.const_attr(a.name, a.value)
+        if isinstance(a, pt2e.Marker):
+            raise LoweringError(f"{a} is used by an op that is not a quantized Linear")
+        if isinstance(a, (list, tuple)):
+            return type(a)(self._attr(v) for v in a)
+        return a
+
+    def _output(self, node: torch.fx.Node) -> None:
+        flat = [self._attr(self.env[n]) if isinstance(n, torch.fx.Node) else n for n in node.args[0]]
+        self.graph.output(_tuples(pytree.tree_unflatten(flat, self.ep.call_spec.out_spec)))
+
+
+def _tuples(v: Any) -> Any:
+    return tuple(_tuples(i) for i in v) if isinstance(v, (list, tuple)) else v
+
+
+def raise_program(
+    ep: ExportedProgram,
+    names: Sequence[str],
+    model: nn.Module | None = None,
+    quantized: dict[str, nn.Module] | None = None,
+) -> torch.fx.GraphModule:
+    """The ATen graph of ep as a torch-level fx graph (module docstring). ``model``: the exported module,
+    whose leaf modules become call_module nodes again; ``quantized``: path -> the torch.ao module a
+    stand-in took the place of."""
+    return _Raiser(ep, _leaf_paths(model, quantized or {}), names).run()
+
+
+def describe(module: nn.Module) -> Layer | None:
+    """The FX front end's descriptions, and the pt2e Linears this front end makes."""
+    if isinstance(module, pt2e.QLinear):
+        return module.layer
+    return qrt_backend.describe(module)
+
+
+def is_pt2e(gm: nn.Module) -> bool:
+    """Whether the raised graph holds pt2e's quantized Linears (then it is quantized already)."""
+    return any(isinstance(m, pt2e.QLinear) for m in gm.modules())
+
+
+def mark_free(specs: Sequence[qshapes.Spec], names: Sequence[str], ep: ExportedProgram, free_dims: str) -> list:
+    """The specs with the dimensions torch.export kept dynamic marked free ("auto"), or the marked ones
+    checked ("marked"): a dimension declared free that torch.export fixed is an error naming it."""
+    user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    vals = {n.name: n.meta["val"] for n in ep.graph.nodes if n.op == "placeholder"}
+    shapes = iter(vals[u].shape for u in user)
+    out = []
+    for spec, name in zip(specs, names):
+        flat = {}
+        for i, (leaf_name, leaf) in enumerate(qshapes.leaves(spec, name)):
+            shape = next(shapes)
+            dims = []
+            for d, dim in enumerate(leaf.dims):
+                dynamic = _dynamic(shape[d])
+                if dim.free and not dynamic:
+                    raise ExportError(
+                        f"input {leaf_name!r} dimension {d} is declared free ({leaf}), but torch.export "
+                        f"fixes it to {int(shape[d])}"
+                    )
+                dims.append(qshapes.Dim(dim.size, dynamic if free_dims == "auto" else dim.free))
+            flat[i] = qshapes.Leaf(tuple(dims), leaf.dtype)
+        out.append(rebuild(spec, iter(flat.values())))
+    return out
+
+
+def rebuild(spec: qshapes.Spec, leaves: Any) -> qshapes.Spec:
+    """spec's structure (tuples) over the next leaves."""
+    if isinstance(spec, tuple):
+        return tuple(rebuild(s, leaves) for s in spec)
+    return next(leaves)
