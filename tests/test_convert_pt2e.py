@@ -137,7 +137,7 @@ def test_pt2e_loads_in_a_fresh_process(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "front end: torch.export (a torch.export program)" in run.stderr
     assert "deprecat" not in run.stderr.lower(), run.stderr
-    assert "(prequantized; inputs x float32[?, 37]" in run.stdout
+    assert "(prequantized, engine x86; inputs x float32[?, 37]" in run.stdout
 
 
 def test_pt2e_7bit_activations_are_refused_by_name(tmp_path):
