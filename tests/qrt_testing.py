@@ -45,8 +45,9 @@ def quantized_copy(module: torch.nn.Module, dtype: torch.dtype, per_channel: boo
     return torch.ao.quantization.quantize_dynamic(wrapped, {type(module): qconfig}, dtype=dtype)[0]
 
 
-def cell_model_file(path, kind: str, qcell) -> None:
-    """Write a one-node lstm/gru_cell_dynamic model of a torch dynamic quantized cell: inputs x, h (, c)."""
+def cell_model_file(path, kind: str, qcell, engine: str | None = None) -> None:
+    """Write a one-node cell model of a torch dynamic quantized cell: inputs x, h (, c). kind: lstm, gru,
+    rnn_tanh or rnn_relu; engine: the node's attribute engine, if given."""
     from qrt.builder import GraphBuilder
 
     wb = qcell._weight_bias()
@@ -57,6 +58,9 @@ def cell_model_file(path, kind: str, qcell) -> None:
         ports["c"] = g.input("c", "float32", [None, qcell.hidden_size])
     for side in ("ih", "hh"):
         ports.update(dynamic_weight(wb["weight"][f"weight_{side}"], wb["bias"][f"bias_{side}"], f"{side}_"))
-    out = g.node(f"{kind}_cell_dynamic", ports, name="cell")
+    attrs = {"nonlinearity": kind[4:]} if kind.startswith("rnn") else {}
+    if engine is not None:
+        attrs["engine"] = engine
+    out = g.node(f"{kind[:3] if kind.startswith('rnn') else kind}_cell_dynamic", ports, attrs, name="cell")
     g.output(*(out if isinstance(out, tuple) else (out,)), as_tuple=kind == "lstm")
     g.save(path)

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import torch
-from qrt_testing import dynamic_weight, qparams, quantized_copy
+from qrt_testing import cell_model_file, dynamic_weight, qparams, quantized_copy
 
 import qrt
 from qrt import _kernels as K
@@ -246,18 +246,7 @@ def _cell(kind: str, input_size: int, hidden: int, per_channel: bool) -> torch.n
 
 
 def _cell_file(path, kind: str, qcell, engine: str) -> qrt.Model:
-    wb = qcell._weight_bias()
-    g = GraphBuilder()
-    ports = {"x": g.input("x", "float32", [None, qcell.input_size]),
-             "h": g.input("h", "float32", [None, qcell.hidden_size])}
-    if kind == "lstm":
-        ports["c"] = g.input("c", "float32", [None, qcell.hidden_size])
-    for side in ("ih", "hh"):
-        ports.update(dynamic_weight(wb["weight"][f"weight_{side}"], wb["bias"][f"bias_{side}"], f"{side}_"))
-    attrs = {"engine": engine, **({"nonlinearity": kind[4:]} if kind.startswith("rnn") else {})}
-    out = g.node(f"{kind[:3] if kind.startswith('rnn') else kind}_cell_dynamic", ports, attrs, name="cell")
-    g.output(*(out if isinstance(out, tuple) else (out,)), as_tuple=kind == "lstm")
-    g.save(path)
+    cell_model_file(path, kind, qcell, engine)
     return qrt.load(path)
 
 
