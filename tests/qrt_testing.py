@@ -45,6 +45,18 @@ def quantized_copy(module: torch.nn.Module, dtype: torch.dtype, per_channel: boo
     return torch.ao.quantization.quantize_dynamic(wrapped, {type(module): qconfig}, dtype=dtype)[0]
 
 
+def dynamic_linear_file(path, qlinear, in_features: int, engine: str | None = None) -> None:
+    """Write a one-node linear_dynamic model (reduce_range, as torch's x86 engine) of a torch dynamic quantized
+    Linear: input x; engine: the node's attribute engine, if given."""
+    from qrt.builder import GraphBuilder
+
+    g = GraphBuilder()
+    x = g.input("x", "float32", [None, in_features])
+    attrs = {"reduce_range": True, **({} if engine is None else {"engine": engine})}
+    g.output(g.node("linear_dynamic", {"x": x, **dynamic_weight(qlinear.weight(), qlinear.bias())}, attrs))
+    g.save(path)
+
+
 def cell_model_file(path, kind: str, qcell, engine: str | None = None) -> None:
     """Write a one-node cell model of a torch dynamic quantized cell: inputs x, h (, c). kind: lstm, gru,
     rnn_tanh or rnn_relu; engine: the node's attribute engine, if given."""

@@ -20,7 +20,7 @@ import pytest
 import torch
 import torch.ao.nn.intrinsic.quantized as nniq
 import torch.ao.nn.quantized as nnq
-from qrt_testing import dynamic_weight, qparams, quantized_copy
+from qrt_testing import dynamic_linear_file, dynamic_weight, qparams, quantized_copy
 from reference import TORCH_FP16_ORDER_IS_QRTS, TORCH_INT8_SATURATES, reorder_bound, static_linear, u8s8_accumulate
 
 import qrt
@@ -45,12 +45,7 @@ def _activations(shape, kind, rng):
 
 
 def _dynamic_model(path, qlinear, in_features):
-    b = GraphBuilder()
-    x = b.input("x", "float32", [None, in_features])
-    bias = qlinear.bias()
-    y = b.node("linear_dynamic", {"x": x, **dynamic_weight(qlinear.weight(), bias)}, {"reduce_range": True})
-    b.output(y)
-    b.save(path)
+    dynamic_linear_file(path, qlinear, in_features)
     return qrt.load(path)
 
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import torch
-from qrt_testing import cell_model_file, dynamic_weight, qparams, quantized_copy
+from qrt_testing import cell_model_file, dynamic_linear_file, qparams, quantized_copy
 
 import qrt
 from qrt import _kernels as K
@@ -65,11 +65,7 @@ def _static_oracle(acc: np.ndarray, x_scale: float, w_scale, bias, y_scale: floa
 
 
 def _linear_dynamic_model(path, qlinear, in_features: int, engine: str) -> qrt.Model:
-    g = GraphBuilder()
-    x = g.input("x", "float32", [None, in_features])
-    attrs = {"reduce_range": True, "engine": engine}
-    g.output(g.node("linear_dynamic", {"x": x, **dynamic_weight(qlinear.weight(), qlinear.bias())}, attrs))
-    g.save(path)
+    dynamic_linear_file(path, qlinear, in_features, engine)
     return qrt.load(path)
 
 
