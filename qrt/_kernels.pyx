@@ -40,6 +40,7 @@ cdef extern from "qrt_kernels.h" nogil:
         int32_t zp, lo
         int qnnpack
         const int32_t* bias_i
+        const float* x_scales
     ctypedef struct qrt_kernels:
         const char* name
         const char* i8_isa
@@ -429,6 +430,38 @@ cdef int quantize_activations(const qrt_kernels* kern, const float* x, Py_ssize_
     return 0
 
 
+cdef float TORCHAO_EPS = <float>1.1920928955078125e-07  # torchao's floor of a scale: float32's eps, 2^-23
+
+
+cdef int quantize_rows_symmetric(const float* x, Py_ssize_t m, Py_ssize_t k, uint8_t* q,
+                                 float* scales) noexcept nogil:
+    """torchao's per-row symmetric int8 quantization (Int8Tensor.from_hp, PerRow, SYMMETRIC) of x[m, k]:
+    s = max(fl(max|x_row| / 127.5), 2^-23), q = clamp(rne(fl(x * fl(1 / s))), -128, 127), stored as
+    q + 128 in uint8 (zero point 128 in the u8 x s8 product: the same sums). Returns 1 on NaN or infinity.
+
+    Plain float operations in a fixed order, compiled once: the same bits on every kernel variant.
+    """
+    cdef Py_ssize_t i, t
+    cdef const float* row
+    cdef float amax, s, inv, r
+    for i in range(m):
+        row = x + i * k
+        amax = 0
+        for t in range(k):
+            if not (fabs(row[t]) <= <float>3.4028234663852886e38):  # NaN or infinity
+                return 1
+            amax = fabs(row[t]) if fabs(row[t]) > amax else amax
+        s = amax / <float>127.5
+        s = s if s > TORCHAO_EPS else TORCHAO_EPS
+        inv = <float>1.0 / s
+        scales[i] = s
+        for t in range(k):
+            r = nearbyintf(row[t] * inv)
+            r = <float>-128 if r < -128 else (<float>127 if r > 127 else r)
+            q[i * k + t] = <uint8_t>(<int32_t>r + 128)
+    return 0
+
+
 cdef void gemm_u8s8(const uint8_t* x, int32_t x_zp, const int8_t* w, const int32_t* w_rowsum,
                     const int32_t* w_zp, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
                     int32_t* acc) noexcept nogil:
@@ -793,13 +826,15 @@ cdef struct prepared_input:
     uint8_t* q         # int8 weights: x quantized with (scale, zero_point), [m, k]
     float scale
     int32_t zero_point
+    float* scales      # per-row activation scales (per_row layers), [m]: release() frees them
     bint owned         # q was allocated by prepare(), release() frees it
 
 
 cdef void release(prepared_input* p) noexcept nogil:
     if p.owned:
         free(p.q)
-    p.q, p.owned = NULL, False
+    free(p.scales)
+    p.q, p.scales, p.owned = NULL, NULL, False
 
 
 cdef inline void relu_to(const float* x, float* y, Py_ssize_t n) noexcept nogil:
@@ -815,11 +850,13 @@ cdef class DynamicLinear:
     int8 weights: y = fma(fl(acc), fl(s_x * s_w[n]), bias[n]) where acc is
     the exact integer product of the per-call quantized input and the
     weights; qnnpack: activations over 0..255 whatever reduce_range says and
-    y = fl(fl(acc) * fl(s_x * s_w[n])) + bias[n]. float16 weights: applied
+    y = fl(fl(acc) * fl(s_x * s_w[n])) + bias[n]; per_row (torchao's Int8Tensor
+    linear): one symmetric int8 scale s_x[m] per row (quantize_rows_symmetric)
+    and y = fl(fl(fl(acc) * s_x[m]) * s_w[n]) + bias[n]. float16 weights: applied
     with the fp16 kernel's accumulation order (PackedFloat), on either engine.
     """
     cdef readonly Py_ssize_t out_features, in_features
-    cdef readonly bint is_int8, qnnpack
+    cdef readonly bint is_int8, qnnpack, per_row
     cdef bint reduce_range
     cdef PackedS8 w8
     cdef PackedFloat w16
@@ -828,9 +865,10 @@ cdef class DynamicLinear:
     cdef const float* bias
 
     def __init__(self, weight, scale=None, zero_point=None, bias=None, bint reduce_range=True,
-                 bint qnnpack=False):
+                 bint qnnpack=False, bint per_row=False):
         n, k = weight.shape
         self.out_features, self.in_features = n, k
+        self.per_row = per_row
         self.reduce_range = reduce_range and not qnnpack  # qnnpack ignores reduce_range (with a warning)
         self.qnnpack = qnnpack
         self.is_int8 = weight.dtype == np.int8
@@ -853,9 +891,9 @@ cdef class DynamicLinear:
 
     cdef int prepare(self, const float* x, Py_ssize_t m, prepared_input* p, uint8_t* buf,
                      Py_ssize_t buf_size) noexcept nogil:
-        """Make x[m, k] ready for project(): for int8 weights, quantize it (one scale for all m rows),
-        into buf if it holds m * k bytes, else into memory of its own. Returns 1 if x holds NaN or
-        infinity, -1 if out of memory; p is to be released either way."""
+        """Make x[m, k] ready for project(): for int8 weights, quantize it (one scale for all m rows, or one
+        a row if per_row), into buf if it holds m * k bytes, else into memory of its own. Returns 1 if x holds
+        NaN or infinity, -1 if out of memory; p is to be released either way."""
         cdef Py_ssize_t n = self.out_features, k = self.in_features
         memset(p, 0, sizeof(prepared_input))
         p.x = x
@@ -867,6 +905,11 @@ cdef class DynamicLinear:
             p.q, p.owned = <uint8_t*>malloc(m * k + 1), True  # + 1: k may be 0, and malloc(0) may be NULL
             if p.q == NULL:
                 return -1
+        if self.per_row:
+            p.scales, p.zero_point = <float*>malloc(m * sizeof(float)), 128
+            if p.scales == NULL:
+                return -1
+            return quantize_rows_symmetric(x, m, k, p.q, p.scales)
         if k and quantize_activations(self.w8.kern, x, m * k, self.reduce_range, p.q, &p.scale, &p.zero_point):
             return 1
         return 0
@@ -886,6 +929,7 @@ cdef class DynamicLinear:
             return err
         memset(&e, 0, sizeof(e))
         e.y, e.x_scale, e.w_scale, e.bias, e.relu, e.qnnpack = y, p.scale, self.scale, self.bias, relu, self.qnnpack
+        e.x_scales = p.scales + row if self.per_row else NULL
         return self.w8.matmul(p.q + row * self.in_features, m, p.zero_point, &e)
 
     cdef int forward(self, const float* x, Py_ssize_t m, float* y, bint relu) noexcept nogil:

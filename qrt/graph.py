@@ -28,6 +28,7 @@ MAX_NAME = 256
 TREES_SINCE = 3
 # the attribute `engine` of the linear and recurrent ops (format version 5): x86 (fbgemm) or qnnpack numerics
 ENGINE_SINCE = 5
+ACTIVATION_SINCE = 6  # linear_dynamic's attribute 'activation'
 MAX_TREE_DEPTH = 16  # tuples nested deeper are refused: no model needs them, and walking them stays shallow
 
 
@@ -189,6 +190,8 @@ def _parse_node(i: int, item: Any, version: int) -> Node:
         _fail(where, "attrs must be a JSON object")
     if "engine" in attrs and version < ENGINE_SINCE:
         _fail(where, f"attribute 'engine' needs format version {ENGINE_SINCE}, the file says {version}")
+    if "activation" in attrs and version < ACTIVATION_SINCE:
+        _fail(where, f"attribute 'activation' needs format version {ACTIVATION_SINCE}, the file says {version}")
     try:
         attrs = spec.resolve_attrs(attrs)
     except FormatError as e:

@@ -49,7 +49,7 @@ from torch import nn  # noqa: E402
 import qrt  # noqa: E402
 from qrt.ops import ENGINES  # noqa: E402
 
-from . import export_frontend, qrt_backend  # noqa: E402
+from . import export_frontend, qrt_backend, torchao_frontend  # noqa: E402
 from . import lower as qlower  # noqa: E402
 from . import shapes as qshapes  # noqa: E402
 from .rules import DEFAULT_RULES, MODES, WEIGHT_DTYPES, WEIGHT_SCHEMES, Rules, RulesError, load_rules  # noqa: E402
@@ -163,14 +163,6 @@ def load_model(checkpoint: str, model: str | None, trust_checkpoint: bool) -> nn
         return obj.eval()
     if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
         raise ConvertError(f"checkpoint {checkpoint!r} is not a state_dict (a dict of tensors)")
-    # torchao's quantize_ leaves tensor subclasses (Int8Tensor: int8 qdata, a scale per row) as weights.
-    torchao = sorted({f"{k} ({type(v).__name__})" for k, v in obj.items() if type(v).__module__.startswith("torchao")})
-    if torchao:
-        raise ConvertError(
-            f"checkpoint {checkpoint!r} holds torchao quantize_ weights ({', '.join(torchao)}); their schemes "
-            "(int8 weight-only, int8 per-token dynamic activations) are not ones qrt runs yet: convert the float "
-            "model, or quantize it with pt2e (docs/CONVERTER.md)"
-        )
     if model is None:
         raise ConvertError(
             f"checkpoint {checkpoint!r} is a state_dict: pass --model package.module:factory to build the model"
@@ -204,7 +196,8 @@ def _load_state_dict(net: nn.Module, state: dict, checkpoint: str, model: str) -
         problems.append("shape mismatch " + "; ".join(shapes))
     if problems:
         raise ConvertError(f"checkpoint {checkpoint!r} does not fit the model from {model!r}: " + ", ".join(problems))
-    net.load_state_dict(state, strict=True)
+    # torchao's quantize_ leaves tensor subclasses (Int8Tensor) as weights: they take the float ones' places
+    net.load_state_dict(state, strict=True, assign=any(torchao_frontend.is_torchao_tensor(v) for v in state.values()))
 
 
 def input_names(model: nn.Module) -> list[str]:
@@ -339,12 +332,19 @@ def _resolve(gm: torch.fx.GraphModule, specs: Sequence[qshapes.Spec]) -> list[qs
 FRONTENDS = ("auto", "fx", "export")
 
 
-def _load_program(path: str, frontend: str, input_shapes: Sequence[Any] | None) -> tuple:
+def _load_program(path: str, frontend: str, input_shapes: Sequence[Any] | None, trust_checkpoint: bool) -> tuple:
     """A .pt2 program raised to a torch-level graph, its input specs (dynamic dimensions free) and names."""
     if frontend == "fx":
         raise ConvertError(f"{path!r} is a torch.export program (.pt2): it is read by --frontend export (or auto)")
     if input_shapes:
         raise ConvertError(f"{path!r} is a torch.export program (.pt2), which fixes its inputs: drop --input-shape")
+    pickled = torchao_frontend.pickled_weights(path)
+    if pickled and not trust_checkpoint:
+        raise ConvertError(
+            f"{path!r} stores weights pickled ({', '.join(pickled)}: tensor subclasses such as torchao's "
+            "Int8Tensor); loading them would run arbitrary code from the file. Pass --trust-checkpoint only if "
+            "you trust where it came from"
+        )
     try:
         ep = export_frontend.load(path)
         specs, names = export_frontend.program_specs(ep)
@@ -501,7 +501,7 @@ def convert(
         raise ConvertError(f"front end must be one of {list(FRONTENDS)}, got {frontend!r}")
     pt2 = export_frontend.is_pt2(checkpoint)
     if pt2:
-        net, specs, names = _load_program(checkpoint, frontend, input_shapes)
+        net, specs, names = _load_program(checkpoint, frontend, input_shapes, trust_checkpoint)
         free_dims, used_frontend, note = "marked", "export", "a torch.export program"
     else:
         net = load_model(checkpoint, model, trust_checkpoint)
@@ -532,7 +532,7 @@ def convert(
     if not pt2:
         net, specs, free_dims, used_frontend, note = _front_end(net, specs, names, frontend, free_dims)
 
-    prequantized = qrt_backend.is_quantized(net) or export_frontend.is_pt2e(net)
+    prequantized = export_frontend.is_prequantized(net)
     if prequantized:
         gm = _trace(net, names)
         specs = _resolve(gm, specs)

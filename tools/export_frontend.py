@@ -33,7 +33,7 @@ from torch import nn
 from torch.export import Dim, ExportedProgram
 from torch.export.graph_signature import InputKind
 
-from . import pt2e, qrt_backend
+from . import pt2e, qrt_backend, torchao_frontend
 from . import shapes as qshapes
 from .layers import Layer, LinearLayer
 from .lower_ops import FUNCTIONS, LoweringError
@@ -227,6 +227,7 @@ _RENAMED = {
 # Written as operators by users: torch.fx traces x / y as operator.truediv (and names the node after it).
 _OPERATORS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv}
 _INT64_MAX = (1 << 63) - 1
+_INNER_TENSOR = torch.ops.export.access_subclass_inner_tensor.default
 _SKIPPED = ("_assert_scalar", "sym_constrain_range_for_size", "_assert_tensor_metadata", "sym_constrain_range")
 
 
@@ -287,13 +288,17 @@ class _Raiser:
                 if spec.kind == InputKind.USER_INPUT:
                     continue
                 self.consts[node.name] = tensors[spec.target]
+            elif node.target is _INNER_TENSOR and node.args[0].name in self.consts:
+                # a field of a tensor-subclass weight (torchao's qdata, scale): a constant like the weight
+                self.consts[node.name] = getattr(self.consts[node.args[0].name], node.args[1])
         self._inputs(nodes)
         groups = self._groups(nodes)
         inside = {n for _, members in groups.values() for n in members}
         for node in nodes:
+            if node.name in self.consts:
+                self.env[node] = pt2e.Constant(node.name, self.consts[node.name])
+                continue
             if node.op == "placeholder":
-                if node.name in self.consts:
-                    self.env[node] = pt2e.Constant(node.name, self.consts[node.name])
                 continue
             if node.op == "output":
                 self._output(node)
@@ -446,20 +451,26 @@ def raise_program(
 ) -> torch.fx.GraphModule:
     """The ATen graph of ep as a torch-level fx graph (module docstring). ``model``: the exported module,
     whose leaf modules become call_module nodes again; ``quantized``: path -> the torch.ao module a
-    stand-in took the place of."""
-    return _Raiser(ep, _leaf_paths(model, quantized or {}), names).run()
+    stand-in took the place of. A saved program (no model) calls its torchao Linears again."""
+    leaves = _leaf_paths(model, quantized or {}) if model is not None else torchao_frontend.program_leaves(ep)
+    return _Raiser(ep, leaves, names).run()
 
 
 def describe(module: nn.Module) -> Layer | None:
-    """The FX front end's descriptions, and the pt2e Linears this front end makes."""
+    """The FX front end's descriptions, the pt2e Linears this front end makes, and torchao's Linears."""
     if isinstance(module, pt2e.QLinear):
         return module.layer
-    return qrt_backend.describe(module)
+    return torchao_frontend.describe(module) or qrt_backend.describe(module)
 
 
 def is_pt2e(gm: nn.Module) -> bool:
     """Whether the raised graph holds pt2e's quantized Linears (then it is quantized already)."""
     return any(isinstance(m, pt2e.QLinear) for m in gm.modules())
+
+
+def is_prequantized(model: nn.Module) -> bool:
+    """Whether the model (or raised graph) is quantized already: by torch.ao, pt2e or torchao."""
+    return qrt_backend.is_quantized(model) or is_pt2e(model) or torchao_frontend.is_quantized(model)
 
 
 def mark_free(specs: Sequence[qshapes.Spec], names: Sequence[str], ep: ExportedProgram, free_dims: str) -> list:

@@ -46,6 +46,8 @@ typedef struct {
     int32_t zp, lo;
     int qnnpack;          /* torch's qnnpack engine: y = fl(fl(a) * fl(x_scale * w_scale[j])) + bias[j], two roundings */
     const int32_t* bias_i; /* static linear, qnnpack: the bias in int32, added to a (wrapping) before the requantization */
+    const float* x_scales; /* dynamic linear with one activation scale per row (torchao's Int8Tensor linear), in place
+                            * of x_scale: y[i][j] = fl(fl(fl(a) * x_scales[i]) * w_scale[j]) + bias[j], three roundings */
 } qrt_epilogue;
 
 typedef struct {
