@@ -228,6 +228,7 @@ _RENAMED = {
 _OPERATORS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv}
 _INT64_MAX = (1 << 63) - 1
 _INNER_TENSOR = torch.ops.export.access_subclass_inner_tensor.default
+_SYM_SIZE = torch.ops.aten.sym_size.int
 _SKIPPED = ("_assert_scalar", "sym_constrain_range_for_size", "_assert_tensor_metadata", "sym_constrain_range")
 
 
@@ -282,6 +283,7 @@ class _Raiser:
         kinds = {s.arg.name: s for s in ep.graph_signature.input_specs}
         tensors = {**ep.state_dict, **ep.constants}
         nodes = list(ep.graph.nodes)
+        fields: set[torch.fx.Node] = set()
         for node in nodes:
             if node.op == "placeholder":
                 spec = kinds[node.name]
@@ -291,6 +293,14 @@ class _Raiser:
             elif node.target is _INNER_TENSOR and node.args[0].name in self.consts:
                 # a field of a tensor-subclass weight (torchao's qdata, scale): a constant like the weight
                 self.consts[node.name] = getattr(self.consts[node.args[0].name], node.args[1])
+                fields.add(node)
+            elif node.op == "call_function" and node.users and node.all_input_nodes \
+                    and all(a in fields for a in node.all_input_nodes):
+                # computed from such fields alone (a transpose, a cast), once for every call of the layer: the
+                # calls share it, so it is a constant too, not a part of the first call
+                args, kwargs = pytree.tree_map_only(torch.fx.Node, lambda a: self.consts[a.name], (node.args, node.kwargs))
+                self.consts[node.name] = node.target(*args, **kwargs)
+                fields.add(node)
         self._inputs(nodes)
         groups = self._groups(nodes)
         inside = {n for _, members in groups.values() for n in members}
@@ -340,7 +350,7 @@ class _Raiser:
         call's nodes)."""
         calls: dict[str, tuple[str, list[torch.fx.Node]]] = {}
         for node in nodes:
-            if node.op == "call_function":
+            if node.op == "call_function" and node.name not in self.consts:
                 found = _leaf_key(node, set(self.leaves))
                 if found is not None:
                     calls.setdefault(found[0], (found[1], []))[1].append(node)
@@ -374,6 +384,8 @@ class _Raiser:
         inside = set(members)
         args: list[torch.fx.Node] = []
         for n in members:
+            if n.target is _SYM_SIZE:  # a size read of an outer tensor (a dynamic batch) does not make it an argument
+                continue
             for a in n.all_input_nodes:
                 # Sizes read inside the module (zeros for a missing state) are the module's own business.
                 tensor = isinstance(a.meta.get("val"), torch.Tensor)
