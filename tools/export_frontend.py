@@ -298,7 +298,8 @@ class _Raiser:
                     and all(a in fields for a in node.all_input_nodes):
                 # computed from such fields alone (a transpose, a cast), once for every call of the layer: the
                 # calls share it, so it is a constant too, not a part of the first call
-                args, kwargs = pytree.tree_map_only(torch.fx.Node, lambda a: self.consts[a.name], (node.args, node.kwargs))
+                const = lambda a: self.consts[a.name]  # noqa: E731
+                args, kwargs = pytree.tree_map_only(torch.fx.Node, const, (node.args, node.kwargs))
                 self.consts[node.name] = node.target(*args, **kwargs)
                 fields.add(node)
         self._inputs(nodes)
