@@ -129,12 +129,23 @@ def _pickled_globals(message: str) -> str:
     return f" (it refers to {', '.join(found)})" if found else ""
 
 
+def _load_weights_only(checkpoint: str) -> Any:
+    """torch.load(weights_only=True); a state_dict of torchao weights (Int8Tensor) loads so once torchao is
+    imported, which declares its tensor classes safe to the weights-only loader."""
+    try:
+        return torch.load(checkpoint, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        if "GLOBAL torchao." not in str(e) or "torchao" in sys.modules or not torchao_frontend.import_torchao():
+            raise
+        return torch.load(checkpoint, map_location="cpu", weights_only=True)
+
+
 def load_model(checkpoint: str, model: str | None, trust_checkpoint: bool) -> nn.Module:
     """The model to convert: factory + state_dict, or (trusted) a whole pickled module."""
     if not os.path.isfile(checkpoint):
         raise ConvertError(f"checkpoint {checkpoint!r} does not exist")
     try:
-        obj = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        obj = _load_weights_only(checkpoint)
         whole = False
     except pickle.UnpicklingError as e:
         if not trust_checkpoint:
@@ -345,6 +356,8 @@ def _load_program(path: str, frontend: str, input_shapes: Sequence[Any] | None, 
             "Int8Tensor); loading them would run arbitrary code from the file. Pass --trust-checkpoint only if "
             "you trust where it came from"
         )
+    if pickled:
+        torchao_frontend.import_torchao()  # quietly, before unpickling does it
     try:
         ep = export_frontend.load(path)
         specs, names = export_frontend.program_specs(ep)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import zipfile
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,24 @@ DYNAMIC, WEIGHT_ONLY = "per_row_symmetric", "weight_only"
 
 class TorchaoError(ValueError):
     """A torchao layer qrt does not run; the message names it and says why."""
+
+
+def import_torchao() -> bool:
+    """Import torchao (it declares its tensor classes to torch's weights-only loader) without its import-time
+    log lines (kernels built for other GPUs it cannot load, a torch.compile notice): the converter's users
+    cannot act on them. False if torchao is not installed."""
+    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        import torchao  # noqa: F401
+    except ImportError:
+        return False
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+    return True
 
 
 def is_torchao_tensor(t: Any) -> bool:
