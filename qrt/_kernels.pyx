@@ -62,6 +62,7 @@ cdef extern from "qrt_kernels.h" nogil:
         int (*u8_max)(const uint8_t* x, ptrdiff_t n) noexcept nogil
         int (*quantize_dynamic)(const float* x, ptrdiff_t n, int reduce_range, uint8_t* q, float* scale,
                                 int32_t* zero_point) noexcept nogil
+        int (*quantize_rows_s8)(const float* x, ptrdiff_t m, ptrdiff_t k, uint8_t* q, float* scales) noexcept nogil
         void (*gate_update)(int kind, const float* gi, float* gh, const float* h, const float* c, float* h_out,
                             float* c_out, ptrdiff_t batch, ptrdiff_t hidden, ptrdiff_t j0,
                             ptrdiff_t j1) noexcept nogil
@@ -427,38 +428,6 @@ cdef int quantize_activations(const qrt_kernels* kern, const float* x, Py_ssize_
     qrt_choose_qparams(j.lo[0], j.hi[0], reduce_range, scale, zero_point)
     j.inv, j.zp = <float>1.0 / scale[0], <float>zero_point[0]
     qrt_parallel_for(j.parts, <int>j.parts - 1, quantize_task, &j)
-    return 0
-
-
-cdef float TORCHAO_EPS = <float>1.1920928955078125e-07  # torchao's floor of a scale: float32's eps, 2^-23
-
-
-cdef int quantize_rows_symmetric(const float* x, Py_ssize_t m, Py_ssize_t k, uint8_t* q,
-                                 float* scales) noexcept nogil:
-    """torchao's per-row symmetric int8 quantization (Int8Tensor.from_hp, PerRow, SYMMETRIC) of x[m, k]:
-    s = max(fl(max|x_row| / 127.5), 2^-23), q = clamp(rne(fl(x * fl(1 / s))), -128, 127), stored as
-    q + 128 in uint8 (zero point 128 in the u8 x s8 product: the same sums). Returns 1 on NaN or infinity.
-
-    Plain float operations in a fixed order, compiled once: the same bits on every kernel variant.
-    """
-    cdef Py_ssize_t i, t
-    cdef const float* row
-    cdef float amax, s, inv, r
-    for i in range(m):
-        row = x + i * k
-        amax = 0
-        for t in range(k):
-            if not (fabs(row[t]) <= <float>3.4028234663852886e38):  # NaN or infinity
-                return 1
-            amax = fabs(row[t]) if fabs(row[t]) > amax else amax
-        s = amax / <float>127.5
-        s = s if s > TORCHAO_EPS else TORCHAO_EPS
-        inv = <float>1.0 / s
-        scales[i] = s
-        for t in range(k):
-            r = nearbyintf(row[t] * inv)
-            r = <float>-128 if r < -128 else (<float>127 if r > 127 else r)
-            q[i * k + t] = <uint8_t>(<int32_t>r + 128)
     return 0
 
 
@@ -851,7 +820,7 @@ cdef class DynamicLinear:
     the exact integer product of the per-call quantized input and the
     weights; qnnpack: activations over 0..255 whatever reduce_range says and
     y = fl(fl(acc) * fl(s_x * s_w[n])) + bias[n]; per_row (torchao's Int8Tensor
-    linear): one symmetric int8 scale s_x[m] per row (quantize_rows_symmetric)
+    linear): one symmetric int8 scale s_x[m] per row (the variant's quantize_rows_s8)
     and y = fl(fl(fl(acc) * s_x[m]) * s_w[n]) + bias[n]. float16 weights: applied
     with the fp16 kernel's accumulation order (PackedFloat), on either engine.
     """
@@ -909,7 +878,7 @@ cdef class DynamicLinear:
             p.scales, p.zero_point = <float*>malloc(m * sizeof(float)), 128
             if p.scales == NULL:
                 return -1
-            return quantize_rows_symmetric(x, m, k, p.q, p.scales)
+            return self.w8.kern.quantize_rows_s8(x, m, k, p.q, p.scales)
         if k and quantize_activations(self.w8.kern, x, m * k, self.reduce_range, p.q, &p.scale, &p.zero_point):
             return 1
         return 0

@@ -1,6 +1,6 @@
 // linear_dynamic with activation "per_row_symmetric" (torchao's Int8Tensor linear): each row of x
 // quantized symmetrically to int8 with its own scale, the exact int32 product, and torchao's epilogue.
-// The same float steps as the CPU (qrt/_kernels.pyx quantize_rows_symmetric, qrt/kernels/gemm_i8.h
+// The same float steps as the CPU (qrt/kernels/quantize.h qrt_quantize_rows_s8, gemm_i8.h
 // qrt_dequantize_row_scaled), each rounding named.
 #include "gemm_common.cuh"
 

@@ -79,6 +79,8 @@ typedef struct {
     int (*u8_max)(const uint8_t* x, ptrdiff_t n);
     int (*quantize_dynamic)(const float* x, ptrdiff_t n, int reduce_range, uint8_t* q, float* scale,
                             int32_t* zero_point); /* min_max, torch's parameters, quantize_u8; 1: NaN or inf */
+    int (*quantize_rows_s8)(const float* x, ptrdiff_t m, ptrdiff_t k, uint8_t* q, float* scales); /* torchao's
+                            * per-row symmetric int8, stored + 128; 1: NaN or inf */
 
     /* recurrent gates: units [j0, j1) of every batch row of one step (gates.h) */
     void (*gate_update)(int kind, const float* gi, float* gh, const float* h, const float* c, float* h_out,
