@@ -431,6 +431,38 @@ cdef int quantize_activations(const qrt_kernels* kern, const float* x, Py_ssize_
     return 0
 
 
+cdef struct rows_job:
+    const qrt_kernels* kern
+    const float* x
+    Py_ssize_t m, k, parts
+    uint8_t* q
+    float* scales
+    int bad[64]
+
+
+cdef void rows_task(void* ctx, ptrdiff_t c) noexcept nogil:
+    cdef rows_job* j = <rows_job*>ctx
+    cdef Py_ssize_t a = chunk(j.m, j.parts, c), b = chunk(j.m, j.parts, c + 1)
+    j.bad[c] = j.kern.quantize_rows_s8(j.x + a * j.k, b - a, j.k, j.q + a * j.k, j.scales + a)
+
+
+cdef int quantize_rows(const qrt_kernels* kern, const float* x, Py_ssize_t m, Py_ssize_t k, uint8_t* q,
+                       float* scales) noexcept nogil:
+    """torchao's per-row symmetric quantization of x[m, k] (the variant's quantize_rows_s8), rows split across
+    the threads: each row quantizes on its own, so the split changes nothing. Returns 1 on NaN or infinity."""
+    cdef rows_job j
+    cdef Py_ssize_t c
+    j.parts = max(1, min(<Py_ssize_t>num_threads, m, m * k // min_quantize(), 64))
+    if j.parts == 1:
+        return kern.quantize_rows_s8(x, m, k, q, scales)
+    j.kern, j.x, j.m, j.k, j.q, j.scales = kern, x, m, k, q, scales
+    qrt_parallel_for(j.parts, <int>j.parts - 1, rows_task, &j)
+    for c in range(j.parts):
+        if j.bad[c]:
+            return 1
+    return 0
+
+
 cdef void gemm_u8s8(const uint8_t* x, int32_t x_zp, const int8_t* w, const int32_t* w_rowsum,
                     const int32_t* w_zp, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
                     int32_t* acc) noexcept nogil:
@@ -820,7 +852,7 @@ cdef class DynamicLinear:
     the exact integer product of the per-call quantized input and the
     weights; qnnpack: activations over 0..255 whatever reduce_range says and
     y = fl(fl(acc) * fl(s_x * s_w[n])) + bias[n]; per_row (torchao's Int8Tensor
-    linear): one symmetric int8 scale s_x[m] per row (the variant's quantize_rows_s8)
+    linear): one symmetric int8 scale s_x[m] per row (quantize_rows)
     and y = fl(fl(fl(acc) * s_x[m]) * s_w[n]) + bias[n]. float16 weights: applied
     with the fp16 kernel's accumulation order (PackedFloat), on either engine.
     """
@@ -878,7 +910,7 @@ cdef class DynamicLinear:
             p.scales, p.zero_point = <float*>malloc(m * sizeof(float)), 128
             if p.scales == NULL:
                 return -1
-            return self.w8.kern.quantize_rows_s8(x, m, k, p.q, p.scales)
+            return quantize_rows(self.w8.kern, x, m, k, p.q, p.scales)
         if k and quantize_activations(self.w8.kern, x, m * k, self.reduce_range, p.q, &p.scale, &p.zero_point):
             return 1
         return 0

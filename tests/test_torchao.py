@@ -19,6 +19,7 @@ from torch import nn
 from torchao.quantization import Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig, quantize_
 
 import qrt
+from qrt import _kernels as K
 from qrt.builder import GraphBuilder
 from tools.convert import ConvertError, convert
 from tools.torchao_frontend import DYNAMIC, TorchaoError, describe_linear
@@ -71,6 +72,27 @@ def test_dynamic_linear_matches_torchao_bit_for_bit(tmp_path, variant, k, n, bia
         with torch.no_grad():
             expected = m(torch.from_numpy(x)).numpy()
         np.testing.assert_array_equal(model.run({"x": x}), expected, err_msg=f"{variant} rows={rows}")
+
+
+def test_dynamic_linear_split_across_threads(tmp_path):
+    """Rows quantized and multiplied on 3 threads, every loop split as finely as it goes: torchao's bits still,
+    and a NaN in a later thread's rows is found."""
+    m = quantized_linear(300, 70, True, Int8DynamicActivationInt8WeightConfig())
+    one_node_file(tmp_path / "t.qrt", m)
+    x = awkward_rows(np.random.default_rng(7), 37, 300)
+    with torch.no_grad():
+        expected = m(torch.from_numpy(x)).numpy()
+    before, floors = qrt.get_num_threads(), K._set_min_work(1, 1, 1)
+    try:
+        qrt.set_num_threads(3)
+        model = qrt.load(tmp_path / "t.qrt")
+        np.testing.assert_array_equal(model.run({"x": x}), expected)
+        x[30, 4] = np.nan
+        with pytest.raises(ValueError, match="NaN or infinity"):
+            model.run({"x": x})
+    finally:
+        K._set_min_work(*floors)
+        qrt.set_num_threads(before)
 
 
 def test_dynamic_linear_rank3_input(tmp_path):
