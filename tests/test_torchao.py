@@ -269,8 +269,25 @@ def test_weight_only_mlp_from_pt2_within_propagated_bound(tmp_path):
 
 
 def test_unsupported_torchao_schemes_are_refused_by_name():
-    from torchao.quantization import MappingType
+    from torchao.quantization import MappingType, PerGroup, PerTensor
 
-    m = quantized_linear(8, 4, True, Int8DynamicActivationInt8WeightConfig(act_mapping_type=MappingType.ASYMMETRIC))
-    with pytest.raises(TorchaoError, match="ASYMMETRIC.*not supported"):
-        describe_linear(m)
+    for config, match in (
+        (Int8DynamicActivationInt8WeightConfig(act_mapping_type=MappingType.ASYMMETRIC), "ASYMMETRIC.*not supported"),
+        (Int8DynamicActivationInt8WeightConfig(granularity=PerTensor()), r"PerTensor\(\), SYMMETRIC.*not supported"),
+        (Int8WeightOnlyConfig(granularity=PerGroup(8)), r"per-group Int8Tensor weights \(block_size \[1, 8\]\)"),
+    ):
+        with pytest.raises(TorchaoError, match=match):
+            describe_linear(quantized_linear(16, 4, True, config))
+
+
+def test_per_tensor_weights(tmp_path):
+    """PerTensor weights (one scale, [1, 1]) with per-row activations: torchao's bits."""
+    from torchao.quantization import PerRow, PerTensor
+
+    m = quantized_linear(37, 9, True, Int8DynamicActivationInt8WeightConfig(granularity=[PerRow(), PerTensor()]))
+    assert tuple(m.weight.scale.shape) == (1, 1)
+    one_node_file(tmp_path / "pt.qrt", m)
+    x = awkward_rows(np.random.default_rng(9), 6, 37)
+    with torch.no_grad():
+        expected = m(torch.from_numpy(x)).numpy()
+    np.testing.assert_array_equal(qrt.run(tmp_path / "pt.qrt", {"x": x}), expected)

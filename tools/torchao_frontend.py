@@ -111,6 +111,10 @@ def describe_linear(module: nn.Module, where: str = "Linear") -> LinearLayer | N
     n, k = module.out_features, module.in_features
     if q.dtype != torch.int8 or tuple(q.shape) != (n, k):
         raise TorchaoError(f"{where}: Int8Tensor qdata must be int8 [{n}, {k}], got {q.dtype} {list(q.shape)}")
+    block = list(getattr(w, "block_size", [1, k]))
+    if block[-1] != k:
+        raise TorchaoError(f"{where}: per-group Int8Tensor weights (block_size {block}) are not supported; qrt runs "
+                           "PerRow() and PerTensor() weights")
     if scale.dtype != torch.float32 or tuple(scale.shape) not in ((n, 1), (1, 1)):
         raise TorchaoError(f"{where}: Int8Tensor scale must be float32 [{n}, 1] (per row) or [1, 1] (per tensor), "
                            f"got {scale.dtype} {list(scale.shape)}")
