@@ -75,9 +75,9 @@ typedef struct {
 
     /* dynamic quantization of activations */
     int (*min_max)(const float* x, ptrdiff_t n, float* lo, float* hi);
-    void (*quantize_u8)(const float* x, ptrdiff_t n, float inv, float zp, uint8_t* q); /* x not NaN */
+    void (*quantize_u8)(const float* x, ptrdiff_t n, float inv, float zp, int round_first, uint8_t* q); /* not NaN */
     int (*u8_max)(const uint8_t* x, ptrdiff_t n);
-    int (*quantize_dynamic)(const float* x, ptrdiff_t n, int reduce_range, uint8_t* q, float* scale,
+    int (*quantize_dynamic)(const float* x, ptrdiff_t n, int reduce_range, int round_first, uint8_t* q, float* scale,
                             int32_t* zero_point); /* min_max, torch's parameters, quantize_u8; 1: NaN or inf */
     int (*quantize_rows_s8)(const float* x, ptrdiff_t m, ptrdiff_t k, uint8_t* q, float* scales); /* torchao's
                             * per-row symmetric int8, stored + 128; 1: NaN or inf */
