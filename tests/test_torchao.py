@@ -280,6 +280,19 @@ def test_unsupported_torchao_schemes_are_refused_by_name():
             describe_linear(quantized_linear(16, 4, True, config))
 
 
+def test_refused_scheme_names_the_module(tmp_path):
+    from torchao.quantization import MappingType
+
+    net = quantized(MLP, Int8DynamicActivationInt8WeightConfig(act_mapping_type=MappingType.ASYMMETRIC))
+    torch.save(net.state_dict(), tmp_path / "asym.pt")
+    with pytest.raises(ConvertError, match=r"module 'fc1': torchao activation quantization .*ASYMMETRIC"):
+        convert(tmp_path / "asym.pt", tmp_path / "a.qrt", model=f"{__name__}:MLP", input_shapes=["2,37"])
+    program = saved_program(tmp_path, net, torch.randn(3, 37))
+    with pytest.raises(ConvertError, match=r"module 'fc1': torchao activation quantization .*ASYMMETRIC"):
+        convert(program, tmp_path / "a.qrt", trust_checkpoint=True)
+    assert not (tmp_path / "a.qrt").exists()
+
+
 def test_per_tensor_weights(tmp_path):
     """PerTensor weights (one scale, [1, 1]) with per-row activations: torchao's bits."""
     from torchao.quantization import PerRow, PerTensor

@@ -362,7 +362,7 @@ def _load_program(path: str, frontend: str, input_shapes: Sequence[Any] | None, 
         ep = export_frontend.load(path)
         specs, names = export_frontend.program_specs(ep)
         return export_frontend.raise_program(ep, names), specs, names
-    except export_frontend.ExportError as e:
+    except (export_frontend.ExportError, torchao_frontend.TorchaoError) as e:
         raise ConvertError(str(e)) from None
 
 
@@ -518,6 +518,10 @@ def convert(
         free_dims, used_frontend, note = "marked", "export", "a torch.export program"
     else:
         net = load_model(checkpoint, model, trust_checkpoint)
+        try:
+            torchao_frontend.check(net)
+        except torchao_frontend.TorchaoError as e:
+            raise ConvertError(str(e)) from None
         names = input_names(net)
         specs = [parse_shape(s) if isinstance(s, str) else _as_spec(s) for s in (input_shapes or [])]
         if specs and len(specs) != len(names):

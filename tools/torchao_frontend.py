@@ -127,8 +127,14 @@ def describe_linear(module: nn.Module, where: str = "Linear") -> LinearLayer | N
     return LinearLayer(PATTERN, QWeight(values, s, np.zeros(n, np.int32)), bias, False, mode)
 
 
+def check(model: nn.Module) -> None:
+    """Refuse, naming the module, the first torchao layer of model qrt does not run (TorchaoError)."""
+    for name, m in model.named_modules():
+        describe_linear(m, f"module {name!r}")
+
+
 def describe(module: nn.Module) -> LinearLayer | None:
-    """describe_linear for the lowering (a refused layer is a LoweringError naming it)."""
+    """describe_linear for the lowering (check() has named any refused layer before)."""
     try:
         return describe_linear(module)
     except TorchaoError as e:
@@ -172,6 +178,7 @@ def program_leaves(ep: ExportedProgram) -> dict[str, nn.Module]:
             linear.weight = nn.Parameter(w, requires_grad=False)
             if bias is not None:
                 linear.bias = nn.Parameter(bias.detach(), requires_grad=False)
+            describe_linear(linear, f"module {path!r}")  # refused here by name, not later by the lowering
             out[path] = linear
     return out
 
