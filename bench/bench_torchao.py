@@ -5,7 +5,9 @@ same weights and inputs, timed interleaved (harness.time_calls), one thread each
     PYTHONPATH=. .venv/bin/python bench/bench_torchao.py [--shapes 4096x1024,1024x4096] [--batches 1,64]
 
 A shape KxN is in_features x out_features. The outputs are checked first: bit for bit for the dynamic scheme,
-within the weight-only reordering bound otherwise (docs/NUMERICS.md section 11).
+within the weight-only reordering bound otherwise (docs/NUMERICS.md section 11). Measured once on a shared 2-core
+Xeon (AMX; qrt's amx-int8 variant, torch capability AVX512), other jobs running: dynamic 4.0x torchao at M=1 and
+3.8x at M=64 for K=4096 N=1024 (146 against 584 us, 332 us against 1.24 ms); weight-only 4.5x and 1.45x.
 """
 
 from __future__ import annotations
