@@ -28,6 +28,7 @@ done after the raise, under the same rules:
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -38,6 +39,7 @@ import torch.fx
 import torch.nn.functional as F
 import torch.utils._pytree as pytree
 from torch import nn
+from torch.export.graph_signature import InputKind, TensorArgument
 
 from . import export_frontend, pt2e
 from . import shapes as qshapes
@@ -248,6 +250,42 @@ class _Whole(nn.Module):
         return self.module(*args)
 
 
+def _restore_signatures(program: Any, ep: Any, paths: tuple[str, ...]) -> None:
+    """The kept call signatures of the recurrent modules, which the second export (of a graph module that
+    calls them) does not keep: the first export's structure over the second's nodes. A module's call is
+    one ATen op (aten.lstm, aten.gru_cell, ...): its inputs are the tensors it reads from outside (the
+    user's arguments, in order), its outputs the items of the op's result, in order."""
+    first = {e.fqn: e.signature for e in ep.module_call_graph if e.signature}
+    params = {s.arg.name for s in program.graph_signature.input_specs if s.kind != InputKind.USER_INPUT}
+    for entry in program.module_call_graph:
+        sig = first.get(entry.fqn)
+        if entry.fqn not in paths or entry.signature is not None or sig is None:
+            continue
+        members = [n for n in program.graph.nodes
+                   if entry.fqn in [p for p, _ in (n.meta.get("nn_module_stack") or {}).values()]]
+        inside = set(members)
+        inputs = list(dict.fromkeys(a for n in members for a in n.all_input_nodes
+                                    if a not in inside and a.name not in params
+                                    and isinstance(a.meta.get("val"), torch.Tensor)))
+        items = sorted((n for n in members if n.target is operator.getitem and n.args[0] in inside),
+                       key=lambda n: n.args[1])
+        outputs = [_last_of(n, inside) for n in items] if items else [n for n in members if n.users.keys() - inside]
+        if len(inputs) != len(sig.inputs) or len(outputs) != len(sig.outputs):
+            raise FrontEndError(f"module {entry.fqn!r}: its call cannot be found again after pt2e "
+                                "(use --quantizer fx)")
+        entry.signature = dataclasses.replace(
+            sig, inputs=[TensorArgument(n.name) for n in inputs], outputs=[TensorArgument(n.name) for n in outputs]
+        )
+
+
+def _last_of(node: torch.fx.Node, inside: set) -> torch.fx.Node:
+    """An item of the module's op as the module returns it: after the ops the module applies to it alone
+    (a batch_first LSTM's transpose)."""
+    while len(node.users) == 1 and next(iter(node.users)) in inside:
+        node = next(iter(node.users))
+    return node
+
+
 def _tuples(v: Any) -> Any:
     return tuple(_tuples(i) for i in v) if isinstance(v, (list, tuple)) else v
 
@@ -322,6 +360,7 @@ def quantize(
             for path in paths:  # the module itself again, called as the export front end keeps it
                 _set_module(converted, path, model.get_submodule(path))
             program = export_frontend.export(converted, specs)
+        _restore_signatures(program, ep, paths)
         # Linears are raised from their Q/DQ ops, fused ReLUs with them; other leaf modules are called.
         leaves = {path: m for path, m in export_frontend.leaf_modules(model).items()
                   if not isinstance(m, nn.Linear) and path not in quantizer.fused_relus}
