@@ -8,9 +8,9 @@
 
 The model is read by torch.fx, or where torch.fx cannot trace it (or with --frontend export, or from
 a .pt2) by torch.export, whose ATen graph is raised to the same graph (tools/export_frontend.py). The
-float model is quantized with torch.ao's FX flow under qrt's backend
-pattern rules (tools/rules.py, declared for torch.ao in tools/qrt_backend.py),
-then its reference graph is lowered to qrt ops (tools/lower.py). A model
+float model is quantized under qrt's backend pattern rules (tools/rules.py) by torchao's pt2e flow
+(tools/qrt_quantizer.py; --quantizer pt2e, the default) or torch.ao's FX flow (tools/qrt_backend.py;
+--quantizer fx), which give the same reference graph; it is lowered to qrt ops (tools/lower.py). A model
 already quantized by torch.ao is lowered as it is. docs/CONVERTER.md has the
 lowering table. Errors exit with status 2 and leave no output file.
 """
@@ -469,7 +469,7 @@ def convert(
     progress: bool = False,
     engine: str | None = None,
     frontend: str = "auto",
-    quantizer: str = "fx",
+    quantizer: str = "pt2e",
 ) -> Result:
     """Convert a checkpoint to a .qrt file (see the module docstring). Raises ConvertError.
 
@@ -678,9 +678,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "cannot trace the model. A .pt2 program is always read by the export front end",
     )
     p.add_argument(
-        "--quantizer", choices=qrt_quantizer.QUANTIZERS, default="fx",
-        help="which flow quantizes a float model under the rules: pt2e (torch.export + torchao's prepare_pt2e / "
-        "convert_pt2e) or fx (torch.ao's prepare_fx / convert_fx); both write the same file",
+        "--quantizer", choices=qrt_quantizer.QUANTIZERS, default="pt2e",
+        help="which flow quantizes a float model under the rules: pt2e (default: torch.export + torchao's "
+        "prepare_pt2e / convert_pt2e) or fx (torch.ao's prepare_fx / convert_fx); both write the same file",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no front-end line")
     args = p.parse_args(argv)

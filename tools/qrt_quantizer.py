@@ -29,6 +29,7 @@ done after the raise, under the same rules:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import operator
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -43,8 +44,8 @@ from torch.export.graph_signature import InputKind, TensorArgument
 
 from . import export_frontend, pt2e
 from . import shapes as qshapes
-from .lower_ops import quantize_dynamic_8bit
 from .layers import Layer, LinearLayer, QWeight, RNNCellLayer, SequenceLayer
+from .lower_ops import quantize_dynamic_8bit
 from .qrt_backend import FrontEndError, quiet
 from .rules import Rules
 
@@ -58,11 +59,26 @@ _ANNOTATION = "quantization_annotation"
 
 
 def _pt2e() -> Any:
-    """torchao's pt2e API (imported when used: the FX path does not need torchao)."""
-    with quiet():
-        from torchao.quantization.pt2e import observer
-        from torchao.quantization.pt2e import quantizer as q
-        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    """torchao's pt2e API (imported when used: the FX path does not need torchao). Importing torchao logs
+    the optional CUDA libraries it cannot load on this machine, and torch a deprecation; neither is the
+    user's business."""
+    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [lg.level for lg in loggers]
+    try:
+        for lg in loggers:
+            lg.setLevel(logging.ERROR)
+        with quiet():
+            return _import_pt2e()
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _import_pt2e() -> Any:
+    from torchao.quantization.pt2e import observer
+    from torchao.quantization.pt2e import quantizer as q
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
     return observer, q, prepare_pt2e, convert_pt2e
 
 
@@ -132,26 +148,27 @@ def _fused_relu(model: nn.Module, node: torch.fx.Node) -> torch.fx.Node | None:
     _, module = _module_at(model, relu)
     if isinstance(module, nn.ReLU):
         return relu
-    source = [fn for _, fn in relu.meta.get("source_fn_stack") or []]
-    return relu if source and source[-1] is F.relu else None
-
-
-class QrtQuantizer:
-    """Built by ``make_quantizer`` (a torchao Quantizer subclass, torchao imported when used)."""
+    # torch.export records the torch-level call: F.relu is a Python function, torch.relu a builtin.
+    _, fn = relu.meta.get("torch_fn") or ("", "")
+    return relu if fn == "function.relu" else None
 
 
 def make_quantizer(model: nn.Module, rules: Rules, mode: str, weight_dtype: str, weights: str, engine: str) -> Any:
-    """A pt2e Quantizer annotating model's exported graph under the rules (module docstring). Its ``fused``
-    holds the module paths of the Linears whose ReLU is fused (``fused_relus`` the nn.ReLU modules fused);
-    ``float16`` those with float16 weights."""
+    """A pt2e Quantizer annotating model's exported graph under the rules (module docstring), a
+    ``QrtQuantizer``. What it leaves to do after the raise, by module path: ``fused``, the Linears fused
+    with the ReLU after them (``fused_relus``, those of the ReLUs that are nn.ReLU modules,
+    ``fused_functional`` the Linears fused with an F.relu); of these,
+    ``float_fused`` the ones left float; ``float16``, the Linears with float16 weights."""
     _, q, _, _ = _pt2e()
 
-    class _Quantizer(q.Quantizer, QrtQuantizer):
+    class QrtQuantizer(q.Quantizer):
         def __init__(self) -> None:
             super().__init__()
             self.fused: set[str] = set()
+            self.fused_relus: set[str] = set()
+            self.fused_functional: set[str] = set()
+            self.float_fused: set[str] = set()
             self.float16: set[str] = set()
-            self.fused_relus: set[str] = set()  # the nn.ReLU modules fused
 
         def annotate(self, gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             for node in gm.graph.nodes:
@@ -163,33 +180,36 @@ def make_quantizer(model: nn.Module, rules: Rules, mode: str, weight_dtype: str,
             path, module = _module_at(model, node)
             if not isinstance(module, nn.Linear):  # an F.linear: torch.ao declares Linear modules only
                 return
-            scheme = scheme_of(rules, path, weights, weight_dtype)
-            relu = _fused_relu(model, node)
-            pattern = "linear_relu" if relu is not None and _rule_allows(rules, "linear_relu", mode, scheme) else None
-            pattern = pattern or ("linear" if _rule_allows(rules, "linear", mode, scheme) else None)
-            if pattern is None:
-                return
-            if pattern == "linear_relu":
+            # prepare_fx fuses every Linear -> ReLU its BackendConfig declares, quantized or not.
+            relu = _fused_relu(model, node) if rules.pattern("linear_relu") is not None else None
+            if relu is not None:
                 self.fused.add(path)
                 relu_path, relu_module = _module_at(model, relu)
                 if isinstance(relu_module, nn.ReLU):
                     self.fused_relus.add(relu_path)
+                else:
+                    self.fused_functional.add(path)
+            scheme = scheme_of(rules, path, weights, weight_dtype)
+            if not _rule_allows(rules, "linear" if relu is None else "linear_relu", mode, scheme):
+                if relu is not None:
+                    self.float_fused.add(path)
+                return
             if scheme == "float16":  # no pt2e scheme: lowered after the raise (module docstring)
                 self.float16.add(path)
                 return
             act, weight = _specs(mode, scheme, engine)
+            static = mode == "static"
             x, w = node.args[:2]
-            node.meta[_ANNOTATION] = q.QuantizationAnnotation({x: act, w: weight}, _annotated=True)
-            if mode == "static":
-                out = relu if pattern == "linear_relu" else node
-                out.meta[_ANNOTATION] = q.QuantizationAnnotation(
-                    dict(out.meta[_ANNOTATION].input_qspec_map) if out is node else {}, act, _annotated=True
-                )
+            node.meta[_ANNOTATION] = q.QuantizationAnnotation(
+                {x: act, w: weight}, act if static and relu is None else None, _annotated=True
+            )
+            if static and relu is not None:
+                relu.meta[_ANNOTATION] = q.QuantizationAnnotation({}, act, _annotated=True)
 
         def validate(self, gm: torch.fx.GraphModule) -> None:
             pass
 
-    return _Quantizer()
+    return QrtQuantizer()
 
 
 # ------------------------------------------------------------ the flow
@@ -340,9 +360,11 @@ def quantize(
     called with the prepared model, runs it on the calibration batches."""
     _, _, prepare_pt2e, convert_pt2e = _pt2e()
     paths = _recurrent_paths(model)
-    for name in rules.module_schemes:
+    for name, scheme in rules.module_schemes.items():
         if name not in dict(model.named_modules()):
             raise FrontEndError(f"rules {rules.name!r} name module {name!r}, which the model does not have")
+        if mode == "static" and scheme == "float16":
+            raise FrontEndError("static mode needs qint8 weights, not float16")
     quantizer = make_quantizer(model, rules, mode, weight_dtype, weights, engine)
     try:
         with quiet():
@@ -391,6 +413,10 @@ def _as_fx_reference(gm: torch.fx.GraphModule, model: nn.Module, rules: Rules, m
         path, module = str(node.target), modules[str(node.target)]
         if isinstance(module, pt2e.QLinear) and path in quantizer.fused and not module.layer.relu:
             _fuse_relu(gm, node, module)
+        elif isinstance(module, nn.Linear) and path in quantizer.float_fused:
+            # a Linear -> ReLU fused and left float, as prepare_fx leaves it (lowered as linear_float + relu)
+            _set_module(gm, path, nn.Sequential(module, nn.ReLU()))
+            _drop_relu(gm, node)
         elif isinstance(module, nn.Linear) and path in quantizer.float16:
             layer = LinearLayer("linear_relu" if path in quantizer.fused else "linear", _float16(module.weight),
                                 _bias(module.bias), path in quantizer.fused, "dynamic")
@@ -401,17 +427,20 @@ def _as_fx_reference(gm: torch.fx.GraphModule, model: nn.Module, rules: Rules, m
             scheme = scheme_of(rules, path, weights, weight_dtype)
             if _rule_allows(rules, _RECURRENT[type(module)], mode, scheme):
                 _set_module(gm, path, Quantized(module, _recurrent_layer(module, scheme)))
-    _renumber(gm)
+    _renumber(gm, quantizer.fused_functional)
 
 
-def _renumber(gm: torch.fx.GraphModule) -> None:
-    """The graph's nodes named as the raise names them (after their target, numbered in order) once the
-    nodes dropped here are gone: qrt's nodes take these names, as in the FX flow's graph."""
+def _renumber(gm: torch.fx.GraphModule, functional: set[str]) -> None:
+    """The graph's nodes named as torch.fx names them (after their target, numbered in order), as in the
+    FX flow's graph, whose names qrt's nodes take: the nodes dropped here gone, but an F.relu fused into
+    the Linear before it counted, as torch.fx traced it before fusing."""
     graph, env = torch.fx.Graph(), {}
     for node in gm.graph.nodes:
         args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: env[n])
         env[node] = graph.create_node(node.op, node.target, args, kwargs)
         env[node].meta = node.meta
+        if node.op == "call_module" and node.target in functional:
+            graph.erase_node(graph.call_function(F.relu, (env[node],)))  # its name stays taken
     gm.graph = graph
     gm.graph.lint()
     gm.recompile()
