@@ -3,8 +3,8 @@
 ``torch.ao.quantization`` is deprecated upstream in favour of torchao's pt2e
 flow; everything that touches it (BackendConfig declarations, qconfigs, the
 prepare / calibrate / convert calls, reading torch.ao's quantized modules) is
-here, so a pt2e front end can be added beside it without touching the rules
-(tools/rules.py) or the lowering (tools/lower.py). Tested with the torch
+here; the pt2e quantizer (tools/qrt_quantizer.py, the converter's default) sits beside it, under the
+same rules (tools/rules.py) and lowering (tools/lower.py). Tested with the torch
 version pinned in pyproject.toml's ``torch`` extra.
 
 Declarations, one per rules pattern (``PATTERN_CONFIGS``):
