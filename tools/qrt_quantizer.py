@@ -248,7 +248,7 @@ def _keep_whole(gm: torch.fx.GraphModule, ep: Any, model: nn.Module, paths: tupl
             args, kwargs, structure = list(dict.fromkeys(args)), {}, 0
         with gm.graph.inserting_before(members[0]):
             call = gm.graph.call_module(path, tuple(_tuples(args)), {k: _tuples(v) for k, v in kwargs.items()})
-        _replace_outputs(gm, call, structure, outputs)
+        _replace_outputs(gm, call, structure, outputs, by_name)
         for n in reversed(members):
             gm.graph.erase_node(n)
         _set_module(gm, path, _Whole(model.get_submodule(path)))
@@ -310,15 +310,18 @@ def _tuples(v: Any) -> Any:
     return tuple(_tuples(i) for i in v) if isinstance(v, (list, tuple)) else v
 
 
-def _replace_outputs(gm: torch.fx.GraphModule, value: torch.fx.Node, structure: Any, outputs: list) -> None:
-    """Uses of outputs[i] read the leaf i of value (shaped as structure) instead."""
+def _replace_outputs(gm: torch.fx.GraphModule, value: torch.fx.Node, structure: Any, outputs: list,
+                     by_name: dict[str, torch.fx.Node]) -> None:
+    """Uses of outputs[i] read the leaf i of value (shaped as structure) instead; by_name (the names of the
+    first export's nodes, which later signatures name) follows."""
     if isinstance(structure, int):
         outputs[structure].replace_all_uses_with(value)
+        by_name[outputs[structure].name] = value
         return
     for k, child in enumerate(structure):
         with gm.graph.inserting_after(value):
             item = gm.graph.call_function(operator.getitem, (value, k))
-        _replace_outputs(gm, item, child, outputs)
+        _replace_outputs(gm, item, child, outputs, by_name)
 
 
 def _set_module(gm: nn.Module, path: str, module: nn.Module) -> None:
@@ -389,15 +392,15 @@ def quantize(
         raised = export_frontend.raise_program(program, names, leaves=leaves)
     except export_frontend.ExportError as e:
         raise FrontEndError(str(e)) from None
-    _as_fx_reference(raised, model, rules, mode, weight_dtype, weights, quantizer)
+    _as_fx_reference(raised, rules, mode, weight_dtype, weights, quantizer)
     return raised
 
 
 # ------------------------------------------------------------ after the raise
 
 
-def _as_fx_reference(gm: torch.fx.GraphModule, model: nn.Module, rules: Rules, mode: str, weight_dtype: str,
-                     weights: str, quantizer: Any) -> None:
+def _as_fx_reference(gm: torch.fx.GraphModule, rules: Rules, mode: str, weight_dtype: str, weights: str,
+                     quantizer: Any) -> None:
     """What pt2e has no scheme for, and the dynamic graph as torch.ao's FX flow writes it (module docstring)."""
     modules = dict(gm.named_modules())
     for node in list(gm.graph.nodes):
