@@ -129,3 +129,17 @@ def test_pt2e_does_not_use_the_fx_flow(tmp_path, monkeypatch):
     result = convert(tmp_path / "m.pt", tmp_path / "m.qrt", model="models:make_mlp", input_shapes=["1,37"],
                      quantizer="pt2e")
     assert result.quantizer == "pt2e" and result.mode == "dynamic"
+
+
+def test_pt2e_without_torchao_names_the_way_out(tmp_path, monkeypatch):
+    import sys
+
+    from tools.convert import ConvertError
+
+    for name in [m for m in sys.modules if m == "torchao" or m.startswith("torchao.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "torchao", None)  # import torchao raises ImportError
+    torch.save(models.make_mlp().state_dict(), tmp_path / "m.pt")
+    with pytest.raises(ConvertError, match=r"needs torchao .*--quantizer fx"):
+        convert(tmp_path / "m.pt", tmp_path / "m.qrt", model="models:make_mlp", input_shapes=["1,37"])
+    assert not (tmp_path / "m.qrt").exists()

@@ -75,9 +75,13 @@ def _pt2e() -> Any:
 
 
 def _import_pt2e() -> Any:
-    from torchao.quantization.pt2e import observer
-    from torchao.quantization.pt2e import quantizer as q
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    try:
+        from torchao.quantization.pt2e import observer
+        from torchao.quantization.pt2e import quantizer as q
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    except ImportError as e:
+        raise FrontEndError(f"the pt2e quantizer needs torchao ({e}): pip install 'qrt[convert]', "
+                            "or pass --quantizer fx") from None
 
     return observer, q, prepare_pt2e, convert_pt2e
 
