@@ -461,12 +461,20 @@ def raise_program(
     names: Sequence[str],
     model: nn.Module | None = None,
     quantized: dict[str, nn.Module] | None = None,
+    leaves: dict[str, nn.Module] | None = None,
 ) -> torch.fx.GraphModule:
     """The ATen graph of ep as a torch-level fx graph (module docstring). ``model``: the exported module,
     whose leaf modules become call_module nodes again; ``quantized``: path -> the torch.ao module a
-    stand-in took the place of. A saved program (no model) calls its torchao Linears again."""
-    leaves = _leaf_paths(model, quantized or {}) if model is not None else torchao_frontend.program_leaves(ep)
+    stand-in took the place of; a saved program (no model) calls its torchao Linears again. ``leaves``, if
+    given: path -> module, the calls to raise instead."""
+    if leaves is None:
+        leaves = _leaf_paths(model, quantized or {}) if model is not None else torchao_frontend.program_leaves(ep)
     return _Raiser(ep, leaves, names).run()
+
+
+def leaf_modules(model: nn.Module) -> dict[str, nn.Module]:
+    """Module path -> module for torch.fx's leaf modules of model (what the raised graph calls)."""
+    return _leaf_paths(model, {})
 
 
 def describe(module: nn.Module) -> Layer | None:
