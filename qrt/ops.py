@@ -869,7 +869,7 @@ def _broadcast_batch(named: Mapping[str, tuple]) -> tuple:
     out = []
     for i in range(rank):
         size: Any = 1
-        for name, batch in named.items():
+        for batch in named.values():
             d = batch[i - rank + len(batch)] if i >= rank - len(batch) else 1
             if d == 1:
                 continue

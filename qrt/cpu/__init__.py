@@ -6,8 +6,8 @@ weights laid out and summed) and returns a function of the node's run-time
 inputs, in port order, that returns the node's outputs.
 
 One module per op family: quantize.py, linear.py, recurrent.py, tensor_ops.py (indexing, shapes,
-embeddings), float_ops.py (the float math), attention.py (matmul, attention); each lists its ops in IMPLEMENTATIONS. ``build_plan``
-(qrt/plan.py) turns the prepared steps into the model's execution plan.
+embeddings), float_ops.py (the float math), attention.py (matmul, attention); each lists its ops in
+IMPLEMENTATIONS. ``build_plan`` (qrt/plan.py) turns the prepared steps into the model's execution plan.
 """
 
 from __future__ import annotations

@@ -64,31 +64,31 @@ def _attention(node: Node, c: Mapping[str, np.ndarray]) -> Step:
     kernel, scale, causal = K.AttentionOps(), node.attrs["scale"], node.attrs["is_causal"]
 
     def step(q, k, v, mask=None):
-        (l, e), (s, e2), (s2, ev) = q.shape[-2:], k.shape[-2:], v.shape[-2:]
+        (lq, e), (s, e2), (s2, ev) = q.shape[-2:], k.shape[-2:], v.shape[-2:]
         if e != e2:
             raise ValueError(f"q {list(q.shape)} and k {list(k.shape)} must have the same last dimension (E)")
         if s != s2:
             raise ValueError(f"k {list(k.shape)} and v {list(v.shape)} must have the same number of keys")
         batch = broadcast_batch({"q": q.shape[:-2], "k": k.shape[:-2], "v": v.shape[:-2]})
-        y = np.empty(batch + (l, ev), np.float32)
+        y = np.empty(batch + (lq, ev), np.float32)
         m_off, stride = None, 0
         if mask is not None:
             mask = mask.reshape(mask.shape or (1,))
-            scores = batch + (l, s)
+            scores = batch + (lq, s)
             if mask.ndim > len(scores) or any(d not in (1, w) for d, w in zip(mask.shape[::-1], scores[::-1])):
                 raise ValueError(f"mask {list(mask.shape)} does not broadcast to the scores {list(scores)}")
             if mask.shape[-1] != s:  # one value for every key: repeated, the only copy made
                 mask = np.broadcast_to(mask, mask.shape[:-1] + (s,))
             mask = _contiguous(mask)
             rows = mask.shape[-2] if mask.ndim >= 2 else 1
-            stride = s if rows == l and l != 1 else 0
+            stride = s if rows == lq and lq != 1 else 0
             m_off = batch_offsets(mask.shape[:-2], batch, rows * s)
         kernel.attention(
-            _contiguous(q).reshape(-1), batch_offsets(q.shape[:-2], batch, l * e),
+            _contiguous(q).reshape(-1), batch_offsets(q.shape[:-2], batch, lq * e),
             _contiguous(k).reshape(-1), batch_offsets(k.shape[:-2], batch, s * e),
             _contiguous(v).reshape(-1), batch_offsets(v.shape[:-2], batch, s * ev),
             mask, m_off, stride, default_scale(e) if scale is None else np.float32(scale), causal,
-            y.reshape(-1, l, ev), s, e,
+            y.reshape(-1, lq, ev), s, e,
         )
         return (y,)
 
