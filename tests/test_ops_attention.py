@@ -405,6 +405,17 @@ class CausalBmm(nn.Module):
         return F.scaled_dot_product_attention(y, g, g, g.tanh() * 3, scale=0.5)
 
 
+class BufferMask(nn.Module):
+    """A bool mask stored in the model (a buffer): the converter stores it as the float32 mask 0 / -inf."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("keep", torch.ones(6, 6, dtype=torch.bool).tril())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(x, x, x, attn_mask=self.keep)
+
+
 def _convert(tmp_path, name, shapes, dtypes=None) -> qrt.Model:
     net = globals()[name]().eval()
     ckpt = str(tmp_path / f"{name}.pt")
@@ -441,6 +452,18 @@ def test_convert_causal_bmm(tmp_path):
                    ("attention", {"scale": 0.5, "is_causal": False})]
     for b, seq in ((1, 5), (2, 9)):
         x = torch.randn(b, seq, 5)
+        got = model.run(x.numpy())
+        with torch.no_grad():
+            want = net(x).numpy()
+        _close_to_torch(got, want, np.abs(want).max())
+
+
+def test_convert_stored_bool_mask(tmp_path):
+    net, model = _convert(tmp_path, "BufferMask", ["2,6,8"])
+    (node,) = model.graph.nodes
+    assert node.op == "attention" and model.graph.values[node.inputs["mask"]].dtype == "float32"
+    for b in (1, 3):
+        x = torch.randn(b, 6, 8)
         got = model.run(x.numpy())
         with torch.no_grad():
             want = net(x).numpy()
