@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -105,11 +105,26 @@ def default_scale(e: int) -> np.float32:
     return np.float32(1.0 / math.sqrt(e)) if e > 0 else np.float32(math.inf)
 
 
+def last_shapes(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """fn of shapes, remembering its last answer: a model runs at one set of shapes call after call, and the
+    offsets cost more than a small call's kernel (30 us for one attention's)."""
+    last: list = [(None, None)]
+
+    def cached(*shapes: Any) -> Any:
+        key, value = last[0]  # the pair as one object: another thread may replace it, never half of it
+        if key != shapes:
+            value = fn(*shapes)
+            last[0] = (shapes, value)
+        return value
+
+    return cached
+
+
 def _matmul(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    kernel = K.AttentionOps()
+    kernel, sizes = K.AttentionOps(), last_shapes(product)
 
     def step(a, b):
-        p = product(a.shape, b.shape)
+        p = sizes(a.shape, b.shape)
         y = np.empty(p.batch + (p.m, p.n), np.float32)
         kernel.matmul(_contiguous(a).reshape(-1), p.a_off, _contiguous(b).reshape(-1), p.b_off,
                       y.reshape(-1, p.m, p.n), p.k)
@@ -119,10 +134,10 @@ def _matmul(node: Node, c: Mapping[str, np.ndarray]) -> Step:
 
 
 def _attention(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    kernel, scale, causal = K.AttentionOps(), node.attrs["scale"], node.attrs["is_causal"]
+    kernel, scale, causal, sizes = K.AttentionOps(), node.attrs["scale"], node.attrs["is_causal"], last_shapes(heads)
 
     def step(q, k, v, mask=None):
-        h = heads(q.shape, k.shape, v.shape, None if mask is None else mask.shape)
+        h = sizes(q.shape, k.shape, v.shape, None if mask is None else mask.shape)
         if mask is not None:
             mask = _contiguous(np.broadcast_to(mask, h.repeat) if h.repeat else mask)
         y = np.empty(h.batch + (h.lq, h.ev), np.float32)
