@@ -366,6 +366,9 @@ def test_attention_checks(tmp_path):
         spec([3, 4], [5, 4], [5, 6], ("int32", [3, 5]))
     with pytest.raises(FormatError, match="'scale' must be float or int or null"):
         spec([3, 4], [5, 4], [5, 6], attrs={"scale": "x"})
+    for scale in (1e39, -(10**400)):
+        with pytest.raises(FormatError, match="scale must be null or finite in float32"):
+            spec([3, 4], [5, 4], [5, 6], attrs={"scale": scale})
     model = spec([None, None, 4], [None, None, 4], [None, None, 6], ("bool", [None, None, None]))
     q, k, v = _normal(2, 3, 4), _normal(2, 5, 4), _normal(2, 5, 6)
     with pytest.raises(ValueError, match=r"mask \[2, 3, 4\] does not broadcast to the scores \[2, 3, 5\]"):
