@@ -20,8 +20,9 @@ from .layout import PackedMatrix
 from .ops import MAX_DIM, MAX_RANK, OPS, ValueInfo
 
 # float64 exists only as stored per-channel scales (format version 2): no op takes a float64 run-time value,
-# so a model input may not be float64. int64 is a run-time dtype only (embedding indices, tensor ops).
-INPUT_DTYPES = ("float32", "float16", "uint8", "int8", "int32", "int64")
+# so a model input may not be float64. int64 is a run-time dtype only (embedding indices, tensor ops), and so is
+# bool (attention masks, comparisons: numpy bool_ arrays).
+INPUT_DTYPES = ("float32", "float16", "uint8", "int8", "int32", "int64", "bool")
 VALUE_DTYPES = INPUT_DTYPES + ("float64",)
 MAX_NAME = 256
 # input_structure / output_structure (format version 3): trees of tuples over input / output indices.

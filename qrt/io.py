@@ -151,6 +151,8 @@ def random_inputs(graph: Graph, batch: int = 1, seq: int = 16, seed: int = 0) ->
                              f"{MAX_RANDOM_BYTES >> 30} GiB; give the inputs from files")
         if dtype.kind == "f":
             a = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            a = rng.integers(0, 2, size=shape).astype(bool)
         elif spec.name in rows:
             a = rng.integers(0, max(rows[spec.name], 1), size=shape, dtype=dtype)
         else:

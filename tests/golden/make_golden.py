@@ -582,6 +582,32 @@ def case_float_math(rng: np.random.Generator) -> Case:
     return c
 
 
+def case_attention(rng: np.random.Generator) -> Case:
+    """matmul (batch broadcast, K past a tile) and attention (scale null and given, a bool mask over heads with a
+    row masked out entirely, a float additive mask with -inf, is_causal, k/v broadcast over q's batch), at odd
+    sizes with free batch and sequence dimensions, 40 keys (past the 32-column tiles)."""
+    c = Case()
+    x = c.g.input("x", "float32", [None, 3, None, 7])
+    kv = c.g.input("kv", "float32", [1, 3, None, 7])
+    keep = c.g.input("keep", "bool", [None, 1, None, None])
+    bias = c.g.input("bias", "float32", [None, None])
+    w = normal(rng, (3, 7, 13), 0.4)
+    h = c.g.node("matmul", {"a": x, "b": w}, name="project")
+    outs = [h]
+    outs.append(c.g.node("attention", {"q": x, "k": kv, "v": kv, "mask": keep}, name="masked"))
+    outs.append(c.g.node("attention", {"q": x, "k": x, "v": h, "mask": bias}, {"scale": 0.61}, name="additive"))
+    outs.append(c.g.node("attention", {"q": x, "k": x, "v": h}, {"is_causal": True}, name="causal"))
+    c.g.output(*outs)
+    for b, seq in ((3, 11), (1, 40)):
+        mask = rng.random((b, 1, seq, seq)) > 0.4
+        mask[0, 0, 1] = False
+        add = np.where(rng.random((seq, seq)) > 0.2, normal(rng, (seq, seq), 2.0), F32(-np.inf))
+        add[:, 0] = 0.5  # every row keeps a key: a row of -inf only is the bool mask's case
+        c.runs.append({"x": wide(rng, (b, 3, seq, 7), -1, 0.5), "kv": wide(rng, (1, 3, seq, 7), -1, 0.5),
+                       "keep": mask, "bias": add.astype(F32)})
+    return c
+
+
 def case_qnnpack(rng: np.random.Generator) -> Case:
     """engine="qnnpack" (NUMERICS.md section 9): dynamic Linear (0..255 activations, multiply then add), static
     Linear (int32 bias, ARM's saturation past 2^31), cells and an LSTM sequence."""
@@ -686,6 +712,7 @@ CASES: dict[str, Callable[[np.random.Generator], Case]] = {
     "float_math": case_float_math,
     "qnnpack": case_qnnpack,
     "qnnpack_ties": case_qnnpack_ties,
+    "attention": case_attention,
 }
 
 

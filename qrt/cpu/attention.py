@@ -1,0 +1,154 @@
+"""matmul and attention on the CPU (qrt/_attention.pxi over qrt/kernels/attention_body.h).
+
+The batch dimensions broadcast as numpy's: each operand's batches become element offsets into its own
+contiguous data (a broadcast operand is read in place, never copied), and the kernels run one [m, k] @ [k, n]
+product, or one attention head, per output batch. Each output is a fixed fma chain, so the same bits on every
+CPU, build and thread count (docs/NUMERICS.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+from .. import _kernels as K
+from ..graph import Node
+from .types import Prepare, Step
+
+
+def _contiguous(a: np.ndarray) -> np.ndarray:
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+def broadcast_batch(named: Mapping[str, tuple]) -> tuple:
+    """numpy's broadcast of the named batch shapes, or ValueError naming them."""
+    try:
+        return np.broadcast_shapes(*named.values())
+    except ValueError:
+        described = ", ".join(f"{n} {list(b)}" for n, b in named.items())
+        raise ValueError(f"batch dimensions {described} do not broadcast") from None
+
+
+def batch_offsets(batch: tuple, out: tuple, block: int) -> np.ndarray:
+    """Element offset of each of the `out` batches' `block`-element matrix in an operand of batch shape `batch`
+    (broadcast to `out`), in row-major order of `out`."""
+    index = np.arange(math.prod(batch), dtype=np.int64).reshape(batch)
+    return np.ascontiguousarray(np.broadcast_to(index, out).reshape(-1)) * block
+
+
+class Product(NamedTuple):
+    """A matmul's sizes: y [*batch, m, n], and where each output batch's a and b start."""
+
+    batch: tuple
+    m: int
+    k: int
+    n: int
+    a_off: np.ndarray
+    b_off: np.ndarray
+
+
+def product(a: tuple, b: tuple) -> Product:
+    """The run-time checks of a matmul of shapes a and b (ValueError naming them), and its sizes."""
+    (m, k), (k2, n) = a[-2:], b[-2:]
+    if k != k2:
+        raise ValueError(f"a {list(a)} and b {list(b)} do not multiply: a has {k} columns, b {k2} rows")
+    batch = broadcast_batch({"a": a[:-2], "b": b[:-2]})
+    return Product(batch, m, k, n, batch_offsets(a[:-2], batch, m * k), batch_offsets(b[:-2], batch, k * n))
+
+
+class Heads(NamedTuple):
+    """An attention's sizes: y [*batch, lq, ev]; where each output batch's q, k, v (and mask) start; the mask's
+    rows `stride` apart (0: one row for all), after `repeat` (its one value per row repeated for all s keys)."""
+
+    batch: tuple
+    lq: int
+    s: int
+    e: int
+    ev: int
+    q_off: np.ndarray
+    k_off: np.ndarray
+    v_off: np.ndarray
+    m_off: np.ndarray | None
+    stride: int
+    repeat: tuple | None
+
+
+def heads(q: tuple, k: tuple, v: tuple, mask: tuple | None) -> Heads:
+    """The run-time checks of an attention of these shapes (ValueError naming them), and its sizes; a mask of
+    rank 0 is read as [1]."""
+    (lq, e), (s, e2), (s2, ev) = q[-2:], k[-2:], v[-2:]
+    if e != e2:
+        raise ValueError(f"q {list(q)} and k {list(k)} must have the same last dimension (E)")
+    if s != s2:
+        raise ValueError(f"k {list(k)} and v {list(v)} must have the same number of keys")
+    batch = broadcast_batch({"q": q[:-2], "k": k[:-2], "v": v[:-2]})
+    m_off, stride, repeat = None, 0, None
+    if mask is not None:
+        mask = mask or (1,)
+        scores = batch + (lq, s)
+        if len(mask) > len(scores) or any(d not in (1, w) for d, w in zip(mask[::-1], scores[::-1])):
+            raise ValueError(f"mask {list(mask)} does not broadcast to the scores {list(scores)}")
+        if mask[-1] != s:
+            repeat = mask = mask[:-1] + (s,)
+        rows = mask[-2] if len(mask) >= 2 else 1
+        stride = s if rows == lq and lq != 1 else 0
+        m_off = batch_offsets(mask[:-2], batch, rows * s)
+    return Heads(batch, lq, s, e, ev, batch_offsets(q[:-2], batch, lq * e), batch_offsets(k[:-2], batch, s * e),
+                 batch_offsets(v[:-2], batch, s * ev), m_off, stride, repeat)
+
+
+def default_scale(e: int) -> np.float32:
+    """torch's default: 1 / sqrt(E) in double (sdp::calculate_scale), rounded to float32 as its CPU kernel takes it."""
+    return np.float32(1.0 / math.sqrt(e)) if e > 0 else np.float32(math.inf)
+
+
+def last_shapes(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """fn of shapes, remembering its last answer: a model runs at one set of shapes call after call, and the
+    offsets cost more than a small call's kernel (30 us for one attention's)."""
+    last: list = [(None, None)]
+
+    def cached(*shapes: Any) -> Any:
+        key, value = last[0]  # the pair as one object: another thread may replace it, never half of it
+        if key != shapes:
+            value = fn(*shapes)
+            last[0] = (shapes, value)
+        return value
+
+    return cached
+
+
+def _matmul(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    kernel, sizes = K.AttentionOps(), last_shapes(product)
+
+    def step(a, b):
+        p = sizes(a.shape, b.shape)
+        y = np.empty(p.batch + (p.m, p.n), np.float32)
+        kernel.matmul(_contiguous(a).reshape(-1), p.a_off, _contiguous(b).reshape(-1), p.b_off,
+                      y.reshape(-1, p.m, p.n), p.k)
+        return (y,)
+
+    return step
+
+
+def _attention(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    kernel, scale, causal, sizes = K.AttentionOps(), node.attrs["scale"], node.attrs["is_causal"], last_shapes(heads)
+
+    def step(q, k, v, mask=None):
+        h = sizes(q.shape, k.shape, v.shape, None if mask is None else mask.shape)
+        if mask is not None:
+            mask = _contiguous(np.broadcast_to(mask, h.repeat) if h.repeat else mask)
+        y = np.empty(h.batch + (h.lq, h.ev), np.float32)
+        kernel.attention(
+            _contiguous(q).reshape(-1), h.q_off, _contiguous(k).reshape(-1), h.k_off, _contiguous(v).reshape(-1),
+            h.v_off, mask, h.m_off, h.stride, default_scale(h.e) if scale is None else np.float32(scale), causal,
+            y.reshape(-1, h.lq, h.ev), h.s, h.e,
+        )
+        return (y,)
+
+    return step
+
+
+IMPLEMENTATIONS: dict[str, Prepare] = {"matmul": _matmul, "attention": _attention}
