@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import tensor_moves
+from .. import mask_ops, tensor_moves
 from ..cpu.types import Prepare, Step
 from ..graph import Node
 from .runtime import add_check, blocks, check_size, cupy, kernel
@@ -132,6 +132,7 @@ def _embedding_bag(node: Node, c: Mapping[str, np.ndarray]) -> Step:
 
 IMPLEMENTATIONS: dict[str, Prepare] = {
     **tensor_moves.implementations(cupy),
+    **mask_ops.implementations(cupy),
     "embedding": _embedding,
     "embedding_bag": _embedding_bag,
 }
