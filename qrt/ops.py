@@ -856,6 +856,93 @@ OPS.update(
 )
 
 
+# ---- matrix product and attention
+# Float32 batched products and torch's scaled_dot_product_attention as one fused op (qrt/kernels/attention_body.h):
+# each output a fixed fma chain, so every CPU and build gives the same bits (docs/NUMERICS.md, "Matrix product and
+# attention"). Batch dimensions broadcast as numpy's; a free dimension is checked when the model runs.
+
+
+def _broadcast_batch(named: Mapping[str, tuple]) -> tuple:
+    """numpy's broadcast of the named batch shapes (aligned at the right): a free dimension against 1 stays free;
+    against n it becomes n, and against another free one stays free (the run checks the actual sizes)."""
+    rank = max(len(b) for b in named.values())
+    out = []
+    for i in range(rank):
+        size: Any = 1
+        for batch in named.values():
+            d = batch[i - rank + len(batch)] if i >= rank - len(batch) else 1
+            if d == 1:
+                continue
+            if size == 1 or size is None:
+                size = d if d is not None or size == 1 else size
+            elif d is not None and d != size:
+                described = ", ".join(f"{n} {list(b)}" for n, b in named.items())
+                _fail(f"batch dimensions {described} do not broadcast: {size} against {d} at dimension {i}")
+        out.append(size)
+    return tuple(out)
+
+
+def _matrices(ins, names: tuple[str, ...]) -> None:
+    for name in names:
+        _rank_at_least(name, ins[name], 2)
+
+
+def _check_matmul(ins, consts, attrs):
+    a, b = ins["a"], ins["b"]
+    _matrices(ins, ("a", "b"))
+    if None not in (a.shape[-1], b.shape[-2]) and a.shape[-1] != b.shape[-2]:
+        _fail(f"a {a.describe()} and b {b.describe()} do not multiply: a has {a.shape[-1]} columns, b "
+              f"{b.shape[-2]} rows")
+    batch = _broadcast_batch({"a": a.shape[:-2], "b": b.shape[:-2]})
+    return [ValueInfo("float32", batch + (a.shape[-2], b.shape[-1]))]
+
+
+def _check_attention(ins, consts, attrs):
+    q, k, v, mask = ins["q"], ins["k"], ins["v"], ins.get("mask")
+    _matrices(ins, ("q", "k", "v"))
+    if None not in (q.shape[-1], k.shape[-1]) and q.shape[-1] != k.shape[-1]:
+        _fail(f"q {q.describe()} and k {k.describe()} must have the same last dimension (E)")
+    if None not in (k.shape[-2], v.shape[-2]) and k.shape[-2] != v.shape[-2]:
+        _fail(f"k {k.describe()} and v {v.describe()} must have the same number of keys (dimension -2)")
+    batch = _broadcast_batch({"q": q.shape[:-2], "k": k.shape[:-2], "v": v.shape[:-2]})
+    scale = attrs["scale"]
+    if scale is not None and not math.isfinite(scale):
+        _fail(f"scale must be finite or null, got {scale!r}")
+    if mask is not None:
+        if attrs["is_causal"]:
+            _fail("is_causal takes no mask (as torch: an explicit mask with is_causal is refused)")
+        scores = batch + (q.shape[-2], k.shape[-2])
+        if len(mask.shape) > len(scores):
+            _fail(f"mask {mask.describe()} has a higher rank than the scores {ValueInfo('', scores).describe()}")
+        for i, (d, want) in enumerate(zip(mask.shape, scores[len(scores) - len(mask.shape):])):
+            if d not in (1, None) and want is not None and d != want:
+                _fail(f"mask {mask.describe()} does not broadcast to the scores {ValueInfo('', scores).describe()}: "
+                      f"{d} against {want} at its dimension {i}")
+    return [ValueInfo("float32", batch + (q.shape[-2], v.shape[-1]))]
+
+
+OPS.update(
+    (op.name, op)
+    for op in (
+        OpSpec(
+            "matmul",
+            "float32 a @ b over the last two dimensions, batch dimensions broadcast, as torch.matmul of matrices",
+            (Port("a", _F32), Port("b", _F32)),
+            ("y",),
+            _check_matmul,
+        ),
+        OpSpec(
+            "attention",
+            "float32 softmax(scale q k^T + mask) v in one op, as torch.nn.functional.scaled_dot_product_attention",
+            (Port("q", _F32), Port("k", _F32), Port("v", _F32), Port("mask", ("bool", "float32"), optional=True)),
+            ("y",),
+            _check_attention,
+            (Attr("scale", (float, int, type(None)), default=None), Attr("is_causal", bool, default=False)),
+        ),
+    )
+)
+
+
 # ---- float math
 # Float32 relu, functions, reductions and arithmetic (helper A2). The kernels (qrt/kernels/float_ops_body.h)
 # run one fixed sequence of IEEE operations, so every CPU and build gives the same bits

@@ -6,8 +6,8 @@ weights laid out and summed) and returns a function of the node's run-time
 inputs, in port order, that returns the node's outputs.
 
 One module per op family: quantize.py, linear.py, recurrent.py, tensor_ops.py (indexing, shapes,
-embeddings), float_ops.py (the float math); each lists its ops in IMPLEMENTATIONS. ``build_plan``
-(qrt/plan.py) turns the prepared steps into the model's execution plan.
+embeddings), float_ops.py (the float math), attention.py (matmul, attention); each lists its ops in
+IMPLEMENTATIONS. ``build_plan`` (qrt/plan.py) turns the prepared steps into the model's execution plan.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 
 from ..graph import Node
 from ..plan import build_plan
-from . import float_ops, linear, quantize, recurrent, tensor_ops
+from . import attention, float_ops, linear, quantize, recurrent, tensor_ops
 from .types import Prepare, Step
 
 __all__ = ["IMPLEMENTATIONS", "build_plan", "prepare"]
@@ -29,6 +29,7 @@ IMPLEMENTATIONS: dict[str, Prepare] = {
     **recurrent.IMPLEMENTATIONS,
     **tensor_ops.IMPLEMENTATIONS,
     **float_ops.IMPLEMENTATIONS,
+    **attention.IMPLEMENTATIONS,
 }
 
 

@@ -15,6 +15,7 @@
 #define QRT_FLOAT_OPS_NAME "avx512"
 #define QRT_FLOAT_OPS_LANES_IN_ONE 1 /* a register holds the reductions' 16 lanes (float_ops_body.h) */
 #include "float_ops_body.h"
+#include "attention_body.h"
 
 #if defined(__clang__)
 #pragma clang attribute pop

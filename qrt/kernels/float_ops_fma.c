@@ -12,6 +12,7 @@
 #define QRT_FLOAT_OPS_ID fma
 #define QRT_FLOAT_OPS_NAME "fma"
 #include "float_ops_body.h"
+#include "attention_body.h"
 
 #if defined(__clang__)
 #pragma clang attribute pop

@@ -3,6 +3,7 @@
 #define QRT_FLOAT_OPS_ID portable
 #define QRT_FLOAT_OPS_NAME "portable"
 #include "float_ops_body.h"
+#include "attention_body.h"
 
 #include <string.h>
 

@@ -1,0 +1,170 @@
+# ------------------------------------------------------------ matmul and attention (included by _kernels.pyx)
+#
+# The kernels are in qrt/kernels/attention_body.h; these wrappers check the sizes and offsets they are handed,
+# split the work across threads by whole output rows (each output its own chain: no result depends on the
+# split), and run without the GIL. The callers (qrt/cpu/attention.py) broadcast the batch dimensions into
+# per-batch element offsets.
+
+cdef extern from "attention.h" nogil:
+    ctypedef struct qrt_attention_ops:
+        const char* name
+        void (*matmul)(const float* a, const float* b, float* y, ptrdiff_t m, ptrdiff_t k,
+                       ptrdiff_t n) noexcept nogil
+        void (*attention)(const float* q, const float* k, const float* v, const void* mask, int mask_kind,
+                          ptrdiff_t mask_stride, float scale, int causal, ptrdiff_t row0, ptrdiff_t l, ptrdiff_t s,
+                          ptrdiff_t e, ptrdiff_t ev, float* y, float* scratch) noexcept nogil
+    const qrt_attention_ops* qrt_attention_ops_for(const char* kernel_variant)
+    ptrdiff_t qrt_attention_scratch(ptrdiff_t s, ptrdiff_t e)
+    enum:
+        QRT_MASK_NONE, QRT_MASK_BOOL, QRT_MASK_FLOAT
+
+
+cdef struct attention_job:  # `units` output rows (batches of l rows each), task t the t-th chunk of them
+    const qrt_attention_ops* ops
+    const float* q
+    const float* k
+    const float* v
+    const char* mask
+    const int64_t* q_off  # per batch: where its q, k, v, mask (elements) and y start
+    const int64_t* k_off
+    const int64_t* v_off
+    const int64_t* m_off
+    int mask_kind, causal
+    Py_ssize_t mask_size, mask_stride
+    float scale
+    Py_ssize_t l, s, e, ev, units, parts
+    float* y
+    float* scratch  # qrt_attention_scratch(s, e) floats per task
+
+
+cdef void attention_task(void* ctx, ptrdiff_t t) noexcept nogil:
+    cdef attention_job* j = <attention_job*>ctx
+    cdef Py_ssize_t u = chunk(j.units, j.parts, t), end = chunk(j.units, j.parts, t + 1), b, r0, r1
+    cdef float* scratch = j.scratch + t * qrt_attention_scratch(j.s, j.e)
+    cdef const char* mask
+    while u < end:
+        b, r0 = u // j.l, u % j.l
+        r1 = min(j.l, r0 + end - u)
+        mask = NULL
+        if j.mask_kind != QRT_MASK_NONE:
+            mask = j.mask + (j.m_off[b] + r0 * j.mask_stride) * j.mask_size
+        j.ops.attention(j.q + j.q_off[b] + r0 * j.e, j.k + j.k_off[b], j.v + j.v_off[b], mask, j.mask_kind,
+                        j.mask_stride, j.scale, j.causal, r0, r1 - r0, j.s, j.e, j.ev, j.y + (b * j.l + r0) * j.ev,
+                        scratch)
+        u += r1 - r0
+
+
+cdef struct matmul_job:  # `units` output rows (batches of m rows each), task t the t-th chunk of them
+    const qrt_attention_ops* ops
+    const float* a
+    const float* b
+    const int64_t* a_off
+    const int64_t* b_off
+    Py_ssize_t m, k, n, units, parts
+    float* y
+
+
+cdef void matmul_task(void* ctx, ptrdiff_t t) noexcept nogil:
+    cdef matmul_job* j = <matmul_job*>ctx
+    cdef Py_ssize_t u = chunk(j.units, j.parts, t), end = chunk(j.units, j.parts, t + 1), b, r0, r1
+    while u < end:
+        b, r0 = u // j.m, u % j.m
+        r1 = min(j.m, r0 + end - u)
+        j.ops.matmul(j.a + j.a_off[b] + r0 * j.k, j.b + j.b_off[b], j.y + (b * j.m + r0) * j.n, r1 - r0, j.k, j.n)
+        u += r1 - r0
+
+
+cdef Py_ssize_t row_parts(Py_ssize_t rows, int64_t work) noexcept nogil:
+    """Tasks for `rows` output rows costing `work` multiply-adds in all."""
+    return max(1, min(<Py_ssize_t>num_threads, rows, <Py_ssize_t>(work // MIN_WORK_F16)))
+
+
+cdef void check_offsets(str what, const int64_t[::1] off, Py_ssize_t batches, Py_ssize_t size, Py_ssize_t each):
+    """Every batch's block of `each` elements lies inside the operand's `size`."""
+    cdef Py_ssize_t i
+    if off.shape[0] != batches:
+        raise ValueError(f"AttentionOps: {what} has {off.shape[0]} offsets for {batches} batches")
+    for i in range(batches):
+        if off[i] < 0 or off[i] + each > size:
+            raise ValueError(f"AttentionOps: {what}'s batch {i} lies outside it")
+
+
+cdef inline const float* first(const float[::1] a) noexcept:
+    """The array's data, NULL when empty (then the kernels read none of it)."""
+    if a.shape[0] == 0:
+        return NULL
+    return &a[0]
+
+
+cdef class AttentionOps:
+    """The float32 matrix product and attention kernels of the build the active kernel variant calls for when
+    created (the float ops' choice: plain C, AVX2 + FMA, AVX-512): the same bits every way."""
+
+    cdef const qrt_attention_ops* ops
+
+    def __cinit__(self):
+        self.ops = qrt_attention_ops_for(active.name)
+
+    @property
+    def name(self) -> str:
+        return self.ops.name.decode()
+
+    def matmul(self, const float[::1] a, const int64_t[::1] a_off, const float[::1] b, const int64_t[::1] b_off,
+               float[:, :, ::1] y, Py_ssize_t k) -> None:
+        """y[i] = a[i] @ b[i], a[i] the [m, k] matrix at a[a_off[i]:], b[i] the [k, n] one at b[b_off[i]:]."""
+        cdef Py_ssize_t batches = y.shape[0], m = y.shape[1], n = y.shape[2]
+        if k < 0:
+            raise ValueError("AttentionOps.matmul: k < 0")
+        check_offsets("a", a_off, batches, a.shape[0], m * k)
+        check_offsets("b", b_off, batches, b.shape[0], k * n)
+        if batches * m * n == 0:
+            return
+        cdef matmul_job j = matmul_job(self.ops, first(a), first(b),
+                                       &a_off[0], &b_off[0], m, k, n, batches * m, 1, &y[0, 0, 0])
+        j.parts = row_parts(j.units, <int64_t>j.units * n * k)
+        with nogil:
+            if j.parts == 1:
+                matmul_task(&j, 0)
+            else:
+                qrt_parallel_for(j.parts, <int>j.parts - 1, matmul_task, &j)
+
+    def attention(self, const float[::1] q, const int64_t[::1] q_off, const float[::1] k, const int64_t[::1] k_off,
+                  const float[::1] v, const int64_t[::1] v_off, mask, const int64_t[::1] m_off,
+                  Py_ssize_t mask_stride, float scale, bint causal, float[:, :, ::1] y, Py_ssize_t s,
+                  Py_ssize_t e) -> None:
+        """y[i] = softmax(scale q[i] k[i]^T + mask[i]) v[i] (attention.h): q[i] [l, e] at q[q_off[i]:], k[i] [s, e],
+        v[i] [s, ev]; mask None, or a flat bool or float32 array whose batch i has l rows of s values, mask_stride
+        (0 or s) apart, from m_off[i] on."""
+        cdef Py_ssize_t batches = y.shape[0], l = y.shape[1], ev = y.shape[2]
+        cdef const uint8_t[::1] mask_bytes = None
+        cdef int kind = QRT_MASK_NONE
+        if s < 0 or e < 0 or mask_stride not in (0, s):
+            raise ValueError("AttentionOps.attention: bad sizes")
+        check_offsets("q", q_off, batches, q.shape[0], l * e)
+        check_offsets("k", k_off, batches, k.shape[0], s * e)
+        check_offsets("v", v_off, batches, v.shape[0], s * ev)
+        if mask is not None:
+            if mask.dtype == np.bool_:
+                kind = QRT_MASK_BOOL
+            elif mask.dtype == np.float32:
+                kind = QRT_MASK_FLOAT
+            else:
+                raise ValueError(f"AttentionOps.attention: a mask must be bool or float32, got {mask.dtype}")
+            mask_bytes = np.ascontiguousarray(mask).reshape(-1).view(np.uint8)
+            check_offsets("mask", m_off, batches, mask.size, (l - 1) * mask_stride + s if l else 0)
+        if batches * l * ev == 0:
+            return
+        cdef Py_ssize_t parts = row_parts(batches * l, <int64_t>batches * l * s * (e + ev))
+        scratch = np.empty(parts * qrt_attention_scratch(s, e) + 1, np.float32)
+        cdef float[::1] sv = scratch
+        cdef attention_job j = attention_job(
+            self.ops, first(q), first(k), first(v), NULL, &q_off[0], &k_off[0], &v_off[0], NULL, kind, causal,
+            4 if kind == QRT_MASK_FLOAT else 1, mask_stride, scale, l, s, e, ev, batches * l, parts, &y[0, 0, 0],
+            &sv[0])
+        if kind != QRT_MASK_NONE and s > 0:  # no key, no mask value read
+            j.mask, j.m_off = <const char*>&mask_bytes[0], &m_off[0]
+        with nogil:
+            if parts == 1:
+                attention_task(&j, 0)
+            else:
+                qrt_parallel_for(parts, <int>parts - 1, attention_task, &j)

@@ -1,0 +1,42 @@
+/* qrt's float32 matrix product and fused scaled-dot-product attention, as one table of kernels per
+ * build of attention_body.h, which the float ops' files compile beside float_ops_body.h (plain C,
+ * AVX2 with FMA, AVX-512: float_ops.h says which variant runs which).
+ *
+ * One order, whatever the CPU, the build or the number of threads (docs/NUMERICS.md, "Matrix product
+ * and attention"): every product of a row and a column is one fma chain over k in order, from +0,
+ * linear_float's chain; vectors run across the outputs, never across a sum. Callers check shapes; the
+ * kernels trust them. Outputs never overlap inputs.
+ */
+#ifndef QRT_ATTENTION_H
+#define QRT_ATTENTION_H
+
+#include <stddef.h>
+
+enum qrt_attention_mask { QRT_MASK_NONE, QRT_MASK_BOOL, QRT_MASK_FLOAT };
+
+typedef struct {
+    const char* name; /* the float ops' build: "portable", "fma" or "avx512" */
+    /* y[i][j] = the fma chain over t < k of a[i][t] * b[t][j], i < m, j < n; a, b, y row-major and
+     * contiguous ([m, k], [k, n], [m, n]) */
+    void (*matmul)(const float* a, const float* b, float* y, ptrdiff_t m, ptrdiff_t k, ptrdiff_t n);
+    /* One attention head: y[l][ev] = softmax(scale * q k^T + mask) v for the l query rows of q ([l, e]),
+     * the s keys of k ([s, e]) and values of v ([s, ev]); q's first row is query row `row0` of the
+     * head (for is_causal: key j is masked out for query row i when j > i). mask (NULL for none) holds
+     * row i's s values at mask + i * mask_stride (uint8 0/1 for QRT_MASK_BOOL, 0 masking out; float32
+     * added for QRT_MASK_FLOAT); mask_stride 0 repeats one row. scratch holds
+     * qrt_attention_scratch(s, e) floats. */
+    void (*attention)(const float* q, const float* k, const float* v, const void* mask, int mask_kind,
+                      ptrdiff_t mask_stride, float scale, int causal, ptrdiff_t row0, ptrdiff_t l, ptrdiff_t s,
+                      ptrdiff_t e, ptrdiff_t ev, float* y, float* scratch);
+} qrt_attention_ops;
+
+/* Query rows an attention call takes at a time: its score rows held at once. */
+#define QRT_ATTENTION_ROWS 4
+
+/* Floats of scratch one attention call needs: k transposed, and a tile of score rows. */
+static inline ptrdiff_t qrt_attention_scratch(ptrdiff_t s, ptrdiff_t e) { return e * s + QRT_ATTENTION_ROWS * s; }
+
+/* The table for the CPUs of a kernel variant: the float ops' choice (float_ops.h). */
+const qrt_attention_ops* qrt_attention_ops_for(const char* kernel_variant);
+
+#endif /* QRT_ATTENTION_H */

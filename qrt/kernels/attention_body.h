@@ -1,0 +1,135 @@
+/* The kernels of attention.h, compiled once per build of the float ops right after float_ops_body.h
+ * (whose reductions and exp they share) by float_ops_portable.c, float_ops_fma.c and
+ * float_ops_avx512.c, as the table qrt_attention_ops_<QRT_FLOAT_OPS_ID>.
+ *
+ * Every output of a product is one fma chain over k in order, from +0: acc = fma(a[i][t], b[t][j], acc)
+ * for t = 0, 1, ..., k - 1, linear_float's chain (without its fp16 tail blocks: no fbgemm order to
+ * follow here). The vectors run across j, each lane its own chain, so every build, tile and thread
+ * split gives the same bits; the portable build runs the same fmaf calls one by one.
+ */
+#include "attention.h"
+
+/* A tile: QRT_MM_R rows by QRT_MM_W columns, 8 vector accumulators on both SIMD builds. */
+#define QRT_MM_R QRT_ATTENTION_ROWS
+#if defined(QRT_FLOAT_OPS_LANES_IN_ONE)
+#define QRT_MM_W 32 /* two 512-bit registers a row */
+#else
+#define QRT_MM_W 16 /* two 256-bit registers a row */
+#endif
+/* Columns of b per block of a matrix product, so that k x QRT_MM_COLS floats of b stay in L2 while every
+ * row tile passes them (at least one tile wide). */
+#define QRT_MM_BLOCK_FLOATS (64 * 1024)
+
+/* y[r][c] = the chain over t < k of a[r * lda + t] * b[t * ldb + c], r < rows, c < w. Inlined with constant
+ * rows and w, the accumulators stay in registers and each row's w lanes are whole vectors. */
+QRT_INLINE void qrt_mm_tile(const float* restrict a, ptrdiff_t lda, const float* restrict b, ptrdiff_t ldb,
+                            float* restrict y, ptrdiff_t ldy, const int rows, const int w, ptrdiff_t k) {
+    float acc[QRT_MM_R][QRT_MM_W];
+    QRT_UNROLL for (int r = 0; r < rows; r++)
+        QRT_UNROLL for (int c = 0; c < w; c++)
+            acc[r][c] = 0.0f;
+    for (ptrdiff_t t = 0; t < k; t++) {
+        const float* restrict bt = b + t * ldb;
+        QRT_UNROLL for (int r = 0; r < rows; r++) {
+            const float x = a[r * lda + t];
+            QRT_UNROLL for (int c = 0; c < w; c++)
+                acc[r][c] = fmaf(x, bt[c], acc[r][c]);
+        }
+    }
+    QRT_UNROLL for (int r = 0; r < rows; r++)
+        QRT_UNROLL for (int c = 0; c < w; c++)
+            y[r * ldy + c] = acc[r][c];
+}
+
+/* The last columns (w < QRT_MM_W) of a tile: the same chains, lengths known only here. */
+static void qrt_mm_tail(const float* a, ptrdiff_t lda, const float* b, ptrdiff_t ldb, float* y, ptrdiff_t ldy,
+                        int rows, int w, ptrdiff_t k) {
+    qrt_mm_tile(a, lda, b, ldb, y, ldy, rows, w, k);
+}
+
+/* Rows [0, rows) (rows <= QRT_MM_R) of y = a b over columns [0, n). */
+static void qrt_mm_rows(const float* a, ptrdiff_t lda, const float* b, ptrdiff_t ldb, float* y, ptrdiff_t ldy,
+                        int rows, ptrdiff_t k, ptrdiff_t n) {
+    ptrdiff_t c = 0;
+    for (; c + QRT_MM_W <= n; c += QRT_MM_W) {
+        switch (rows) {
+        case 1: qrt_mm_tile(a, lda, b + c, ldb, y + c, ldy, 1, QRT_MM_W, k); break;
+        case 2: qrt_mm_tile(a, lda, b + c, ldb, y + c, ldy, 2, QRT_MM_W, k); break;
+        case 3: qrt_mm_tile(a, lda, b + c, ldb, y + c, ldy, 3, QRT_MM_W, k); break;
+        default: qrt_mm_tile(a, lda, b + c, ldb, y + c, ldy, QRT_MM_R, QRT_MM_W, k); break;
+        }
+    }
+    if (c < n)
+        qrt_mm_tail(a, lda, b + c, ldb, y + c, ldy, rows, (int)(n - c), k);
+}
+
+static void qrt_matmul(const float* a, const float* b, float* y, ptrdiff_t m, ptrdiff_t k, ptrdiff_t n) {
+    ptrdiff_t cols = k > 0 ? QRT_MM_BLOCK_FLOATS / k / QRT_MM_W * QRT_MM_W : n;
+    cols = cols < QRT_MM_W ? QRT_MM_W : cols;
+    for (ptrdiff_t c0 = 0; c0 < n; c0 += cols) {
+        const ptrdiff_t nc = n - c0 < cols ? n - c0 : cols;
+        for (ptrdiff_t i = 0; i < m; i += QRT_MM_R) {
+            const int rows = m - i < QRT_MM_R ? (int)(m - i) : QRT_MM_R;
+            qrt_mm_rows(a + i * k, k, b + c0, n, y + i * n + c0, n, rows, k, nc);
+        }
+    }
+}
+
+/* Per query row i: t_j = fl(s_j * scale) for the chain s_j = q_i . k_j; then t_j = fl(t_j + mask_j) (float
+ * mask), or -inf where a bool mask is 0 or, causal, j > i; m = the max of t; p_j = exp(t_j - m) (qrt's exp)
+ * and Z their sum in the reductions' lane order (float_ops_body.h); y_i = fl(chain_j(p_j v_j) / Z). A row
+ * masked out entirely (m = -inf) takes p_j = 0 and Z = 1: y_i is the chain of 0 * v_j, 0 for finite v, as
+ * torch's CPU attention gives (where torch's softmax alone would give NaN). Scores live in a tile of
+ * QRT_ATTENTION_ROWS rows only. */
+static void qrt_attention(const float* q, const float* k, const float* v, const void* mask, int mask_kind,
+                          ptrdiff_t mask_stride, float scale, int causal, ptrdiff_t row0, ptrdiff_t l, ptrdiff_t s,
+                          ptrdiff_t e, ptrdiff_t ev, float* y, float* scratch) {
+    float* restrict kt = scratch;          /* k transposed, [e][s]: the scores' chains run across keys */
+    float* restrict tile = scratch + e * s; /* QRT_ATTENTION_ROWS rows of s scores */
+    for (ptrdiff_t j = 0; j < s; j++)
+        for (ptrdiff_t d = 0; d < e; d++)
+            kt[d * s + j] = k[j * e + d];
+    for (ptrdiff_t i0 = 0; i0 < l; i0 += QRT_ATTENTION_ROWS) {
+        const int rows = l - i0 < QRT_ATTENTION_ROWS ? (int)(l - i0) : QRT_ATTENTION_ROWS;
+        float z[QRT_ATTENTION_ROWS];
+        qrt_mm_rows(q + i0 * e, e, kt, s, tile, s, rows, e, s);
+        for (int r = 0; r < rows; r++) {
+            float* restrict t = tile + r * s;
+            const ptrdiff_t i = i0 + r;
+            for (ptrdiff_t j = 0; j < s; j++)
+                t[j] = t[j] * scale;
+            if (mask_kind == QRT_MASK_FLOAT) {
+                const float* restrict add = (const float*)mask + i * mask_stride;
+                for (ptrdiff_t j = 0; j < s; j++)
+                    t[j] = t[j] + add[j];
+            } else if (mask_kind == QRT_MASK_BOOL) {
+                const unsigned char* restrict keep = (const unsigned char*)mask + i * mask_stride;
+                for (ptrdiff_t j = 0; j < s; j++)
+                    t[j] = keep[j] ? t[j] : -INFINITY;
+            }
+            if (causal)
+                for (ptrdiff_t j = row0 + i + 1; j < s; j++)
+                    t[j] = -INFINITY;
+            float m;
+            qrt_lane_reduce(QRT_RED_MAX, t, s, 1, 1, 0, &m);
+            if (m == -INFINITY) {
+                for (ptrdiff_t j = 0; j < s; j++)
+                    t[j] = 0.0f;
+                z[r] = 1.0f;
+                continue;
+            }
+            for (ptrdiff_t j = 0; j < s; j++)
+                t[j] = qrt_exp_full(t[j] - m);
+            qrt_lane_reduce(QRT_RED_SUM, t, s, 1, 1, 0, &z[r]);
+        }
+        float* restrict yi = y + i0 * ev;
+        qrt_mm_rows(tile, s, v, ev, yi, ev, rows, s, ev);
+        for (int r = 0; r < rows; r++)
+            for (ptrdiff_t d = 0; d < ev; d++)
+                yi[r * ev + d] = yi[r * ev + d] / z[r];
+    }
+}
+
+const qrt_attention_ops QRT_FO_CAT(qrt_attention_ops_, QRT_FLOAT_OPS_ID) = {
+    QRT_FLOAT_OPS_NAME, qrt_matmul, qrt_attention,
+};
