@@ -33,7 +33,7 @@ from torch import nn
 from torch.export import Dim, ExportedProgram
 from torch.export.graph_signature import InputKind
 
-from . import pt2e, qrt_backend
+from . import lower_masks, pt2e, qrt_backend
 from . import shapes as qshapes
 from .layers import Layer, LinearLayer
 from .lower_ops import FUNCTIONS, LoweringError
@@ -223,9 +223,12 @@ _RENAMED = {
     "silu": F.silu,
     "log_softmax": torch.log_softmax,
     "softmax": torch.softmax,
+    "linalg_vector_norm": torch.linalg.vector_norm,
 }
 # Written as operators by users: torch.fx traces x / y as operator.truediv (and names the node after it).
 _OPERATORS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv}
+_METHODS = ("expand", "expand_as", "new_ones", "new_zeros", "new_full", "masked_fill")
+_LOGICAL = {"__and__": operator.and_, "__or__": operator.or_, "__invert__": operator.invert}
 _INT64_MAX = (1 << 63) - 1
 _SKIPPED = ("_assert_scalar", "sym_constrain_range_for_size", "_assert_tensor_metadata", "sym_constrain_range")
 
@@ -414,6 +417,16 @@ class _Raiser:
             return self.function(F.embedding, (args[1], args[0]), {})
         if name in ("clone", "contiguous", "alias", "detach"):
             return args[0]
+        if name in ("to", "_to_copy"):  # x.to(dtype): the device and layout are the CPU's
+            dtype = kwargs.get("dtype", next((a for a in args[1:] if isinstance(a, torch.dtype)), None))
+            return args[0] if dtype is None else self.method("to", (args[0], dtype))
+        if name in _METHODS:  # as users write them: x.expand(...), x.new_ones(size, dtype=...)
+            kept = {k: v for k, v in kwargs.items() if k in ("dtype",)}
+            return self.graph.create_node("call_method", name, tuple(args), kept)
+        if name == "index":  # x[i, j] with index tensors
+            return self.function(lower_masks.index_tensors, args, {})
+        if name in _LOGICAL:
+            return self.function(_LOGICAL[name], args, {})
         fn = _torch_function(op)
         if fn is None:
             raise LoweringError(f"ATen op {op} has no qrt lowering")

@@ -44,6 +44,7 @@ from .layers import (  # noqa: F401  (the neutral layers, re-exported for front 
     RNNCellLayer,
     SequenceLayer,
 )
+from .lower_masks import has_size_of
 from .lower_ops import (
     FUNCTIONS,
     METHODS,
@@ -301,7 +302,7 @@ class Lowerer:
             if not isinstance(lead, nn.Module):
                 # Recorded so that `qrt compare` can match qrt values to PyTorch modules layer by layer.
                 self.layers[str(node.target)] = _first_name(out)
-        elif self._foldable(args, kwargs):
+        elif self._foldable(args, kwargs) and not has_size_of((args, kwargs)):
             self.require_static(node)  # computed once here: a size it used must not be free
             out = self._fold(node, args, kwargs)
         else:
