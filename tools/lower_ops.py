@@ -855,6 +855,55 @@ def _neg(lw: Lowerer, node: torch.fx.Node, input: Any) -> Any:
     return Tensor(lw.emit(node, "mul", {"a": _operand(lw, input), "b": np.asarray(np.float32(-1))}))
 
 
+# ------------------------------------------------------------ matrix products and attention
+
+
+def _matrix(lw: Lowerer, v: Any, what: str) -> str | np.ndarray:
+    """A float32 operand of rank >= 2 (a value name, or a parameter to store)."""
+    if isinstance(v, _PY_NUMBERS):
+        raise LoweringError(f"{what} must be a tensor, got a {type(v).__name__}")
+    operand = _operand(lw, v)
+    rank = len(lw.shape(v))
+    if rank < 2:
+        raise LoweringError(f"{what} has rank {rank}: matrix products of vectors are not supported (rank >= 2)")
+    return operand
+
+
+@lowers(functions=(torch.matmul, operator.matmul, torch.bmm, torch.mm), methods=("matmul", "bmm", "mm"))
+def _matmul(lw: Lowerer, node: torch.fx.Node, input: Any, other: Any, *, out: Any = None) -> Tensor:
+    a, b = _matrix(lw, input, "matmul's first operand"), _matrix(lw, other, "matmul's second operand")
+    if not isinstance(a, str) and not isinstance(b, str):
+        raise LoweringError("matmul of two constants")
+    return Tensor(lw.emit(node, "matmul", {"a": a, "b": b}))
+
+
+def _attention_mask(lw: Lowerer, mask: Any) -> str | np.ndarray:
+    """A bool or float32 mask: a run-time value as it is; a stored bool one as the float32 mask 0 / -inf, which
+    gives the same scores (t + 0 = t, t + -inf = -inf) and can be stored."""
+    if isinstance(mask, Const) and isinstance(mask.value, torch.Tensor) and mask.value.dtype == torch.bool:
+        keep = mask.value.detach().numpy()
+        return np.where(keep, np.float32(0), np.float32(-np.inf)).astype(np.float32)
+    if isinstance(mask, Tensor) and mask.dtype == "bool":
+        return mask.name
+    return _operand(lw, mask)
+
+
+@lowers(functions=(F.scaled_dot_product_attention,))
+def _attention(lw: Lowerer, node: torch.fx.Node, query: Any, key: Any, value: Any, attn_mask: Any = None,
+               dropout_p: float = 0.0, is_causal: bool = False, scale: Any = None, enable_gqa: bool = False) -> Tensor:
+    if dropout_p != 0.0:
+        raise LoweringError(f"scaled_dot_product_attention with dropout_p={dropout_p} is not supported (0: inference)")
+    if enable_gqa:
+        raise LoweringError("scaled_dot_product_attention with enable_gqa=True is not supported")
+    if scale is not None and not isinstance(scale, (int, float)):
+        raise LoweringError(f"scaled_dot_product_attention's scale must be a number, got {type(scale).__name__}")
+    ports = {"q": lw.float_of(query), "k": lw.float_of(key), "v": lw.float_of(value)}
+    if attn_mask is not None:
+        ports["mask"] = _attention_mask(lw, attn_mask)
+    attrs = {"scale": None if scale is None else float(scale), "is_causal": bool(is_causal)}
+    return Tensor(lw.emit(node, "attention", ports, attrs))
+
+
 # ------------------------------------------------------------ embeddings
 
 

@@ -30,7 +30,7 @@ import torch.fx
 FREE_DIMS = ("auto", "marked")
 _MAX_TRIES = 64  # runs spent on dimensions that only change together, per example size
 _MAX_CHOICES = 4096
-DTYPES = {"float32": torch.float32, "int64": torch.int64, "int32": torch.int32}
+DTYPES = {"float32": torch.float32, "int64": torch.int64, "int32": torch.int32, "bool": torch.bool}
 
 
 class SpecError(ValueError):
@@ -193,6 +193,8 @@ def example(spec: Spec, shapes: dict[int, tuple[int, ...]] | None = None, seed: 
         dtype = DTYPES[s.dtype or "float32"]
         if dtype.is_floating_point:
             return torch.randn(shape, generator=gen, dtype=dtype)
+        if dtype == torch.bool:  # a mask that keeps everything: an all-False one would mask every row out
+            return torch.ones(shape, dtype=dtype)
         return torch.zeros(shape, dtype=dtype)
 
     return walk(spec)
