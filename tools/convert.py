@@ -560,6 +560,8 @@ def convert(
     layers: dict[str, str] = {}
     try:
         builder = qlower.lower(gm, export_frontend.describe, specs, layers, free_dims, engine)
+        gone = builder.drop_unused()  # dead code: what the outputs do not need (an unused pooler)
+        layers = {path: value for path, value in layers.items() if value not in gone}
     except (qlower.LoweringError, qrt_backend.FrontEndError) as e:
         raise ConvertError(str(e)) from None
 

@@ -346,6 +346,8 @@ class _Raiser:
         for path, members in calls.values():
             inside = set(members)
             leaving = [n for n in members if any(u not in inside for u in n.users)]
+            if not leaving and path not in self.signatures:
+                continue  # a call whose result nothing reads: its ATen ops are raised one by one, and dropped
             if path in self.signatures:
                 out[leaving[0]] = (path, members)
                 continue
