@@ -36,6 +36,7 @@ from torch.export.graph_signature import InputKind
 from . import lower_masks, pt2e, qrt_backend
 from . import shapes as qshapes
 from .layers import Layer, LinearLayer
+from .lower import TIED_DIMS
 from .lower_ops import FUNCTIONS, LoweringError
 
 _TUPLE_MODULES = (nn.RNNBase, nn.LSTMCell)
@@ -462,7 +463,22 @@ def raise_program(
     """The ATen graph of ep as a torch-level fx graph (module docstring). ``model``: the exported module,
     whose leaf modules become call_module nodes again; ``quantized``: path -> the torch.ao module a
     stand-in took the place of."""
-    return _Raiser(ep, _leaf_paths(model, quantized or {}), names).run()
+    gm = _Raiser(ep, _leaf_paths(model, quantized or {}), names).run()
+    gm.meta[TIED_DIMS] = tied_dims(ep)
+    return gm
+
+
+def tied_dims(ep: ExportedProgram) -> list[frozenset]:
+    """The (flat input, dim) pairs of each symbol torch.export gave several input dimensions: a batch that
+    input_ids and attention_mask share changes in both at once."""
+    user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    vals = {n.name: n.meta["val"] for n in ep.graph.nodes if n.op == "placeholder"}
+    by_symbol: dict[str, set] = {}
+    for leaf, name in enumerate(user):
+        for d, size in enumerate(vals[name].shape):
+            if _dynamic(size):
+                by_symbol.setdefault(str(size), set()).add((leaf, d))
+    return [frozenset(g) for g in by_symbol.values() if len(g) > 1]
 
 
 def describe(module: nn.Module) -> Layer | None:

@@ -63,6 +63,9 @@ from .lower_ops import (
 )
 
 
+TIED_DIMS = "qrt_tied_dims"  # gm.meta key: (flat leaf, dim) sets a front end knows to be one size (tools/shapes.py)
+
+
 class _Varies(Exception):
     """A size of a free dimension is used where the qrt graph needs a constant; runs: the runs that changed it."""
 
@@ -521,7 +524,7 @@ def lower(
         raise LoweringError("qrt cannot run: " + "; ".join(bad))
     specs, names = resolve_specs(gm, describe, inputs)
     try:
-        runs = qshapes.search(gm, specs, names, free_dims, _stand_ins(gm, describe))
+        runs = qshapes.search(gm, specs, names, free_dims, _stand_ins(gm, describe), gm.meta.get(TIED_DIMS, ()))
     except qshapes.SpecError as e:
         raise LoweringError(str(e)) from None
     flat = [pair for spec, name in zip(specs, names) for pair in qshapes.leaves(spec, name)]

@@ -468,6 +468,9 @@ def _index_tensors(lw: Lowerer, node: torch.fx.Node, x: Any, indices: Any) -> An
                               {"dim": k}), dtype_of(x) if is_tensor(x) else "float32")
     if any(i is None for i in indices):
         raise LoweringError("tensor indexing with whole dimensions between index tensors")
+    from .lower_ops import _move
+
+    v = _runtime(lw, node, x, "_x")
     axes = []
     for k, n in enumerate(fx_indices):
         found = _iota_axis(lw, n)
@@ -475,7 +478,9 @@ def _index_tensors(lw: Lowerer, node: torch.fx.Node, x: Any, indices: Any) -> An
             raise LoweringError("tensor indexing other than by full aranges or one 1-D index is not supported")
         axis, arange = found
         if any(a[0] != s[k] for a, s in zip(lw.node_shapes(arange), xs)):
-            raise LoweringError(f"index {k} is an arange that does not span dimension {k} of the tensor")
+            # an arange shorter than x's dimension in some run: x's first entries there, as many as it has
+            v = Tensor(lw.emit(node, "index_select", {"x": v.name, "index": lw.env[arange].name}, {"dim": k},
+                               f"_select{k}"), v.dtype)
         axes.append(axis)
     rank = len(outs[0]) - (len(xs[0]) - len(indices))  # of the indices broadcast together, right-aligned
     axes = [a + rank - len(lw.node_shapes(n)[0]) for a, n in zip(axes, fx_indices)]
@@ -484,9 +489,6 @@ def _index_tensors(lw: Lowerer, node: torch.fx.Node, x: Any, indices: Any) -> An
     # x's indexed dimensions in the order of their axes, then the size-1 axes put in, then x's other dimensions
     order = sorted(range(len(axes)), key=lambda k: axes[k])
     perm = order + list(range(len(axes), len(xs[0])))
-    from .lower_ops import _move
-
-    v = _runtime(lw, node, x, "_x")
     if perm != sorted(perm):
         v = _move(lw, node, v, "permute", {"perm": perm}, "_permute")
     for a in range(rank):
