@@ -62,7 +62,6 @@ from .lower_ops import (
     module_lowering,
 )
 
-
 TIED_DIMS = "qrt_tied_dims"  # gm.meta key: (flat leaf, dim) sets a front end knows to be one size (tools/shapes.py)
 
 
