@@ -487,10 +487,10 @@ def convert(
     ``input_shapes``: one per forward() argument, as --input-shape text ("2,50?,6", "(2,1,200),(2,1,200)"),
     a shape ((1, 37)) or a tuple of shapes for a tuple argument; or by name, for a model called with
     keyword arguments (tools/keywords.py): {"input_ids": "2,9", ...} or ["input_ids=2,9", ...].
-    ``input_dtypes``: by argument or input name ("hidden.0"). ``free_dims``: "auto" or "marked" (see --free-dims). ``engine``: whose numerics the
-    int8 layers follow, "x86" or "qnnpack"; None: the quantized engine torch has in force. ``frontend``: "fx",
-    "export" or "auto" (torch.fx, else torch.export where torch.fx cannot trace; a .pt2 program is always
-    exported).
+    ``input_dtypes``: by argument or input name ("hidden.0"). ``free_dims``: "auto" or "marked" (see
+    --free-dims). ``engine``: whose numerics the int8 layers follow, "x86" or "qnnpack"; None: the quantized
+    engine torch has in force. ``frontend``: "fx", "export" or "auto" (torch.fx, else torch.export where
+    torch.fx cannot trace; a .pt2 program is always exported).
     """
     the_rules = startup_rules(rules)
     engine = engine or ("qnnpack" if torch.backends.quantized.engine == "qnnpack" else "x86")
