@@ -218,12 +218,12 @@ def input_names(model: nn.Module) -> list[str]:
 
 
 def _check_keywords(net: nn.Module, names: Sequence[str]) -> None:
-    params = inspect.signature(net.forward).parameters
-    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return
+    """Each name a parameter forward() names (one that **kwargs would swallow unread is refused)."""
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    params = [n for n, p in inspect.signature(net.forward).parameters.items() if p.kind in kinds]
     unknown = [n for n in names if n not in params]
     if unknown:
-        raise ConvertError(f"forward() takes no argument {', '.join(map(repr, unknown))}; it takes {list(params)}")
+        raise ConvertError(f"forward() takes no argument {', '.join(map(repr, unknown))}; it takes {params}")
 
 
 def parse_shape(text: str) -> qshapes.Spec:
