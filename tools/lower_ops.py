@@ -377,9 +377,9 @@ def _same(lw: Lowerer, node: torch.fx.Node, x: Any, *args: Any, **kwargs: Any) -
 
 @lowers(methods=("float",))
 def _float(lw: Lowerer, node: torch.fx.Node, x: Any) -> Any:
-    if isinstance(x, Tensor) and x.dtype != "float32":
-        raise LoweringError(f"converting {x.dtype} to float32 is not supported")
-    return x
+    from .lower_masks import cast
+
+    return cast(lw, node, x, "float32", "") if isinstance(x, Tensor) else x
 
 
 @lowers(functions=(torch.fx._symbolic_trace._assert_is_none,))
