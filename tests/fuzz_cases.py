@@ -249,6 +249,13 @@ def _op_models() -> dict[str, GraphBuilder]:
     g = b.node("gather", {"x": sel, "index": b.tensor("gat", np.array([[2, 0]], np.int32))}, {"dim": 1})
     b.output(r, e, g, *cmp)
     models["masks"] = b
+    # matmul against a stored matrix, attention with a bool mask over its heads
+    b = GraphBuilder()
+    x = b.input("x", "float32", [None, 2, 3, 4])
+    keep = b.input("keep", "bool", [None, 1, 1, 3])
+    h = b.node("matmul", {"a": x, "b": rng.standard_normal((4, 4)).astype(np.float32)})
+    b.output(b.node("attention", {"q": x, "k": h, "v": h, "mask": keep}, {"scale": 0.5}))
+    models["attention"] = b
 
     # A chain through several ops, a stored tensor on a run-time port, and a tuple output.
     b = GraphBuilder()
@@ -865,6 +872,8 @@ def random_inputs(model: qrt.Model, rnd: random.Random) -> list[np.ndarray] | No
         dt = np.dtype(spec.dtype)
         if dt.kind == "f":
             a = np.asarray(rng.standard_normal(shape) * rnd.choice([1e-5, 1.0, 100.0]), dt)  # 0-d too
+        elif dt.kind == "b":
+            a = np.asarray(rng.integers(0, 2, shape).astype(bool))
         else:
             info = np.iinfo(dt)
             a = np.asarray(rng.integers(info.min, int(info.max) + 1, shape, dtype=dt))

@@ -38,6 +38,7 @@ ENTRY_POINTS = {
     "float_ops.cu": [f"unary_{op}" for op in ("relu", "sigmoid", "tanh", "silu", "gelu", "gelu_tanh", "sqrt",
                                               "rsqrt")]
     + ["sum_f32", "mean_f32", "softmax_f32", "log_softmax_f32", "layer_norm_f32"],
+    "attention.cu": ["matmul_f32", "attention_f32"],
     "embedding.cu": ["embedding_check", "embedding_check_values"]
     + [f"embedding_{kind}_{bits}" for kind in ("rows", "bags") for bits in (32, 8, 4)],
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -38,21 +39,65 @@ def batch_offsets(batch: tuple, out: tuple, block: int) -> np.ndarray:
     return np.ascontiguousarray(np.broadcast_to(index, out).reshape(-1)) * block
 
 
-def _matmul(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    kernel = K.AttentionOps()
+class Product(NamedTuple):
+    """A matmul's sizes: y [*batch, m, n], and where each output batch's a and b start."""
 
-    def step(a, b):
-        (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
-        if k != k2:
-            raise ValueError(f"a {list(a.shape)} and b {list(b.shape)} do not multiply: a has {k} columns, b {k2} rows")
-        batch = broadcast_batch({"a": a.shape[:-2], "b": b.shape[:-2]})
-        y = np.empty(batch + (m, n), np.float32)
-        kernel.matmul(_contiguous(a).reshape(-1), batch_offsets(a.shape[:-2], batch, m * k),
-                      _contiguous(b).reshape(-1), batch_offsets(b.shape[:-2], batch, k * n),
-                      y.reshape(-1, m, n), k)
-        return (y,)
+    batch: tuple
+    m: int
+    k: int
+    n: int
+    a_off: np.ndarray
+    b_off: np.ndarray
 
-    return step
+
+def product(a: tuple, b: tuple) -> Product:
+    """The run-time checks of a matmul of shapes a and b (ValueError naming them), and its sizes."""
+    (m, k), (k2, n) = a[-2:], b[-2:]
+    if k != k2:
+        raise ValueError(f"a {list(a)} and b {list(b)} do not multiply: a has {k} columns, b {k2} rows")
+    batch = broadcast_batch({"a": a[:-2], "b": b[:-2]})
+    return Product(batch, m, k, n, batch_offsets(a[:-2], batch, m * k), batch_offsets(b[:-2], batch, k * n))
+
+
+class Heads(NamedTuple):
+    """An attention's sizes: y [*batch, lq, ev]; where each output batch's q, k, v (and mask) start; the mask's
+    rows `stride` apart (0: one row for all), after `repeat` (its one value per row repeated for all s keys)."""
+
+    batch: tuple
+    lq: int
+    s: int
+    e: int
+    ev: int
+    q_off: np.ndarray
+    k_off: np.ndarray
+    v_off: np.ndarray
+    m_off: np.ndarray | None
+    stride: int
+    repeat: tuple | None
+
+
+def heads(q: tuple, k: tuple, v: tuple, mask: tuple | None) -> Heads:
+    """The run-time checks of an attention of these shapes (ValueError naming them), and its sizes; a mask of
+    rank 0 is read as [1]."""
+    (lq, e), (s, e2), (s2, ev) = q[-2:], k[-2:], v[-2:]
+    if e != e2:
+        raise ValueError(f"q {list(q)} and k {list(k)} must have the same last dimension (E)")
+    if s != s2:
+        raise ValueError(f"k {list(k)} and v {list(v)} must have the same number of keys")
+    batch = broadcast_batch({"q": q[:-2], "k": k[:-2], "v": v[:-2]})
+    m_off, stride, repeat = None, 0, None
+    if mask is not None:
+        mask = mask or (1,)
+        scores = batch + (lq, s)
+        if len(mask) > len(scores) or any(d not in (1, w) for d, w in zip(mask[::-1], scores[::-1])):
+            raise ValueError(f"mask {list(mask)} does not broadcast to the scores {list(scores)}")
+        if mask[-1] != s:
+            repeat = mask = mask[:-1] + (s,)
+        rows = mask[-2] if len(mask) >= 2 else 1
+        stride = s if rows == lq and lq != 1 else 0
+        m_off = batch_offsets(mask[:-2], batch, rows * s)
+    return Heads(batch, lq, s, e, ev, batch_offsets(q[:-2], batch, lq * e), batch_offsets(k[:-2], batch, s * e),
+                 batch_offsets(v[:-2], batch, s * ev), m_off, stride, repeat)
 
 
 def default_scale(e: int) -> np.float32:
@@ -60,35 +105,46 @@ def default_scale(e: int) -> np.float32:
     return np.float32(1.0 / math.sqrt(e)) if e > 0 else np.float32(math.inf)
 
 
+def last_shapes(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """fn of shapes, remembering its last answer: a model runs at one set of shapes call after call, and the
+    offsets cost more than a small call's kernel (30 us for one attention's)."""
+    last: list = [(None, None)]
+
+    def cached(*shapes: Any) -> Any:
+        key, value = last[0]  # the pair as one object: another thread may replace it, never half of it
+        if key != shapes:
+            value = fn(*shapes)
+            last[0] = (shapes, value)
+        return value
+
+    return cached
+
+
+def _matmul(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    kernel, sizes = K.AttentionOps(), last_shapes(product)
+
+    def step(a, b):
+        p = sizes(a.shape, b.shape)
+        y = np.empty(p.batch + (p.m, p.n), np.float32)
+        kernel.matmul(_contiguous(a).reshape(-1), p.a_off, _contiguous(b).reshape(-1), p.b_off,
+                      y.reshape(-1, p.m, p.n), p.k)
+        return (y,)
+
+    return step
+
+
 def _attention(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    kernel, scale, causal = K.AttentionOps(), node.attrs["scale"], node.attrs["is_causal"]
+    kernel, scale, causal, sizes = K.AttentionOps(), node.attrs["scale"], node.attrs["is_causal"], last_shapes(heads)
 
     def step(q, k, v, mask=None):
-        (lq, e), (s, e2), (s2, ev) = q.shape[-2:], k.shape[-2:], v.shape[-2:]
-        if e != e2:
-            raise ValueError(f"q {list(q.shape)} and k {list(k.shape)} must have the same last dimension (E)")
-        if s != s2:
-            raise ValueError(f"k {list(k.shape)} and v {list(v.shape)} must have the same number of keys")
-        batch = broadcast_batch({"q": q.shape[:-2], "k": k.shape[:-2], "v": v.shape[:-2]})
-        y = np.empty(batch + (lq, ev), np.float32)
-        m_off, stride = None, 0
+        h = sizes(q.shape, k.shape, v.shape, None if mask is None else mask.shape)
         if mask is not None:
-            mask = mask.reshape(mask.shape or (1,))
-            scores = batch + (lq, s)
-            if mask.ndim > len(scores) or any(d not in (1, w) for d, w in zip(mask.shape[::-1], scores[::-1])):
-                raise ValueError(f"mask {list(mask.shape)} does not broadcast to the scores {list(scores)}")
-            if mask.shape[-1] != s:  # one value for every key: repeated, the only copy made
-                mask = np.broadcast_to(mask, mask.shape[:-1] + (s,))
-            mask = _contiguous(mask)
-            rows = mask.shape[-2] if mask.ndim >= 2 else 1
-            stride = s if rows == lq and lq != 1 else 0
-            m_off = batch_offsets(mask.shape[:-2], batch, rows * s)
+            mask = _contiguous(np.broadcast_to(mask, h.repeat) if h.repeat else mask)
+        y = np.empty(h.batch + (h.lq, h.ev), np.float32)
         kernel.attention(
-            _contiguous(q).reshape(-1), batch_offsets(q.shape[:-2], batch, lq * e),
-            _contiguous(k).reshape(-1), batch_offsets(k.shape[:-2], batch, s * e),
-            _contiguous(v).reshape(-1), batch_offsets(v.shape[:-2], batch, s * ev),
-            mask, m_off, stride, default_scale(e) if scale is None else np.float32(scale), causal,
-            y.reshape(-1, lq, ev), s, e,
+            _contiguous(q).reshape(-1), h.q_off, _contiguous(k).reshape(-1), h.k_off, _contiguous(v).reshape(-1),
+            h.v_off, mask, h.m_off, h.stride, default_scale(h.e) if scale is None else np.float32(scale), causal,
+            y.reshape(-1, h.lq, h.ev), h.s, h.e,
         )
         return (y,)
 

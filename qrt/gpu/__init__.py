@@ -4,7 +4,7 @@
 returns takes the node's run-time inputs (device arrays) and returns device arrays, launching kernels
 only (no host synchronisation), so that a whole model can be captured into one CUDA graph
 (qrt/gpu/plan.py). One module per op family, as qrt.cpu: quantize.py, linear.py, recurrent.py,
-tensor_ops.py, float_ops.py; runtime.py compiles the sources and holds what they share.
+tensor_ops.py, float_ops.py, attention.py; runtime.py compiles the sources and holds what they share.
 
 Every result is bit-identical to the CPU backend: every float step in the kernels names its
 rounding, the sources are compiled with --fmad=false and without flush-to-zero, and the float
@@ -21,7 +21,7 @@ import numpy as np
 
 from ..cpu.types import Prepare, Step
 from ..graph import Graph, Node
-from . import float_ops, linear, quantize, recurrent, tensor_ops
+from . import attention, float_ops, linear, quantize, recurrent, tensor_ops
 from .plan import build_plan
 from .runtime import (
     NVRTC_OPTIONS,
@@ -51,6 +51,7 @@ IMPLEMENTATIONS: dict[str, Prepare] = {
     **recurrent.IMPLEMENTATIONS,
     **tensor_ops.IMPLEMENTATIONS,
     **float_ops.IMPLEMENTATIONS,
+    **attention.IMPLEMENTATIONS,
 }
 
 

@@ -30,8 +30,8 @@ typedef struct {
                       ptrdiff_t e, ptrdiff_t ev, float* y, float* scratch);
 } qrt_attention_ops;
 
-/* Query rows an attention call takes at a time: its score rows held at once. */
-#define QRT_ATTENTION_ROWS 4
+/* Query rows an attention call takes at a time at most: its score rows held at once. */
+#define QRT_ATTENTION_ROWS 8
 
 /* Floats of scratch one attention call needs: k transposed, and a tile of score rows. */
 static inline ptrdiff_t qrt_attention_scratch(ptrdiff_t s, ptrdiff_t e) { return e * s + QRT_ATTENTION_ROWS * s; }

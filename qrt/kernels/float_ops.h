@@ -36,7 +36,7 @@ typedef struct {
 } qrt_float_ops;
 
 /* The table for the CPUs of a kernel variant (qrt_kernels.h; one this CPU runs): AVX-512 for
- * "avx512-vnni", AVX2 with FMA for the other x86-64 SIMD variants, plain C for "portable" and on
+ * "avx512-vnni" and "amx-int8", AVX2 with FMA for the other x86-64 SIMD variants, plain C for "portable" and on
  * aarch64. */
 const qrt_float_ops* qrt_float_ops_for(const char* kernel_variant);
 

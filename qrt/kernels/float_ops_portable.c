@@ -13,8 +13,8 @@ extern const qrt_float_ops qrt_float_ops_fma, qrt_float_ops_avx512;
 
 const qrt_float_ops* qrt_float_ops_for(const char* kernel_variant) {
 #if defined(__x86_64__) || defined(_M_X64)
-    if (strcmp(kernel_variant, "avx512-vnni") == 0)
-        return &qrt_float_ops_avx512;
+    if (strcmp(kernel_variant, "avx512-vnni") == 0 || strcmp(kernel_variant, "amx-int8") == 0)
+        return &qrt_float_ops_avx512; /* amx-int8's CPUs run avx512-vnni's instructions (dispatch.c) */
     if (strcmp(kernel_variant, "portable") != 0)
         return &qrt_float_ops_fma;
 #endif

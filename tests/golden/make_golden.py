@@ -594,6 +594,29 @@ def case_masks(rng: np.random.Generator) -> Case:
         mv[0, 9:] = 0
         mv[-1, 0] = 2**40 + 3
         c.runs.append({"x": xv, "mask": mv})
+def case_attention(rng: np.random.Generator) -> Case:
+    """matmul (batch broadcast, K past a tile) and attention (scale null and given, a bool mask over heads with a
+    row masked out entirely, a float additive mask with -inf, is_causal, k/v broadcast over q's batch), at odd
+    sizes with free batch and sequence dimensions, 40 keys (past the 32-column tiles)."""
+    c = Case()
+    x = c.g.input("x", "float32", [None, 3, None, 7])
+    kv = c.g.input("kv", "float32", [1, 3, None, 7])
+    keep = c.g.input("keep", "bool", [None, 1, None, None])
+    bias = c.g.input("bias", "float32", [None, None])
+    w = normal(rng, (3, 7, 13), 0.4)
+    h = c.g.node("matmul", {"a": x, "b": w}, name="project")
+    outs = [h]
+    outs.append(c.g.node("attention", {"q": x, "k": kv, "v": kv, "mask": keep}, name="masked"))
+    outs.append(c.g.node("attention", {"q": x, "k": x, "v": h, "mask": bias}, {"scale": 0.61}, name="additive"))
+    outs.append(c.g.node("attention", {"q": x, "k": x, "v": h}, {"is_causal": True}, name="causal"))
+    c.g.output(*outs)
+    for b, seq in ((3, 11), (1, 40)):
+        mask = rng.random((b, 1, seq, seq)) > 0.4
+        mask[0, 0, 1] = False
+        add = np.where(rng.random((seq, seq)) > 0.2, normal(rng, (seq, seq), 2.0), F32(-np.inf))
+        add[:, 0] = 0.5  # every row keeps a key: a row of -inf only is the bool mask's case
+        c.runs.append({"x": wide(rng, (b, 3, seq, 7), -1, 0.5), "kv": wide(rng, (1, 3, seq, 7), -1, 0.5),
+                       "keep": mask, "bias": add.astype(F32)})
     return c
 
 
@@ -667,6 +690,7 @@ CASES: dict[str, Callable[[np.random.Generator], Case]] = {
     "float_math": case_float_math,
     "qnnpack": case_qnnpack,
     "masks": case_masks,
+    "attention": case_attention,
 }
 
 
