@@ -68,7 +68,8 @@ def _quantized_file(tmp_path, model: nn.Module, shapes, name: str) -> tuple[nn.M
     ckpt = str(tmp_path / f"{name}.pt")
     torch.save(q, ckpt)
     out = str(tmp_path / f"{name}.qrt")
-    result = convert(ckpt, out, input_shapes=shapes, input_dtypes={"attention_mask": "int64"}, trust_checkpoint=True)
+    dtypes = {"input_ids": "int64", "attention_mask": "int64"}
+    result = convert(ckpt, out, input_shapes=shapes, input_dtypes=dtypes, trust_checkpoint=True)
     assert result.frontend == "export"
     assert result.shapes == {"input_ids": "int64[?, ?]", "attention_mask": "int64[?, ?]"}  # batch, length free
     return q, out
