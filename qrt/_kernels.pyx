@@ -57,10 +57,11 @@ cdef extern from "qrt_kernels.h" nogil:
                         ptrdiff_t k, ptrdiff_t m, ptrdiff_t t0, ptrdiff_t t1, ptrdiff_t p0, ptrdiff_t p1,
                         float* y, ptrdiff_t ldy) noexcept nogil
         int (*min_max)(const float* x, ptrdiff_t n, float* lo, float* hi) noexcept nogil
-        void (*quantize_u8)(const float* x, ptrdiff_t n, float inv, float zp, uint8_t* q) noexcept nogil
+        void (*quantize_u8)(const float* x, ptrdiff_t n, float inv, float zp, int round_first,
+                            uint8_t* q) noexcept nogil
         int (*u8_max)(const uint8_t* x, ptrdiff_t n) noexcept nogil
-        int (*quantize_dynamic)(const float* x, ptrdiff_t n, int reduce_range, uint8_t* q, float* scale,
-                                int32_t* zero_point) noexcept nogil
+        int (*quantize_dynamic)(const float* x, ptrdiff_t n, int reduce_range, int round_first, uint8_t* q,
+                                float* scale, int32_t* zero_point) noexcept nogil
         void (*gate_update)(int kind, const float* gi, float* gh, const float* h, const float* c, float* h_out,
                             float* c_out, ptrdiff_t batch, ptrdiff_t hidden, ptrdiff_t j0,
                             ptrdiff_t j1) noexcept nogil
@@ -104,7 +105,23 @@ cdef inline void qrange(qint_t* dummy, int64_t* qmin, int64_t* qmax) noexcept no
 
 # ------------------------------------------------------------ quantize / dequantize
 
-cdef int quantize_tensor_raw(const float* x, Py_ssize_t n, float scale, int32_t zero_point,
+cdef inline int64_t round_first_clamp(float v, int32_t zero_point, int64_t qmin, int64_t qmax,
+                                     int* nan) noexcept nogil:
+    """rne(v) + zero_point clamped to [qmin, qmax], the sum exact: torch's quantization on aarch64, which adds
+    the zero point after rounding (docs/NUMERICS.md section 9). NaN is counted and mapped to qmin."""
+    cdef double r = nearbyintf(v)
+    if r != r:
+        nan[0] += 1
+        return qmin
+    r += zero_point  # exact: |r| < 2^53 or far past the clamp either way
+    if r < <double>qmin:
+        return qmin
+    if r > <double>qmax:
+        return qmax
+    return <int64_t>r
+
+
+cdef int quantize_tensor_raw(const float* x, Py_ssize_t n, float scale, int32_t zero_point, bint round_first,
                              qint_t* out) noexcept nogil:
     """quantize_per_tensor on raw pointers (the execution plans call it too)."""
     cdef Py_ssize_t i
@@ -114,28 +131,33 @@ cdef int quantize_tensor_raw(const float* x, Py_ssize_t n, float scale, int32_t 
     cdef int nan = 0
     qrange(<qint_t*>NULL, &qmin, &qmax)
     for i in range(n):
-        if qint_t is int32_t:
+        if round_first:
+            out[i] = <qint_t>round_first_clamp(x[i] * inv, zero_point, qmin, qmax, &nan)
+        elif qint_t is int32_t:
             out[i] = <qint_t>round_clamp(x[i] * inv + zp, qmin, qmax, &nan)
         else:
             out[i] = <qint_t>round_clamp(fmaf(x[i], inv, zp), qmin, qmax, &nan)
     return nan
 
 
-def quantize_per_tensor(const float[::1] x, float scale, int32_t zero_point, qint_t[::1] out) -> int:
+def quantize_per_tensor(const float[::1] x, float scale, int32_t zero_point, qint_t[::1] out,
+                        bint round_first=False) -> int:
     """out = clamp(rne(x / scale + zp)); returns the number of NaNs met.
 
     8-bit targets use fma(x, 1/scale, zp) (one rounding); qint32 rounds the
-    product and the sum separately, as torch does.
+    product and the sum separately, as torch does on x86. round_first: rne(fl(x * (1/scale))) + zp, as torch
+    does on aarch64.
     """
     cdef int nan = 0
     if x.shape[0]:
         with nogil:
-            nan = quantize_tensor_raw(&x[0], x.shape[0], scale, zero_point, &out[0])
+            nan = quantize_tensor_raw(&x[0], x.shape[0], scale, zero_point, round_first, &out[0])
     return nan
 
 
 cdef int quantize_channel_raw(const float* x, Py_ssize_t outer, Py_ssize_t channels, Py_ssize_t inner,
-                              const float* scale, const int32_t* zero_point, qint_t* out) noexcept nogil:
+                              const float* scale, const int32_t* zero_point, bint round_first,
+                              qint_t* out) noexcept nogil:
     """quantize_per_channel on raw pointers, x [outer, channels, inner]."""
     cdef Py_ssize_t a, c, i, base
     cdef float inv, zp
@@ -148,7 +170,10 @@ cdef int quantize_channel_raw(const float* x, Py_ssize_t outer, Py_ssize_t chann
             zp = <float>zero_point[c]
             base = (a * channels + c) * inner
             for i in range(inner):
-                out[base + i] = <qint_t>round_clamp(x[base + i] * inv + zp, qmin, qmax, &nan)
+                if round_first:
+                    out[base + i] = <qint_t>round_first_clamp(x[base + i] * inv, zero_point[c], qmin, qmax, &nan)
+                else:
+                    out[base + i] = <qint_t>round_clamp(x[base + i] * inv + zp, qmin, qmax, &nan)
     return nan
 
 
@@ -162,8 +187,9 @@ cdef void _check_channels(Py_ssize_t* shape, Py_ssize_t scales, Py_ssize_t zero_
 
 
 def quantize_per_channel(const float[:, :, ::1] x, const float[::1] scale,
-                         const int32_t[::1] zero_point, qint_t[:, :, ::1] out) -> int:
-    """x viewed as [outer, channels, inner]; rne(fl(x * (1/scale_c)) + zp_c), no fma.
+                         const int32_t[::1] zero_point, qint_t[:, :, ::1] out, bint round_first=False) -> int:
+    """x viewed as [outer, channels, inner]; rne(fl(x * (1/scale_c)) + zp_c), no fma (torch on x86);
+    round_first: rne(fl(x * (1/scale_c))) + zp_c (torch on aarch64).
 
     scale is float32 even when the file holds float64: torch computes 1.0f / (float)scale.
     """
@@ -172,7 +198,7 @@ def quantize_per_channel(const float[:, :, ::1] x, const float[::1] scale,
     if x.shape[0] and x.shape[1] and x.shape[2]:
         with nogil:
             nan = quantize_channel_raw(&x[0, 0, 0], x.shape[0], x.shape[1], x.shape[2], &scale[0],
-                                       &zero_point[0], &out[0, 0, 0])
+                                       &zero_point[0], round_first, &out[0, 0, 0])
     return nan
 
 
@@ -387,6 +413,7 @@ cdef struct quantize_job:
     float hi[64]
     int bad[64]
     float inv, zp
+    int round_first
     uint8_t* q
 
 
@@ -400,12 +427,13 @@ cdef void quantize_task(void* ctx, ptrdiff_t c) noexcept nogil:
     cdef quantize_job* j = <quantize_job*>ctx
     cdef Py_ssize_t a = chunk(j.n, j.parts, c), b = chunk(j.n, j.parts, c + 1)
     # clamp to 255 even under reduce_range: PyTorch does the same
-    j.kern.quantize_u8(j.x + a, b - a, j.inv, j.zp, j.q + a)
+    j.kern.quantize_u8(j.x + a, b - a, j.inv, j.zp, j.round_first, j.q + a)
 
 
 cdef int quantize_activations(const qrt_kernels* kern, const float* x, Py_ssize_t n, bint reduce_range,
-                              uint8_t* q, float* scale, int32_t* zero_point) noexcept nogil:
+                              bint round_first, uint8_t* q, float* scale, int32_t* zero_point) noexcept nogil:
     """Choose (scale, zp) from x's range and quantize x to quint8; returns 1 on NaN or infinity.
+    round_first: the zero point added after rounding, as torch on aarch64 (qrt_quantize_u8).
 
     Large inputs are split across the threads: partial min/max combine exactly and
     each value quantizes on its own, so the result does not depend on the split.
@@ -414,8 +442,8 @@ cdef int quantize_activations(const qrt_kernels* kern, const float* x, Py_ssize_
     cdef Py_ssize_t c
     j.parts = max(1, min(<Py_ssize_t>num_threads, n // min_quantize(), 64))
     if j.parts == 1:  # the common small case: one call of the variant
-        return kern.quantize_dynamic(x, n, reduce_range, q, scale, zero_point)
-    j.kern, j.x, j.n, j.q = kern, x, n, q
+        return kern.quantize_dynamic(x, n, reduce_range, round_first, q, scale, zero_point)
+    j.kern, j.x, j.n, j.q, j.round_first = kern, x, n, q, round_first
     qrt_parallel_for(j.parts, <int>j.parts - 1, min_max_task, &j)
     for c in range(1, j.parts):
         j.bad[0] |= j.bad[c]
@@ -814,8 +842,8 @@ cdef class DynamicLinear:
 
     int8 weights: y = fma(fl(acc), fl(s_x * s_w[n]), bias[n]) where acc is
     the exact integer product of the per-call quantized input and the
-    weights; qnnpack: activations over 0..255 whatever reduce_range says and
-    y = fl(fl(acc) * fl(s_x * s_w[n])) + bias[n]. float16 weights: applied
+    weights; qnnpack: activations over 0..255 whatever reduce_range says, quantized as torch
+    on aarch64 does (the zero point added after rounding), and y = fl(fl(acc) * fl(s_x * s_w[n])) + bias[n]. float16 weights: applied
     with the fp16 kernel's accumulation order (PackedFloat), on either engine.
     """
     cdef readonly Py_ssize_t out_features, in_features
@@ -867,7 +895,8 @@ cdef class DynamicLinear:
             p.q, p.owned = <uint8_t*>malloc(m * k + 1), True  # + 1: k may be 0, and malloc(0) may be NULL
             if p.q == NULL:
                 return -1
-        if k and quantize_activations(self.w8.kern, x, m * k, self.reduce_range, p.q, &p.scale, &p.zero_point):
+        if k and quantize_activations(self.w8.kern, x, m * k, self.reduce_range, self.qnnpack, p.q, &p.scale,
+                                      &p.zero_point):
             return 1
         return 0
 

@@ -44,6 +44,7 @@ cdef enum:
 
 cdef struct plan_step:
     int op, node, dtype, relu
+    int round_first  # PS_QUANT_T, PS_QUANT_C: the zero point added after rounding (torch on aarch64)
     int a, b, c, y, y2, y3, s0, s1  # slots (-1: none)
     Py_ssize_t m, n, outer, ch, inner
     Py_ssize_t offset, stride, outer_stride  # PS_COPY: where its blocks lie in the source, in bytes
@@ -75,18 +76,21 @@ cdef int run_native(const plan_step* s, void** P) noexcept nogil:
     cdef int err = 0
     if s.op == PS_QUANT_T:
         if s.dtype == 0:
-            err = quantize_tensor_raw(<const float*>P[s.a], s.n, s.scale, s.zp, <uint8_t*>P[s.y])
+            err = quantize_tensor_raw(<const float*>P[s.a], s.n, s.scale, s.zp, s.round_first, <uint8_t*>P[s.y])
         elif s.dtype == 1:
-            err = quantize_tensor_raw(<const float*>P[s.a], s.n, s.scale, s.zp, <int8_t*>P[s.y])
+            err = quantize_tensor_raw(<const float*>P[s.a], s.n, s.scale, s.zp, s.round_first, <int8_t*>P[s.y])
         else:
-            err = quantize_tensor_raw(<const float*>P[s.a], s.n, s.scale, s.zp, <int32_t*>P[s.y])
+            err = quantize_tensor_raw(<const float*>P[s.a], s.n, s.scale, s.zp, s.round_first, <int32_t*>P[s.y])
     elif s.op == PS_QUANT_C:
         if s.dtype == 0:
-            err = quantize_channel_raw(<const float*>P[s.a], s.outer, s.ch, s.inner, s.fvec, s.ivec, <uint8_t*>P[s.y])
+            err = quantize_channel_raw(<const float*>P[s.a], s.outer, s.ch, s.inner, s.fvec, s.ivec, s.round_first,
+                                       <uint8_t*>P[s.y])
         elif s.dtype == 1:
-            err = quantize_channel_raw(<const float*>P[s.a], s.outer, s.ch, s.inner, s.fvec, s.ivec, <int8_t*>P[s.y])
+            err = quantize_channel_raw(<const float*>P[s.a], s.outer, s.ch, s.inner, s.fvec, s.ivec, s.round_first,
+                                       <int8_t*>P[s.y])
         else:
-            err = quantize_channel_raw(<const float*>P[s.a], s.outer, s.ch, s.inner, s.fvec, s.ivec, <int32_t*>P[s.y])
+            err = quantize_channel_raw(<const float*>P[s.a], s.outer, s.ch, s.inner, s.fvec, s.ivec, s.round_first,
+                                       <int32_t*>P[s.y])
     elif s.op == PS_DEQUANT_T:
         if s.dtype == 0:
             dequantize_tensor_raw(<const uint8_t*>P[s.a], s.n, s.scale, s.zp, <float*>P[s.y])
@@ -319,7 +323,7 @@ cdef class PlanProgram:
         for k, d in enumerate(steps):
             st = &self.steps[k]
             st.op, st.node = d["op"], d["node"]
-            st.dtype, st.relu = d.get("dtype", 0), d.get("relu", 0)
+            st.dtype, st.relu, st.round_first = d.get("dtype", 0), d.get("relu", 0), d.get("round_first", 0)
             st.a, st.b, st.c = d.get("a", -1), d.get("b", -1), d.get("c", -1)
             st.y, st.y2, st.y3 = d.get("y", -1), d.get("y2", -1), d.get("y3", -1)
             st.s0, st.s1 = d.get("s0", -1), d.get("s1", -1)

@@ -33,12 +33,12 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .errors import FormatError
-from .graph import ENGINE_SINCE, Graph, parse_graph
+from .graph import ENGINE_SINCE, QUANTIZE_ENGINE_SINCE, QUANTIZE_OPS, Graph, parse_graph
 from .layout import PACKED_DTYPES, PackedMatrix, pack, packed_shape
 from .ops import OPS, ValueInfo
 
 FORMAT_VERSION = 4  # what writers write, unless the graph needs a later version (written_version)
-SUPPORTED_VERSIONS = (1, 2, 3, 4, 5)
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6)
 PACKED_SINCE = 4  # weights stored packed, the xxh64 checksum
 MAX_HEADER_BYTES = 100_000_000  # as safetensors: a header claiming more is refused unread
 HEADER_ALIGN = 64  # the data section starts on a cache line; packed weights come first in it
@@ -467,11 +467,13 @@ def _mode_for(path: str) -> int:
 
 
 def written_version(graph: Mapping[str, Any]) -> int:
-    """The version a writer writes: 4, or 5 where a node sets `engine` (docs/FORMAT.md section 3), so a
-    file without it stays readable by version 4 readers."""
+    """The version a writer writes: 4; 5 where a node sets `engine`; 6 where a quantize node does (docs/FORMAT.md
+    section 3), so a file stays readable by the oldest readers that can read it."""
     nodes = graph.get("nodes", []) if isinstance(graph, Mapping) else []
-    uses_engine = any(isinstance(n, Mapping) and "engine" in (n.get("attrs") or {}) for n in nodes)
-    return ENGINE_SINCE if uses_engine else FORMAT_VERSION
+    engines = [n.get("op") for n in nodes if isinstance(n, Mapping) and "engine" in (n.get("attrs") or {})]
+    if any(op in QUANTIZE_OPS for op in engines):
+        return QUANTIZE_ENGINE_SINCE
+    return ENGINE_SINCE if engines else FORMAT_VERSION
 
 
 def write_atomic(path: str | os.PathLike, data: bytes) -> None:

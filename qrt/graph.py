@@ -29,6 +29,9 @@ MAX_NAME = 256
 TREES_SINCE = 3
 # the attribute `engine` of the linear and recurrent ops (format version 5): x86 (fbgemm) or qnnpack numerics
 ENGINE_SINCE = 5
+# ... and of the quantize ops (format version 6): qnnpack's quantization rounds as torch on aarch64
+QUANTIZE_ENGINE_SINCE = 6
+QUANTIZE_OPS = ("quantize_per_tensor", "quantize_per_channel")
 MAX_TREE_DEPTH = 16  # tuples nested deeper are refused: no model needs them, and walking them stays shallow
 
 
@@ -188,8 +191,9 @@ def _parse_node(i: int, item: Any, version: int) -> Node:
     attrs = item.get("attrs", {})
     if not isinstance(attrs, dict):
         _fail(where, "attrs must be a JSON object")
-    if "engine" in attrs and version < ENGINE_SINCE:
-        _fail(where, f"attribute 'engine' needs format version {ENGINE_SINCE}, the file says {version}")
+    since = QUANTIZE_ENGINE_SINCE if op in QUANTIZE_OPS else ENGINE_SINCE
+    if "engine" in attrs and version < since:
+        _fail(where, f"attribute 'engine' needs format version {since}, the file says {version}")
     try:
         attrs = spec.resolve_attrs(attrs)
     except FormatError as e:

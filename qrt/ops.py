@@ -400,9 +400,15 @@ def _dynamic_weight_ports(prefix: str = "", optional: bool = False) -> tuple[Por
 _QDTYPE = Attr("dtype", str, choices=tuple(QUANT_DTYPES), required=True)
 _REDUCE_RANGE = Attr("reduce_range", bool, default=True)
 # whose numerics the int8 linears follow: torch's x86 engine (fbgemm) or its qnnpack engine (ARM's default),
-# docs/NUMERICS.md; qnnpack ignores reduce_range. Format version 5.
+# docs/NUMERICS.md; qnnpack ignores reduce_range. Format version 5; on the quantize ops, version 6.
 ENGINES = ("x86", "qnnpack")
 _ENGINE = Attr("engine", str, default="x86", choices=ENGINES)
+
+
+def rounds_first(attrs: Mapping[str, Any]) -> bool:
+    """Whether a node quantizes as torch on aarch64 does, the zero point added after rounding, rne(fl(x * inv)) +
+    zp: the qnnpack engine's numerics, whose reference is ARM (docs/NUMERICS.md section 9)."""
+    return attrs.get("engine") == "qnnpack"
 
 # kind, gates per hidden unit, state names, extra attributes, formula
 _RECURRENT = (
@@ -426,7 +432,7 @@ OPS: dict[str, OpSpec] = {
             (Port("x", _F32), *_qparam_ports()),
             ("y",),
             _check_quantize_per_tensor,
-            (_QDTYPE,),
+            (_QDTYPE, _ENGINE),
         ),
         OpSpec(
             "quantize_per_channel",
@@ -434,7 +440,7 @@ OPS: dict[str, OpSpec] = {
             (Port("x", _F32), *_qparam_ports(scale_dtypes=_CHANNEL_SCALE)),
             ("y",),
             _check_quantize_per_channel,
-            (_QDTYPE, Attr("axis", int, required=True)),
+            (_QDTYPE, Attr("axis", int, required=True), _ENGINE),
         ),
         OpSpec(
             "dequantize",

@@ -38,7 +38,7 @@ import numpy as np
 from . import _kernels as K
 from .graph import Graph, check_input, nest
 from .interpreter import Interpreter
-from .ops import QUANT_DTYPES, channel_view
+from .ops import QUANT_DTYPES, channel_view, rounds_first
 
 MAX_PROGRAMS = 32  # input shape sets whose programs are kept (a free sequence length makes many)
 
@@ -354,13 +354,14 @@ class Plan:
         if op == "quantize_per_tensor":
             dtype = QUANT_DTYPES[node.attrs["dtype"]]
             return {"op": PS_QUANT_T, "a": node.inputs["x"], "y": node.outputs[0], "n": x.size,
-                    "dtype": _QCODE[dtype], "scale": float(np.float32(c["scale"])), "zp": int(c["zero_point"])}
+                    "dtype": _QCODE[dtype], "scale": float(np.float32(c["scale"])), "zp": int(c["zero_point"]),
+                    "round_first": rounds_first(node.attrs)}
         if op == "quantize_per_channel":
             dtype = QUANT_DTYPES[node.attrs["dtype"]]
             view = channel_view(x.shape, node.attrs["axis"])
             return {"op": PS_QUANT_C, "a": node.inputs["x"], "y": node.outputs[0], "view": view,
                     "dtype": _QCODE[dtype], "fvec": np.ascontiguousarray(c["scale"], np.float32),
-                    "ivec": np.ascontiguousarray(c["zero_point"], np.int32)}
+                    "ivec": np.ascontiguousarray(c["zero_point"], np.int32), "round_first": rounds_first(node.attrs)}
         if op == "dequantize":
             dtype = _QCODE[x.dtype.name]
             if node.attrs["axis"] is None:

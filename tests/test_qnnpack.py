@@ -14,6 +14,7 @@ Tolerances:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -42,11 +43,31 @@ def qnnpack() -> Iterator[None]:
         torch.backends.quantized.engine = before
 
 
+def _arm_quantize(x: np.ndarray, scale: float, zero_point: int, lo: int = 0, hi: int = 255) -> np.ndarray:
+    """torch's quantization on aarch64 (NUMERICS.md section 9): rne(fl(x * fl(1 / s))), then the zero point."""
+    return np.clip(np.rint(x * (f32(1) / f32(scale))).astype(np.float64) + zero_point, lo, hi).astype(np.int64)
+
+
+def _off_ties(x: np.ndarray) -> np.ndarray:
+    """x with each value that x86 torch and ARM torch quantize differently (near a rounding tie of its dynamic
+    activation parameters, about 1 value in 10^5) moved one float towards 0, until none is left: there torch's
+    qnnpack on this x86 machine gives ARM's results, which the files reproduce (ties: test_arm_torch_*)."""
+    x = x.copy()
+    s_x, zp_x = torch._choose_qparams_per_tensor(torch.from_numpy(x), False)
+    while True:
+        x86 = torch.quantize_per_tensor(torch.from_numpy(x), s_x, zp_x, torch.quint8).int_repr().numpy()
+        apart = x86 != _arm_quantize(x, s_x, zp_x)
+        if not apart.any():
+            return x
+        assert not np.isin(x[apart], (x.min(), x.max())).any()  # the range, and so the parameters, stay
+        x[apart] = np.nextafter(x[apart], f32(0))
+
+
 def _dynamic_oracle(x: np.ndarray, w: np.ndarray, w_scale, w_zp, bias) -> np.ndarray:
     """qnnpack's dynamic Linear, step by step (NUMERICS.md): activation parameters over 0..255 (torch's own
-    choice), x quantized as torch quantizes, the exact product, then fl(fl(acc) * fl(s_x * s_w)) + bias."""
+    choice), x quantized as torch on ARM quantizes, the exact product, then fl(fl(acc) * fl(s_x * s_w)) + bias."""
     s_x, zp_x = torch._choose_qparams_per_tensor(torch.from_numpy(x), False)
-    q = torch.quantize_per_tensor(torch.from_numpy(x), s_x, zp_x, torch.quint8).int_repr().numpy()
+    q = _arm_quantize(x, s_x, zp_x)
     acc = (q.astype(np.int64) - zp_x) @ (w.astype(np.int64) - np.asarray(w_zp).reshape(-1, 1)).T
     m = (np.asarray(w_scale, f32) * f32(s_x)).astype(f32)
     y = (acc.astype(f32) * m).astype(f32)
@@ -77,7 +98,7 @@ def test_dynamic_linear_both_engines(tmp_path, in_features, out_features, per_ch
     torch.manual_seed(in_features * 100 + out_features)
     float_linear = torch.nn.Linear(in_features, out_features, bias=bias)
     rng = np.random.default_rng(in_features)
-    xs = [(rng.standard_normal((m, in_features)) * 3 + 0.5).astype(f32) for m in BATCHES]
+    xs = [_off_ties((rng.standard_normal((m, in_features)) * 3 + 0.5).astype(f32)) for m in BATCHES]
     got, want = {}, {}
     for engine, torch_engine in (("x86", "x86"), ("qnnpack", "qnnpack")):
         before = torch.backends.quantized.engine
@@ -255,8 +276,8 @@ def test_cells_one_step(tmp_path, qnnpack, kind, input_size, hidden, per_channel
     atol = 0.0 if kind == "rnn_relu" else 3e-7
     rng = np.random.default_rng(hidden)
     for batch in BATCHES:
-        x = rng.standard_normal((batch, input_size)).astype(f32)
-        states = [rng.uniform(-1, 1, (batch, hidden)).astype(f32) for _ in range(2 if kind == "lstm" else 1)]
+        x = _off_ties(rng.standard_normal((batch, input_size)).astype(f32))
+        states = [_off_ties(rng.uniform(-1, 1, (batch, hidden)).astype(f32)) for _ in range(2 if kind == "lstm" else 1)]
         t_states = tuple(torch.from_numpy(s) for s in states)
         want = qcell(torch.from_numpy(x), t_states if kind == "lstm" else t_states[0])
         want = [w.detach().numpy() for w in (want if kind == "lstm" else (want,))]
@@ -333,9 +354,63 @@ def test_static_mlp_converted_for_qnnpack(tmp_path, qnnpack, weights):
     assert all(row["vs_torch_quantized"]["identical"] == 1.0 for row in report["layers"])
 
 
+ARM_TORCH = Path(__file__).parent / "arm_torch" / "qnnpack_ties.npz"  # recorded by arm_torch/record.py
+
+
+def _quantize_model(path, op: str, dtype: str, scale, zero_point, engine: str) -> qrt.Model:
+    g = GraphBuilder()
+    x = g.input("x", "float32", [2, None] if op == "quantize_per_channel" else [None])
+    attrs = {"dtype": dtype, "engine": engine, **({"axis": 0} if op == "quantize_per_channel" else {})}
+    g.output(g.node(op, {"x": x, "scale": scale, "zero_point": zero_point}, attrs))
+    g.save(path)
+    return qrt.load(path)
+
+
+def test_arm_torch_quantize_at_ties(tmp_path):
+    """quantize_per_tensor (every dtype) and quantize_per_channel with engine qnnpack give torch's aarch64 bits on
+    and beside every rounding tie: rne(fl(x * fl(1 / s))) + zp; engine x86 keeps x86 torch's rule, which the same
+    values tell apart (hundreds of them differ)."""
+    ref = np.load(ARM_TORCH)
+    for i in range(3):
+        x, s, z = ref[f"quantize{i}_x"], float(ref[f"quantize{i}_scale"]), int(ref[f"quantize{i}_zero_point"])
+        differ = 0
+        for dtype, zero_point in (("quint8", z), ("qint8", z - 128), ("qint32", z)):
+            want = ref[f"quantize{i}_{dtype}"]
+            for engine in ("qnnpack", "x86"):
+                model = _quantize_model(tmp_path / f"{engine}.qrt", "quantize_per_tensor", dtype, np.asarray(s, f32),
+                                        np.asarray(zero_point, np.int32), engine)
+                got = model.run(x)
+                if engine == "qnnpack":
+                    np.testing.assert_array_equal(got, want, err_msg=f"{dtype} scale={s} zp={zero_point}")
+                else:
+                    differ += int((got != want).sum())
+        assert differ > 100
+        scales, zps = ref[f"quantize{i}_per_channel_scale"], ref[f"quantize{i}_per_channel_zero_point"].astype(np.int32)
+        model = _quantize_model(tmp_path / "c.qrt", "quantize_per_channel", "quint8", scales, zps, "qnnpack")
+        np.testing.assert_array_equal(model.run(np.stack([x, x])), ref[f"quantize{i}_per_channel"])
+
+
+def test_arm_torch_dynamic_linear_at_ties(tmp_path):
+    """linear_dynamic with engine qnnpack gives torch's aarch64 outputs for inputs on the rounding ties of their
+    own activation parameters (every element of y differs under x86 torch's rounding)."""
+    ref = np.load(ARM_TORCH)
+    for i in range(3):
+        x, y = ref[f"linear{i}_x"], ref[f"linear{i}_y"]
+        s_x, zp_x = torch._choose_qparams_per_tensor(torch.from_numpy(x), False)
+        x86 = torch.quantize_per_tensor(torch.from_numpy(x), s_x, zp_x, torch.quint8).int_repr().numpy()
+        assert (x86 != _arm_quantize(x, s_x, zp_x)).sum() > 50  # the ties the inputs sit on
+        g = GraphBuilder()
+        xin = g.input("x", "float32", [None, x.shape[1]])
+        ports = {"x": xin, **{p: ref[f"linear{i}_{p}"] for p in ("weight", "weight_scale", "weight_zero_point",
+                                                                  "bias")}}
+        g.output(g.node("linear_dynamic", ports, {"engine": "qnnpack"}))
+        g.save(tmp_path / "m.qrt")
+        np.testing.assert_array_equal(qrt.load(tmp_path / "m.qrt").run(x).view(np.int32), y.view(np.int32))
+
+
 def test_engine_attribute_rules(tmp_path):
-    """engine is validated, needs format version 5 (written only where a node sets it), and older files load
-    as x86 (tests/test_golden.py holds them to their bytes)."""
+    """engine is validated, needs format version 5 (written only where a node sets it; 6 on a quantize op), and
+    older files load as x86 (tests/test_golden.py holds them to their bytes)."""
     w = np.ones((3, 4), np.int8)
     for engine, version in ((None, "4"), ("x86", "5"), ("qnnpack", "5")):
         g = GraphBuilder()
@@ -351,6 +426,15 @@ def test_engine_attribute_rules(tmp_path):
     (tmp_path / "v4.qrt").write_bytes(data.replace(b'"qrt.version":"5"', b'"qrt.version":"4"', 1))
     with pytest.raises(FormatError, match=r"attribute 'engine' needs format version 5, the file says 4"):
         qrt.load(tmp_path / "v4.qrt")
+    for engine, version in (("x86", "6"), ("qnnpack", "6")):  # on a quantize op: version 6
+        model = _quantize_model(tmp_path / "q.qrt", "quantize_per_tensor", "quint8", np.asarray(0.5, f32),
+                                np.asarray(3, np.int32), engine)
+        assert model.metadata["qrt.version"] == version
+    data = (tmp_path / "q.qrt").read_bytes()
+    (tmp_path / "q5.qrt").write_bytes(data.replace(b'"qrt.version":"6"', b'"qrt.version":"5"', 1))
+    with pytest.raises(FormatError, match=r"\(quantize_per_tensor\): attribute 'engine' needs format version 6, the "
+                                          r"file says 5"):
+        qrt.load(tmp_path / "q5.qrt")
     g = GraphBuilder()
     x = g.input("x", "float32", [None, 4])
     with pytest.raises(FormatError, match=r"attribute 'engine' must be one of \['x86', 'qnnpack'\]"):

@@ -307,8 +307,9 @@ def _quantize(lw: Lowerer, node: torch.fx.Node, x: Any, scale: Any, zero_point: 
     if kept is not None:
         # relu / flatten / a reshape of a quint8 value at its own qparams is exact: max(q, zp) or q.
         s32, z = kept.scale, kept.zero_point
+    # qnnpack's quantization is ARM torch's (the zero point added after rounding): the engine says so
     out = lw.emit(node, "quantize_per_tensor", {"x": lw.float_of(x), "scale": s32, "zero_point": np.int32(z)},
-                  {"dtype": "quint8"})
+                  {"dtype": "quint8", **lw.engine_attrs})
     return Quant(out, s32, z)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import _kernels as K
 from ..graph import Node
-from ..ops import QUANT_DTYPES, channel_view
+from ..ops import QUANT_DTYPES, channel_view, rounds_first
 from .types import Prepare, Step
 
 _NAN = "contains NaN, which quantization cannot represent"
@@ -16,11 +16,11 @@ _NAN = "contains NaN, which quantization cannot represent"
 
 def _quantize_per_tensor(node: Node, c: Mapping[str, np.ndarray]) -> Step:
     scale, zp = np.float32(c["scale"]), int(c["zero_point"])
-    dtype = QUANT_DTYPES[node.attrs["dtype"]]
+    dtype, round_first = QUANT_DTYPES[node.attrs["dtype"]], rounds_first(node.attrs)
 
     def step(x):
         y = np.empty(x.shape, dtype)
-        if K.quantize_per_tensor(x.reshape(-1), scale, zp, y.reshape(-1)):
+        if K.quantize_per_tensor(x.reshape(-1), scale, zp, y.reshape(-1), round_first):
             raise ValueError(f"x {_NAN}")
         return (y,)
 
@@ -31,12 +31,12 @@ def _quantize_per_channel(node: Node, c: Mapping[str, np.ndarray]) -> Step:
     # torch quantizes with 1.0f / (float)scale: only fl(scale) matters (numpy rounds float64 to nearest even)
     scale = np.ascontiguousarray(c["scale"], np.float32)
     zp = np.ascontiguousarray(c["zero_point"], np.int32)
-    dtype, axis = QUANT_DTYPES[node.attrs["dtype"]], node.attrs["axis"]
+    dtype, axis, round_first = QUANT_DTYPES[node.attrs["dtype"]], node.attrs["axis"], rounds_first(node.attrs)
 
     def step(x):
         y = np.empty(x.shape, dtype)
         view = channel_view(x.shape, axis)
-        if K.quantize_per_channel(x.reshape(view), scale, zp, y.reshape(view)):
+        if K.quantize_per_channel(x.reshape(view), scale, zp, y.reshape(view), round_first):
             raise ValueError(f"x {_NAN}")
         return (y,)
 

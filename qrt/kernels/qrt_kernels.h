@@ -73,9 +73,9 @@ typedef struct {
 
     /* dynamic quantization of activations */
     int (*min_max)(const float* x, ptrdiff_t n, float* lo, float* hi);
-    void (*quantize_u8)(const float* x, ptrdiff_t n, float inv, float zp, uint8_t* q); /* x not NaN */
+    void (*quantize_u8)(const float* x, ptrdiff_t n, float inv, float zp, int round_first, uint8_t* q); /* not NaN */
     int (*u8_max)(const uint8_t* x, ptrdiff_t n);
-    int (*quantize_dynamic)(const float* x, ptrdiff_t n, int reduce_range, uint8_t* q, float* scale,
+    int (*quantize_dynamic)(const float* x, ptrdiff_t n, int reduce_range, int round_first, uint8_t* q, float* scale,
                             int32_t* zero_point); /* min_max, torch's parameters, quantize_u8; 1: NaN or inf */
 
     /* recurrent gates: units [j0, j1) of every batch row of one step (gates.h) */

@@ -29,17 +29,30 @@ static int qrt_min_max(const float* x, ptrdiff_t n, float* lo, float* hi) {
     return mx >= qrt_order_key(INFINITY) || mn <= qrt_order_key(-INFINITY);
 }
 
-/* q = clamp(rne(fma(x, inv, zp)), 0, 255) (NUMERICS.md Q1) for x not NaN (both callers take x's range first,
- * which refuses NaN and infinity). Rounded by the 1.5 * 2^23 shift (qrt_exp_parts, gate_math.h: nearest, ties
- * to even, for |y| < 2^22) and clamped on the bits as an int32: they order as the shifted value does while it
- * is positive, and a shifted value below 1.5 * 2^23 (y < 0, negative values included) clamps to 0; beyond
- * 2^22 they clamp to 255 as y would (every 7th float bit pattern checked against nearbyintf's). GCC compiled
- * float clamps of nearbyintf's result into mask juggling: 2240 floats in 209 -> 113 ns on avx512-vnni, 531 ->
- * 278 on avx2 (Zen 5). */
-static void qrt_quantize_u8(const float* x, ptrdiff_t n, float inv, float zp, uint8_t* q) {
+/* q = clamp(rne(fma(x, inv, zp)), 0, 255) (NUMERICS.md Q1, torch on x86) or, round_first, clamp(rne(fl(x * inv)) +
+ * zp, 0, 255) (torch on aarch64: the zero point added after rounding; NUMERICS.md section 9), for x not NaN (both
+ * callers take x's range first, which refuses NaN and infinity). Rounded by the 1.5 * 2^23 shift (qrt_exp_parts,
+ * gate_math.h: nearest, ties to even, for |y| < 2^22) and clamped on the bits as an int32: they order as the
+ * shifted value does while it is positive, and a shifted value below 1.5 * 2^23 (y < 0, negative values
+ * included) clamps to 0; beyond 2^22 they clamp to 255 as y would (every 7th float bit pattern checked against
+ * nearbyintf's). round_first keeps rne(x * inv) signed within [-256, 512] before adding the zero point (zp in
+ * [0, 255]), which clamps the same. GCC compiled float clamps of nearbyintf's result into mask juggling: 2240
+ * floats in 209 -> 113 ns on avx512-vnni, 531 -> 278 on avx2 (Zen 5). */
+static void qrt_quantize_u8(const float* x, ptrdiff_t n, float inv, float zp, int round_first, uint8_t* q) {
+    const int32_t shift = 0x4b400000; /* the bits of 1.5 * 2^23 */
+    if (round_first) {
+        const int32_t z = (int32_t)zp;
+        for (ptrdiff_t i = 0; i < n; i++) {
+            int32_t v = (int32_t)qrt_float_bits(x[i] * inv + 12582912.0f);
+            v = v < shift - 256 ? shift - 256 : v > shift + 512 ? shift + 512 : v;
+            v += z - shift;
+            q[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+        }
+        return;
+    }
     for (ptrdiff_t i = 0; i < n; i++) {
         int32_t v = (int32_t)qrt_float_bits(fmaf(x[i], inv, zp) + 12582912.0f);
-        v = (v > 0x4b400000 ? v : 0x4b400000) - 0x4b400000; /* less the bits of 1.5 * 2^23, 0 at least */
+        v = (v > shift ? v : shift) - shift; /* 0 at least */
         q[i] = (uint8_t)(v < 255 ? v : 255);
     }
 }
@@ -56,12 +69,12 @@ static int qrt_u8_max(const uint8_t* x, ptrdiff_t n) {
  * then q (qrt_quantize_u8, clamped to 255 even under reduce_range, as PyTorch does). One call where the
  * driver made three: a batch-1 recurrent step quantizes its hidden state so every step. Returns 1 on NaN or
  * infinity (q, scale and zero point then unset). */
-static int qrt_quantize_dynamic(const float* x, ptrdiff_t n, int reduce_range, uint8_t* q, float* scale,
-                                int32_t* zero_point) {
+static int qrt_quantize_dynamic(const float* x, ptrdiff_t n, int reduce_range, int round_first, uint8_t* q,
+                                float* scale, int32_t* zero_point) {
     float lo, hi;
     if (qrt_min_max(x, n, &lo, &hi))
         return 1;
     qrt_choose_qparams(lo, hi, reduce_range, scale, zero_point);
-    qrt_quantize_u8(x, n, 1.0f / *scale, (float)*zero_point, q);
+    qrt_quantize_u8(x, n, 1.0f / *scale, (float)*zero_point, round_first, q);
     return 0;
 }

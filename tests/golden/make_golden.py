@@ -668,6 +668,39 @@ def case_qnnpack(rng: np.random.Generator) -> Case:
     return c
 
 
+def case_qnnpack_ties(rng: np.random.Generator) -> Case:
+    """engine="qnnpack" on rounding ties (NUMERICS.md section 9): the quantize ops and a dynamic Linear's
+    activations round as torch on aarch64, rne(fl(x * inv)) + zp, which differs from x86's rule there."""
+    c = Case()
+    q = {"engine": "qnnpack"}
+    scale, zp = 0.0137, 3
+    x = c.g.input("x", "float32", [None])
+    outs = [c.g.node("quantize_per_tensor", {"x": x, "scale": np.asarray(scale, F32),
+                                             "zero_point": np.asarray(z, np.int32)}, {"dtype": dt, **q}, name=dt)
+            for dt, z in (("quint8", zp), ("qint8", zp - 128), ("qint32", zp))]
+    x2 = c.g.input("x2", "float32", [2, None])
+    outs.append(c.g.node("quantize_per_channel", {"x": x2, "scale": np.asarray([scale, 0.3], np.float64),
+                                                  "zero_point": np.asarray([zp, 77], np.int32)},
+                         {"dtype": "quint8", "axis": 0, **q}, name="per_channel"))
+    lo, hi = -1.0, 1.55  # the activations' range, so their own scale (hi - lo) / 255 and zero point 100
+    xl = c.g.input("xl", "float32", [None, 362])
+    outs.append(c.g.node("linear_dynamic", {"x": xl, **dynamic_set(rng, 17, 362, "tensor", 0.004)}, q,
+                         name="dyn"))
+    c.g.output(*outs)
+    ties = near_ties(scale, 0, np.arange(-150, 150))
+    lin = np.clip(near_ties((hi - lo) / 255, 0, np.arange(-60, 60)), lo, hi)
+    c.runs.append({"x": ties, "x2": np.stack([ties, near_ties(0.3, 0, np.arange(-150, 150))]),
+                   "xl": np.concatenate([[lo, hi], lin]).astype(F32)[None, :]})
+
+    def x86_rule_differs(o: list[dict[str, np.ndarray]]) -> bool:
+        inv = F32(1) / F32(scale)  # x86's fma(x, inv, zp), exact in double, rounded once to float32
+        x86 = np.clip(np.rint((ties.astype(np.float64) * np.float64(inv) + zp).astype(F32)), 0, 255)
+        return int((x86 != o[0]["quint8"]).sum()) > 100
+
+    c.claims.append(("x86's rounding differs from these outputs on many ties", x86_rule_differs))
+    return c
+
+
 CASES: dict[str, Callable[[np.random.Generator], Case]] = {
     "quantize_per_tensor": case_quantize_per_tensor,
     "quantize_per_channel": case_quantize_per_channel,
@@ -689,6 +722,7 @@ CASES: dict[str, Callable[[np.random.Generator], Case]] = {
     "embedding": case_embedding,
     "float_math": case_float_math,
     "qnnpack": case_qnnpack,
+    "qnnpack_ties": case_qnnpack_ties,
     "masks": case_masks,
     "attention": case_attention,
 }
