@@ -888,6 +888,16 @@ def _broadcast_batch(named: Mapping[str, tuple]) -> tuple:
     return tuple(out)
 
 
+def _finite_float32(v: float) -> bool:
+    """v (a JSON number: any int) rounds to a finite float32, as the kernels take it."""
+    try:
+        f = float(v)
+    except OverflowError:
+        return False
+    with np.errstate(over="ignore"):
+        return bool(np.isfinite(np.float32(f)))
+
+
 def _matrices(ins, names: tuple[str, ...]) -> None:
     for name in names:
         _rank_at_least(name, ins[name], 2)
@@ -912,8 +922,8 @@ def _check_attention(ins, consts, attrs):
         _fail(f"k {k.describe()} and v {v.describe()} must have the same number of keys (dimension -2)")
     batch = _broadcast_batch({"q": q.shape[:-2], "k": k.shape[:-2], "v": v.shape[:-2]})
     scale = attrs["scale"]
-    if scale is not None and not math.isfinite(scale):
-        _fail(f"scale must be finite or null, got {scale!r}")
+    if scale is not None and not _finite_float32(scale):
+        _fail(f"scale must be null or finite in float32, got {scale!r:.40}")
     if mask is not None:
         if attrs["is_causal"]:
             _fail("is_causal takes no mask (as torch: an explicit mask with is_causal is refused)")

@@ -21,7 +21,7 @@ Notation: u = 2^-24, gamma(k) = k u / (1 - k u).
   so the two are within the sum of both bounds.
 - Rows masked out entirely give 0, as torch's do; the converter lowers modules that use matmul / @ / bmm and
   F.scaled_dot_product_attention (positional and keyword), through the torch.export front end, with free batch
-  and sequence dimensions.
+  and sequence dimensions; the FX front end writes the same file.
 """
 
 from __future__ import annotations
@@ -366,6 +366,9 @@ def test_attention_checks(tmp_path):
         spec([3, 4], [5, 4], [5, 6], ("int32", [3, 5]))
     with pytest.raises(FormatError, match="'scale' must be float or int or null"):
         spec([3, 4], [5, 4], [5, 6], attrs={"scale": "x"})
+    for scale in (1e39, -(10**400)):
+        with pytest.raises(FormatError, match="scale must be null or finite in float32"):
+            spec([3, 4], [5, 4], [5, 6], attrs={"scale": scale})
     model = spec([None, None, 4], [None, None, 4], [None, None, 6], ("bool", [None, None, None]))
     q, k, v = _normal(2, 3, 4), _normal(2, 5, 4), _normal(2, 5, 6)
     with pytest.raises(ValueError, match=r"mask \[2, 3, 4\] does not broadcast to the scores \[2, 3, 5\]"):
@@ -468,3 +471,14 @@ def test_convert_stored_bool_mask(tmp_path):
         with torch.no_grad():
             want = net(x).numpy()
         _close_to_torch(got, want, np.abs(want).max())
+
+
+def test_fx_and_export_front_ends_write_the_same_file(tmp_path):
+    net = HeadsAttention()
+    torch.save(net.state_dict(), tmp_path / "h.pt")
+    files = []
+    for frontend in ("fx", "export"):
+        convert(tmp_path / "h.pt", tmp_path / f"{frontend}.qrt", model="test_ops_attention:HeadsAttention",
+                input_shapes=["2,5?,12", "2,1,1,5?"], input_dtypes={"mask": "bool"}, frontend=frontend)
+        files.append((tmp_path / f"{frontend}.qrt").read_bytes())
+    assert files[0] == files[1]

@@ -22,8 +22,8 @@
 #if QRT_MM_R > QRT_ATTENTION_ROWS
 #error "attention.h's score tile must hold a product tile's rows"
 #endif
-/* Columns of b per block of a matrix product, so that k x QRT_MM_COLS floats of b stay in L2 while every
- * row tile passes them (at least one tile wide). */
+/* Floats of b per column block of a matrix product (QRT_MM_BLOCK_FLOATS / k columns, whole tiles, at least
+ * one), which stay in L2 while every row tile passes them. */
 #define QRT_MM_BLOCK_FLOATS (64 * 1024)
 
 /* y[r][c] = the chain over t < k of a[r * lda + t] * b[t * ldb + c], r < rows, c < w. Inlined with constant
