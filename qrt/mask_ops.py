@@ -35,14 +35,26 @@ def _broadcast(shapes: list[tuple], names: list[str]) -> tuple:
     return tuple(out)
 
 
-def _indices(index: Any, size: int, what: str) -> None:
-    """Indices in [0, size), checked before they are read."""
-    if index.size and (int(index.min()) < 0 or int(index.max()) >= size):
-        raise ValueError(f"{what} must lie in [0, {size}), got values in [{int(index.min())}, {int(index.max())}]")
+def out_of_range(what: str, size: int, low: int, high: int) -> str | None:
+    """The message for indices spanning [low, high] where [0, size) is allowed, or None if they fit."""
+    if 0 <= low and high < size:
+        return None
+    return f"{what} must lie in [0, {size}), got values in [{low}, {high}]"
 
 
-def implementations(array_library: Callable[[], Any]) -> dict[str, Prepare]:
-    """The ops' preparations over the array library that ``array_library()`` returns."""
+def host_check(index: np.ndarray, size: int, what: str) -> None:
+    """Indices in [0, size), checked on the CPU before they are read."""
+    if index.size:
+        message = out_of_range(what, size, int(index.min()), int(index.max()))
+        if message is not None:
+            raise ValueError(message)
+
+
+def implementations(
+    array_library: Callable[[], Any], check_indices: Callable[[Any, int, str], None] = host_check
+) -> dict[str, Prepare]:
+    """The ops' preparations over the array library that ``array_library()`` returns; ``check_indices(index,
+    size, what)`` raises (or has the run raise) the ValueError for indices outside [0, size)."""
 
     def contiguous(a: Any) -> Any:
         a = array_library().asarray(a)
@@ -127,7 +139,7 @@ def implementations(array_library: Callable[[], Any]) -> dict[str, Prepare]:
         def step(x, index):
             xp = array_library()
             index = xp.asarray(index)
-            _indices(index, x.shape[dim], "index")
+            check_indices(index, x.shape[dim], "index")
             return (contiguous(xp.take(xp.asarray(x), index.astype(np.int64), axis=dim)),)
 
         return step
@@ -142,7 +154,7 @@ def implementations(array_library: Callable[[], Any]) -> dict[str, Prepare]:
                 if d != dim and i > n:
                     raise ValueError(f"index has shape {list(index.shape)}, larger than x's {list(x.shape)} "
                                      f"at dimension {d}")
-            _indices(index, x.shape[dim], "index")
+            check_indices(index, x.shape[dim], "index")
             part = xp.asarray(x)[tuple(slice(0, n) if d != dim else slice(None) for d, n in enumerate(index.shape))]
             return (contiguous(xp.take_along_axis(part, index.astype(np.int64), axis=dim)),)
 
