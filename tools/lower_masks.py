@@ -102,45 +102,40 @@ def stored(lw: Lowerer, node: torch.fx.Node, t: torch.Tensor, suffix: str) -> Te
     raise LoweringError(f"a constant of dtype {t.dtype} (float32, integers or bool)")
 
 
-def _scalar_dtype(v: Any) -> str:
-    return "bool" if isinstance(v, bool) else "int64" if isinstance(v, int) else "float32"
+_KINDS = ("bool", "integer", "float32")  # torch's promotion order among what qrt computes with
+
+
+def _kind_of(v: Any) -> str:
+    if isinstance(v, torch.Tensor):
+        return _kind(dtype_name(v.dtype))
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, (int, float)):
+        return "integer" if isinstance(v, int) else "float32"
+    return _kind(dtype_of(v))
+
+
+def _as_kind(lw: Lowerer, node: torch.fx.Node, v: Any, kind: str, suffix: str) -> Tensor:
+    """v (a run-time value, a constant or a Python number) as a run-time value of kind."""
+    if isinstance(v, (bool, int, float)):  # a number takes the operation's kind, as in torch
+        if kind == "integer":
+            v = torch.tensor(int(v), dtype=torch.int32 if -(2**31) <= v < 2**31 else torch.int64)
+        else:
+            v = torch.tensor(v, dtype=_TORCH[kind])
+    if isinstance(v, torch.Tensor):
+        v = stored(lw, node, v, suffix)
+    elif not isinstance(v, Tensor):
+        v = Tensor(lw.float_of(v))
+    return v if kind == "integer" else cast(lw, node, v, kind, suffix + "_cast")  # int32 and int64 mix
 
 
 def operands(lw: Lowerer, node: torch.fx.Node, a: Any, b: Any) -> tuple[Tensor, Tensor]:
-    """Two operands as run-time values of one kind, promoted as torch promotes them (a Python number
-    takes the tensor's kind unless it is of a higher one: int tensor and float number -> float32)."""
-    values = []
-    for v in (a, b):
-        if isinstance(v, Const):
-            v = v.value if isinstance(v.value, torch.Tensor) else v.value
-        values.append(v)
-    order = ["bool", "integer", "float32"]
-    kinds = []
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            kinds.append(_kind(dtype_name(v.dtype)))
-        elif isinstance(v, (bool, int, float)):
-            kinds.append(_kind(_scalar_dtype(v)))
-        else:
-            kinds.append(_kind(dtype_of(v)))
-    kind = max(kinds, key=order.index)
-    out = []
-    for i, v in enumerate(values):
-        suffix = f"_{'ab'[i]}"
-        if isinstance(v, (bool, int, float)) and not isinstance(v, torch.Tensor):
-            if kind == "integer":
-                t = torch.tensor(int(v), dtype=torch.int32 if -(2**31) <= v < 2**31 else torch.int64)
-            else:
-                t = torch.tensor(v, dtype=torch.bool if kind == "bool" else torch.float32)
-            out.append(stored(lw, node, t, suffix))
-        elif isinstance(v, torch.Tensor):
-            out.append(cast(lw, node, stored(lw, node, v, suffix), "float32") if kind == "float32" and
-                       v.dtype != torch.float32 else stored(lw, node, v, suffix))
-        else:
-            target = "float32" if kind == "float32" else "bool" if kind == "bool" else None
-            out.append(v if target is None or dtype_of(v) == target else cast(lw, node, v, target, suffix))
-    return out[0] if isinstance(out[0], Tensor) else Tensor(lw.float_of(out[0])), \
-        out[1] if isinstance(out[1], Tensor) else Tensor(lw.float_of(out[1]))
+    """Two operands as run-time values of one kind, promoted as torch promotes them: the higher kind of the
+    two (bool < integer < float32), so an int64 tensor against 0.5 compares in float32, against 0 in
+    integers."""
+    values = [v.value if isinstance(v, Const) else v for v in (a, b)]
+    kind = max((_kind_of(v) for v in values), key=_KINDS.index)
+    return _as_kind(lw, node, values[0], kind, "_a"), _as_kind(lw, node, values[1], kind, "_b")
 
 
 # ------------------------------------------------------------ comparisons and logic
@@ -165,7 +160,7 @@ for _op, _fns, _ops in (
     lowers(functions=_fns + _ops, methods=(_op,), sizes=True)(_comparison(_op))
 
 
-def _logical(op: str, bitwise_ok: bool):
+def _logical(op: str):
     def lower(lw: Lowerer, node: torch.fx.Node, input: Any, other: Any) -> Tensor:
         a, b = operands(lw, node, input, other)
         if a.dtype != "bool" or b.dtype != "bool":
@@ -176,8 +171,8 @@ def _logical(op: str, bitwise_ok: bool):
 
 
 lowers(functions=(torch.logical_and, operator.and_, torch.bitwise_and), methods=("logical_and",))(
-    _logical("and", True))
-lowers(functions=(torch.logical_or, operator.or_, torch.bitwise_or), methods=("logical_or",))(_logical("or", True))
+    _logical("and"))
+lowers(functions=(torch.logical_or, operator.or_, torch.bitwise_or), methods=("logical_or",))(_logical("or"))
 
 
 @lowers(functions=(torch.logical_not, torch.bitwise_not, operator.invert), methods=("logical_not",))
@@ -205,7 +200,7 @@ def _masked_fill(lw: Lowerer, node: torch.fx.Node, x: Any, mask: Any, value: Any
 # ------------------------------------------------------------ casts
 
 
-@lowers(methods=("to",), keeps_dtype=False)
+@lowers(methods=("to",))
 def _to(lw: Lowerer, node: torch.fx.Node, x: Any, *args: Any, dtype: Any = None, **kwargs: Any) -> Any:
     for a in args:  # .to(dtype), .to(device, dtype), .to(other tensor) are not all alike
         if isinstance(a, torch.dtype):
@@ -461,6 +456,8 @@ def _index_tensors(lw: Lowerer, node: torch.fx.Node, x: Any, indices: Any) -> An
     fx_indices = node.args[1]
     xs, outs = lw.shapes(x), lw.node_shapes(node)
     given = [k for k, i in enumerate(indices) if i is not None]
+    if any(_kind_of(i.value if isinstance(i, Const) else i) == "bool" for i in indices if i is not None):
+        raise LoweringError("indexing with a bool mask (its result's size depends on the values)")
     if len(given) == 1 and len(lw.shape(indices[given[0]])) == 1:
         k = given[0]
         i = _runtime(lw, node, indices[k], "_index")
@@ -479,7 +476,8 @@ def _index_tensors(lw: Lowerer, node: torch.fx.Node, x: Any, indices: Any) -> An
         axis, arange = found
         if any(a[0] != s[k] for a, s in zip(lw.node_shapes(arange), xs)):
             # an arange shorter than x's dimension in some run: x's first entries there, as many as it has
-            v = Tensor(lw.emit(node, "index_select", {"x": v.name, "index": lw.env[arange].name}, {"dim": k},
+            index = _runtime(lw, node, lw.env[arange], f"_index{k}")
+            v = Tensor(lw.emit(node, "index_select", {"x": v.name, "index": index.name}, {"dim": k},
                                f"_select{k}"), v.dtype)
         axes.append(axis)
     rank = len(outs[0]) - (len(xs[0]) - len(indices))  # of the indices broadcast together, right-aligned
