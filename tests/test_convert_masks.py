@@ -73,3 +73,41 @@ def test_pow_beyond_torchs_exact_exponents_refused(tmp_path):
     torch.save(BadPow().state_dict(), ckpt)
     with pytest.raises(ConvertError, match=r"exponent 1.5 \(torch runs libm's powf"):
         convert(ckpt, str(tmp_path / "p.qrt"), model="test_convert_masks:BadPow", input_shapes=["2,5"])
+
+
+class SizeFollowing(nn.Module):
+    """What encoders build from their inputs' sizes: indexing by full aranges (the identity, a transpose), a
+    constant buffer sliced to the length and expanded to the batch, one constant index tensor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.arange(64).view(1, 64) * 3)
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        b, s = x.size(0), x.size(1)
+        rows, cols = torch.arange(b), torch.arange(s) + 0
+        same = x[rows[:, None], cols[None, :]]
+        swapped = x[rows[None, :], cols[:, None]]
+        positions = self.table[:, :s].expand(b, s)
+        return same, swapped, positions.float() + x, x[:, torch.tensor([0, 2])]
+
+
+def make_size_following() -> nn.Module:
+    return SizeFollowing()
+
+
+def test_sizes_followed_at_run_time(tmp_path):
+    ckpt = str(tmp_path / "s.pt")
+    torch.save(SizeFollowing().state_dict(), ckpt)
+    out = str(tmp_path / "s.qrt")
+    result = convert(ckpt, out, model="test_convert_masks:make_size_following", input_shapes=["2,9"],
+                     frontend="export")
+    assert result.shapes == {"x": "float32[?, ?]"}
+    m = qrt.load(out)
+    for batch, length in ((1, 3), (4, 17), (3, 64)):
+        x = np.random.default_rng(length).standard_normal((batch, length)).astype(np.float32)
+        ref = SizeFollowing()(torch.from_numpy(x))
+        for g, r in zip(m.run(x), ref):
+            assert np.array_equal(g, r.numpy())
+    with pytest.raises(ValueError, match=r"index must lie in \[0, 64\)"):
+        m.run(np.zeros((1, 65), np.float32))  # where torch's slice would clamp (docs/CONVERTER.md)

@@ -183,3 +183,20 @@ def test_keyword_shapes_checked(tmp_path, bad):
 
     with pytest.raises(ConvertError, match="token_ids|by name"):
         convert(ckpt, str(tmp_path / "b.qrt"), input_shapes=bad, trust_checkpoint=True)
+
+
+def test_float_encoder_quantized_by_the_converter(tmp_path):
+    """A float encoder saved whole, quantized by the converter (dynamic mode, torch.fx re-tracing the raised
+    graph): the same file as quantize_dynamic's model gives, to the issue's bar."""
+    torch.manual_seed(3)
+    model = SentenceEmbedding(BertModel(BertConfig(**TINY))).eval()
+    ckpt, out = str(tmp_path / "float.pt"), str(tmp_path / "float.qrt")
+    torch.save(model, ckpt)
+    dtypes = {"input_ids": "int64", "attention_mask": "int64"}
+    result = convert(ckpt, out, input_shapes=["2,9", "2,9"], input_dtypes=dtypes, trust_checkpoint=True)
+    assert (result.mode, result.frontend) == ("dynamic", "export")
+    q = quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+    ids, mask = _padded(np.random.default_rng(40), 3, 11, TINY["vocab_size"])
+    diff, cos = _agreement(q(ids, mask).detach().numpy(), qrt.load(out).run({"input_ids": ids.numpy(),
+                                                                          "attention_mask": mask.numpy()}))
+    assert diff <= 1e-4 and cos >= 0.99999, (diff, cos)

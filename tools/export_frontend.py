@@ -412,14 +412,16 @@ class _Raiser:
             x, dim, start, end, step = [*args, *(None, 0, None, None, 1)[len(args):]]
             if start in (None, 0) and end in (None, _INT64_MAX) and step == 1:
                 return x  # x[:, :, 0] is a whole slice of dimension 0, then a select: torch.fx sees the select
+            if any(isinstance(v, torch.fx.Node) for v in (start, end)):  # a bound read from a tensor's size
+                return self.function(lower_masks.slice_dim, (x, dim, start, end, step), {})
             index = (slice(None),) * dim + (slice(start, end, step),)
             return self.function(operator.getitem, (x, index), {})
         if name == "select" and len(args) == 3 and isinstance(args[1], int):  # x[:, i], as users write it
             return self.function(operator.getitem, (args[0], (slice(None),) * args[1] + (args[2],)), {})
         if name == "embedding":  # aten: (weight, indices, padding_idx, ...); F.embedding: (input, weight, ...)
             return self.function(F.embedding, (args[1], args[0]), {})
-        if name in ("clone", "contiguous", "alias", "detach"):
-            return args[0]
+        if name in ("clone", "contiguous", "alias", "detach", "detach_", "lift_fresh_copy"):
+            return args[0]  # lift_fresh_copy, detach_: a torch.tensor(...) made in forward, a constant
         if name in ("to", "_to_copy"):  # x.to(dtype): the device and layout are the CPU's
             dtype = kwargs.get("dtype", next((a for a in args[1:] if isinstance(a, torch.dtype)), None))
             return args[0] if dtype is None else self.method("to", (args[0], dtype))

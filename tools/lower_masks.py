@@ -422,10 +422,37 @@ def slice_to_size(lw: Lowerer, node: torch.fx.Node, x: Any, dim: int, stop: Size
     return Tensor(lw.emit(node, "index_select", {"x": v.name, "index": n}, {"dim": dim}), v.dtype)
 
 
+def _traced(fn: Any, args: tuple) -> Any:
+    """fn's call as a node of the graph being traced, if one is (torch.fx re-tracing the raised graph to
+    quantize it), else None."""
+    leaves: list = []
+    torch.fx.node.map_aggregate(args, leaves.append)
+    proxy = next((a for a in leaves if isinstance(a, torch.fx.Proxy)), None)
+    return None if proxy is None else proxy.tracer.create_proxy("call_function", fn, args, {})
+
+
 def index_tensors(x: torch.Tensor, indices: list) -> torch.Tensor:
     """x[i0, i1, ...] with index tensors (None: a whole dimension), as aten.index computes it: what the
     export front end writes for tensor indexing."""
-    return torch.ops.aten.index.Tensor(x, indices)
+    traced = _traced(index_tensors, (x, indices))
+    return traced if traced is not None else torch.ops.aten.index.Tensor(x, indices)
+
+
+def slice_dim(x: torch.Tensor, dim: int, start: Any, end: Any, step: int) -> torch.Tensor:
+    """x[start:end:step] along dim where a bound is a size read from a tensor: what the export front end
+    writes for aten.slice with a symbolic bound (x[:, :n] with n = y.size(1))."""
+    traced = _traced(slice_dim, (x, dim, start, end, step))
+    return traced if traced is not None else x[(slice(None),) * dim + (slice(start, end, step),)]
+
+
+@lowers(functions=(slice_dim,), sizes=True, keeps_dtype=True)
+def _slice_dim(lw: Lowerer, node: torch.fx.Node, x: Any, dim: int, start: Any, end: Any, step: int) -> Any:
+    if isinstance(end, SizeOf) and start in (None, 0) and step == 1 and not isinstance(start, SizeOf):
+        return slice_to_size(lw, node, x, dim, end)
+    from .lower_ops import _index
+
+    lw.require_static(node)
+    return _index(lw, node, _runtime(lw, node, x, "_x"), (slice(None),) * dim + (slice(start, end, step),))
 
 
 def _iota_axis(lw: Lowerer, n: Any) -> tuple[int, torch.fx.Node] | None:
