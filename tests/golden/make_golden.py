@@ -594,6 +594,9 @@ def case_masks(rng: np.random.Generator) -> Case:
         mv[0, 9:] = 0
         mv[-1, 0] = 2**40 + 3
         c.runs.append({"x": xv, "mask": mv})
+    return c
+
+
 def case_attention(rng: np.random.Generator) -> Case:
     """matmul (batch broadcast, K past a tile) and attention (scale null and given, a bool mask over heads with a
     row masked out entirely, a float additive mask with -inf, is_causal, k/v broadcast over q's batch), at odd
