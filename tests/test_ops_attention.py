@@ -272,6 +272,22 @@ def test_attention_oracle_bits(tmp_path, threads, case, causal):
         _bits(got, want)
 
 
+def test_padding_mask_of_finfo_min_bits(tmp_path):
+    """HuggingFace's padding mask adds finfo(float32).min: exp(t - m) below -104 is +0 (taken so, not computed),
+    a row of only such keys is an ordinary softmax of their scores, and scores 87 to 104 below the max give
+    subnormal weights."""
+    q, k, v = _normal(2, 3, 6, 8, sd=2.0), _normal(2, 3, 37, 8, sd=2.0), _normal(2, 3, 37, 5)
+    mask = np.where(RNG.random((2, 1, 6, 37)) > 0.4, f32(0), np.finfo(f32).min)
+    mask[0, 0, 2] = np.finfo(f32).min
+    mask[1, 0, 3, 0] = 0
+    mask[1, 0, 3, 1:8] = -np.linspace(80, 110, 7, dtype=f32)  # 80 .. 110 below key 0's score, about
+    mask[1, 0, 3, 8:] = np.finfo(f32).min
+    inputs = {"q": q, "k": k, "v": v, "mask": mask}
+    want = _reference(inputs, f32(0.25), False, attention_oracle)
+    for got in _every_build(tmp_path, "attention", inputs, {"scale": 0.25}).values():
+        _bits(got, want)
+
+
 def _exact(q, k, v, mask, scale, causal):
     q, k, v = (a.astype(np.float64) for a in (q, k, v))
     t = (q @ k.T) * float(scale)
