@@ -40,6 +40,7 @@ cdef extern from "qrt_kernels.h" nogil:
         int32_t zp, lo
         int qnnpack
         const int32_t* bias_i
+        const float* x_scales
     ctypedef struct qrt_kernels:
         const char* name
         const char* i8_isa
@@ -62,6 +63,7 @@ cdef extern from "qrt_kernels.h" nogil:
         int (*u8_max)(const uint8_t* x, ptrdiff_t n) noexcept nogil
         int (*quantize_dynamic)(const float* x, ptrdiff_t n, int reduce_range, int round_first, uint8_t* q,
                                 float* scale, int32_t* zero_point) noexcept nogil
+        int (*quantize_rows_s8)(const float* x, ptrdiff_t m, ptrdiff_t k, uint8_t* q, float* scales) noexcept nogil
         void (*gate_update)(int kind, const float* gi, float* gh, const float* h, const float* c, float* h_out,
                             float* c_out, ptrdiff_t batch, ptrdiff_t hidden, ptrdiff_t j0,
                             ptrdiff_t j1) noexcept nogil
@@ -457,6 +459,38 @@ cdef int quantize_activations(const qrt_kernels* kern, const float* x, Py_ssize_
     return 0
 
 
+cdef struct rows_job:
+    const qrt_kernels* kern
+    const float* x
+    Py_ssize_t m, k, parts
+    uint8_t* q
+    float* scales
+    int bad[64]
+
+
+cdef void rows_task(void* ctx, ptrdiff_t c) noexcept nogil:
+    cdef rows_job* j = <rows_job*>ctx
+    cdef Py_ssize_t a = chunk(j.m, j.parts, c), b = chunk(j.m, j.parts, c + 1)
+    j.bad[c] = j.kern.quantize_rows_s8(j.x + a * j.k, b - a, j.k, j.q + a * j.k, j.scales + a)
+
+
+cdef int quantize_rows(const qrt_kernels* kern, const float* x, Py_ssize_t m, Py_ssize_t k, uint8_t* q,
+                       float* scales) noexcept nogil:
+    """torchao's per-row symmetric quantization of x[m, k] (the variant's quantize_rows_s8), rows split across
+    the threads: each row quantizes on its own, so the split changes nothing. Returns 1 on NaN or infinity."""
+    cdef rows_job j
+    cdef Py_ssize_t c
+    j.parts = max(1, min(<Py_ssize_t>num_threads, m, m * k // min_quantize(), 64))
+    if j.parts == 1:
+        return kern.quantize_rows_s8(x, m, k, q, scales)
+    j.kern, j.x, j.m, j.k, j.q, j.scales = kern, x, m, k, q, scales
+    qrt_parallel_for(j.parts, <int>j.parts - 1, rows_task, &j)
+    for c in range(j.parts):
+        if j.bad[c]:
+            return 1
+    return 0
+
+
 cdef void gemm_u8s8(const uint8_t* x, int32_t x_zp, const int8_t* w, const int32_t* w_rowsum,
                     const int32_t* w_zp, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
                     int32_t* acc) noexcept nogil:
@@ -821,13 +855,15 @@ cdef struct prepared_input:
     uint8_t* q         # int8 weights: x quantized with (scale, zero_point), [m, k]
     float scale
     int32_t zero_point
+    float* scales      # per-row activation scales (per_row layers), [m]: release() frees them
     bint owned         # q was allocated by prepare(), release() frees it
 
 
 cdef void release(prepared_input* p) noexcept nogil:
     if p.owned:
         free(p.q)
-    p.q, p.owned = NULL, False
+    free(p.scales)
+    p.q, p.scales, p.owned = NULL, NULL, False
 
 
 cdef inline void relu_to(const float* x, float* y, Py_ssize_t n) noexcept nogil:
@@ -843,11 +879,13 @@ cdef class DynamicLinear:
     int8 weights: y = fma(fl(acc), fl(s_x * s_w[n]), bias[n]) where acc is
     the exact integer product of the per-call quantized input and the
     weights; qnnpack: activations over 0..255 whatever reduce_range says, quantized as torch
-    on aarch64 does (the zero point added after rounding), and y = fl(fl(acc) * fl(s_x * s_w[n])) + bias[n]. float16 weights: applied
+    on aarch64 does (the zero point added after rounding), and y = fl(fl(acc) * fl(s_x * s_w[n])) + bias[n];
+    per_row (torchao's Int8Tensor linear): one symmetric int8 scale s_x[m] per row (quantize_rows) and
+    y = fl(fl(fl(acc) * s_x[m]) * s_w[n]) + bias[n]. float16 weights: applied
     with the fp16 kernel's accumulation order (PackedFloat), on either engine.
     """
     cdef readonly Py_ssize_t out_features, in_features
-    cdef readonly bint is_int8, qnnpack
+    cdef readonly bint is_int8, qnnpack, per_row
     cdef bint reduce_range
     cdef PackedS8 w8
     cdef PackedFloat w16
@@ -856,9 +894,10 @@ cdef class DynamicLinear:
     cdef const float* bias
 
     def __init__(self, weight, scale=None, zero_point=None, bias=None, bint reduce_range=True,
-                 bint qnnpack=False):
+                 bint qnnpack=False, bint per_row=False):
         n, k = weight.shape
         self.out_features, self.in_features = n, k
+        self.per_row = per_row
         self.reduce_range = reduce_range and not qnnpack  # qnnpack ignores reduce_range (with a warning)
         self.qnnpack = qnnpack
         self.is_int8 = weight.dtype == np.int8
@@ -881,9 +920,9 @@ cdef class DynamicLinear:
 
     cdef int prepare(self, const float* x, Py_ssize_t m, prepared_input* p, uint8_t* buf,
                      Py_ssize_t buf_size) noexcept nogil:
-        """Make x[m, k] ready for project(): for int8 weights, quantize it (one scale for all m rows),
-        into buf if it holds m * k bytes, else into memory of its own. Returns 1 if x holds NaN or
-        infinity, -1 if out of memory; p is to be released either way."""
+        """Make x[m, k] ready for project(): for int8 weights, quantize it (one scale for all m rows, or one
+        a row if per_row), into buf if it holds m * k bytes, else into memory of its own. Returns 1 if x holds
+        NaN or infinity, -1 if out of memory; p is to be released either way."""
         cdef Py_ssize_t n = self.out_features, k = self.in_features
         memset(p, 0, sizeof(prepared_input))
         p.x = x
@@ -895,6 +934,11 @@ cdef class DynamicLinear:
             p.q, p.owned = <uint8_t*>malloc(m * k + 1), True  # + 1: k may be 0, and malloc(0) may be NULL
             if p.q == NULL:
                 return -1
+        if self.per_row:
+            p.scales, p.zero_point = <float*>malloc(m * sizeof(float)), 128
+            if p.scales == NULL:
+                return -1
+            return quantize_rows(self.w8.kern, x, m, k, p.q, p.scales)
         if k and quantize_activations(self.w8.kern, x, m * k, self.reduce_range, self.qnnpack, p.q, &p.scale,
                                       &p.zero_point):
             return 1
@@ -915,6 +959,7 @@ cdef class DynamicLinear:
             return err
         memset(&e, 0, sizeof(e))
         e.y, e.x_scale, e.w_scale, e.bias, e.relu, e.qnnpack = y, p.scale, self.scale, self.bias, relu, self.qnnpack
+        e.x_scales = p.scales + row if self.per_row else NULL
         return self.w8.matmul(p.q + row * self.in_features, m, p.zero_point, &e)
 
     cdef int forward(self, const float* x, Py_ssize_t m, float* y, bint relu) noexcept nogil:

@@ -33,12 +33,12 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .errors import FormatError
-from .graph import ENGINE_SINCE, QUANTIZE_ENGINE_SINCE, QUANTIZE_OPS, Graph, parse_graph
+from .graph import ACTIVATION_SINCE, ENGINE_SINCE, QUANTIZE_ENGINE_SINCE, QUANTIZE_OPS, Graph, parse_graph
 from .layout import PACKED_DTYPES, PackedMatrix, pack, packed_shape
 from .ops import OPS, ValueInfo
 
 FORMAT_VERSION = 4  # what writers write, unless the graph needs a later version (written_version)
-SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6)
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 PACKED_SINCE = 4  # weights stored packed, the xxh64 checksum
 MAX_HEADER_BYTES = 100_000_000  # as safetensors: a header claiming more is refused unread
 HEADER_ALIGN = 64  # the data section starts on a cache line; packed weights come first in it
@@ -467,10 +467,12 @@ def _mode_for(path: str) -> int:
 
 
 def written_version(graph: Mapping[str, Any]) -> int:
-    """The version a writer writes: 4; 5 where a node sets `engine`; 6 where a quantize node does (docs/FORMAT.md
-    section 3), so a file stays readable by the oldest readers that can read it."""
-    nodes = graph.get("nodes", []) if isinstance(graph, Mapping) else []
-    engines = [n.get("op") for n in nodes if isinstance(n, Mapping) and "engine" in (n.get("attrs") or {})]
+    """The version a writer writes: 4; 5 where a node sets `engine`; 6 where a quantize node does; 7 where a node
+    sets `activation` (docs/FORMAT.md section 3), so a file stays readable by the oldest readers that can read it."""
+    nodes = [n for n in (graph.get("nodes", []) if isinstance(graph, Mapping) else []) if isinstance(n, Mapping)]
+    if any("activation" in (n.get("attrs") or {}) for n in nodes):
+        return ACTIVATION_SINCE
+    engines = [n.get("op") for n in nodes if "engine" in (n.get("attrs") or {})]
     if any(op in QUANTIZE_OPS for op in engines):
         return QUANTIZE_ENGINE_SINCE
     return ENGINE_SINCE if engines else FORMAT_VERSION

@@ -32,6 +32,7 @@ ENGINE_SINCE = 5
 # ... and of the quantize ops (format version 6): qnnpack's quantization rounds as torch on aarch64
 QUANTIZE_ENGINE_SINCE = 6
 QUANTIZE_OPS = ("quantize_per_tensor", "quantize_per_channel")
+ACTIVATION_SINCE = 7  # linear_dynamic's attribute 'activation'
 MAX_TREE_DEPTH = 16  # tuples nested deeper are refused: no model needs them, and walking them stays shallow
 
 
@@ -194,6 +195,8 @@ def _parse_node(i: int, item: Any, version: int) -> Node:
     since = QUANTIZE_ENGINE_SINCE if op in QUANTIZE_OPS else ENGINE_SINCE
     if "engine" in attrs and version < since:
         _fail(where, f"attribute 'engine' needs format version {since}, the file says {version}")
+    if "activation" in attrs and version < ACTIVATION_SINCE:
+        _fail(where, f"attribute 'activation' needs format version {ACTIVATION_SINCE}, the file says {version}")
     try:
         attrs = spec.resolve_attrs(attrs)
     except FormatError as e:

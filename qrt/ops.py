@@ -260,6 +260,14 @@ def _check_linear_dynamic(ins, consts, attrs):
     _rank_at_least("x", x, 1)
     n, k = _dynamic_weight(ins, consts)
     _dim_equals("x's last dimension", x.shape[-1], k)
+    if attrs["activation"] == "per_row_symmetric":
+        # torchao's Int8Tensor linear: symmetric int8 weights, its own activation rule (no reduce_range, no engine)
+        if ins["weight"].dtype != "int8":
+            _fail("activation 'per_row_symmetric' needs int8 weights")
+        if np.any(consts["weight_zero_point"] != 0):
+            _fail("activation 'per_row_symmetric' needs symmetric weights (weight_zero_point 0)")
+        if attrs["reduce_range"] or attrs["engine"] != "x86":
+            _fail("activation 'per_row_symmetric' takes reduce_range false and engine 'x86'")
     return [ValueInfo("float32", x.shape[:-1] + (n,))]
 
 
@@ -403,6 +411,10 @@ _REDUCE_RANGE = Attr("reduce_range", bool, default=True)
 # docs/NUMERICS.md; qnnpack ignores reduce_range. Format version 5; on the quantize ops, version 6.
 ENGINES = ("x86", "qnnpack")
 _ENGINE = Attr("engine", str, default="x86", choices=ENGINES)
+# how a dynamic linear quantizes its input: torch's one asymmetric uint8 scale over the whole input, or torchao's
+# Int8Tensor linear (one symmetric int8 scale a row, its own float epilogue: docs/NUMERICS.md). Format version 7.
+ACTIVATIONS = ("per_tensor", "per_row_symmetric")
+_ACTIVATION = Attr("activation", str, default="per_tensor", choices=ACTIVATIONS)
 
 
 def rounds_first(attrs: Mapping[str, Any]) -> bool:
@@ -471,7 +483,7 @@ OPS: dict[str, OpSpec] = {
             (Port("x", _F32), *_dynamic_weight_ports()),
             ("y",),
             _check_linear_dynamic,
-            (_REDUCE_RANGE, _ENGINE),
+            (_REDUCE_RANGE, _ENGINE, _ACTIVATION),
         ),
         OpSpec(
             "linear_float",

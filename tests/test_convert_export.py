@@ -188,5 +188,8 @@ def test_cli_names_the_front_end_and_shows_no_deprecation_warning(tmp_path):
     )
     assert run.returncode == 0, run.stderr
     assert "front end: torch.export (torch.fx cannot trace the model" in run.stderr
-    assert "deprecat" not in run.stderr.lower(), run.stderr
+    assert "quantizer: pt2e (torchao)" in run.stderr
+    # nor torchao's log of the CUDA libraries it cannot load, nor torch.export's note on module attributes
+    assert "deprecat" not in run.stderr.lower() and "Failed to load" not in run.stderr, run.stderr
+    assert "Warning" not in run.stderr, run.stderr
     assert run.stdout.startswith("wrote ")

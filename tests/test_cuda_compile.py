@@ -30,6 +30,7 @@ ENTRY_POINTS = {
     "gemv_dynamic.cu": [f"gemv_dq_{mb}" for mb in (1, 2, 4, 8)]
     + [f"gemv_q_{e}_{mb}" for e in ("float", "requant") for mb in (1, 2, 4, 8)],
     "linear_chain.cu": ["linear_fp16", "linear_f32"],
+    "linear_rows.cu": ["dq_rows_symmetric", "linear_rows_symmetric"],
     "rnn_cell.cu": [f"gate_update_{kind}" for kind in ("rnn_tanh", "rnn_relu", "lstm", "gru")]
     + [f"rnn_step_{a}_{mb}" for a in ("tanh", "relu") for mb in (1, 2, 4, 8)],
     "rnn_persistent.cu": [f"rnn_persistent_{k}_{mb}" for k in ("rnn_tanh", "rnn_relu", "lstm", "gru")

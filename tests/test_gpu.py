@@ -815,3 +815,23 @@ def test_embedding_bad_indices_and_offsets(tmp_path, indices, offsets):
         with pytest.raises(ValueError) as got:
             qrt.load(path, device="cuda").run(np.array(indices))
         assert str(got.value) == str(want.value)
+
+
+@needs_gpu
+@pytest.mark.parametrize("k, n, rows", [(37, 29, 1), (300, 70, 5), (64, 128, 64)])
+def test_per_row_symmetric_linear_matches_cpu(tmp_path, k, n, rows):
+    """linear_dynamic with activation per_row_symmetric (torchao's Int8Tensor linear): the CPU's bits,
+    a zero row (scale at the 2^-23 floor) included."""
+    w = RNG.integers(-127, 128, (n, k)).astype(np.int8)
+    g = GraphBuilder()
+    x = g.input("x", "float32", [None, k])
+    ports = {"x": x, "weight": w, "weight_scale": (RNG.random(n) * 0.01).astype(np.float32),
+             "weight_zero_point": np.zeros(n, np.int32), "bias": RNG.standard_normal(n).astype(np.float32)}
+    g.output(g.node("linear_dynamic", ports, {"reduce_range": False, "activation": "per_row_symmetric"}))
+    g.save(tmp_path / "m.qrt")
+    xs = (RNG.standard_normal((rows, k)) * 3).astype(np.float32)
+    xs[0, : k // 2] = 0
+    if rows > 1:
+        xs[1] = 0
+    expected = qrt.run(tmp_path / "m.qrt", {"x": xs})
+    np.testing.assert_array_equal(qrt.load(tmp_path / "m.qrt", device="cuda").run({"x": xs}), expected)

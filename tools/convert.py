@@ -8,9 +8,9 @@
 
 The model is read by torch.fx, or where torch.fx cannot trace it (or with --frontend export, or from
 a .pt2) by torch.export, whose ATen graph is raised to the same graph (tools/export_frontend.py). The
-float model is quantized with torch.ao's FX flow under qrt's backend
-pattern rules (tools/rules.py, declared for torch.ao in tools/qrt_backend.py),
-then its reference graph is lowered to qrt ops (tools/lower.py). A model
+float model is quantized under qrt's backend pattern rules (tools/rules.py) by torchao's pt2e flow
+(tools/qrt_quantizer.py; --quantizer pt2e, the default) or torch.ao's FX flow (tools/qrt_backend.py;
+--quantizer fx), which give the same reference graph; it is lowered to qrt ops (tools/lower.py). A model
 already quantized by torch.ao is lowered as it is. docs/CONVERTER.md has the
 lowering table. Errors exit with status 2 and leave no output file.
 """
@@ -49,7 +49,7 @@ from torch import nn  # noqa: E402
 import qrt  # noqa: E402
 from qrt.ops import ENGINES  # noqa: E402
 
-from . import export_frontend, keywords, qrt_backend  # noqa: E402
+from . import export_frontend, keywords, qrt_backend, qrt_quantizer, torchao_frontend  # noqa: E402
 from . import lower as qlower  # noqa: E402
 from . import shapes as qshapes  # noqa: E402
 from .rules import DEFAULT_RULES, MODES, WEIGHT_DTYPES, WEIGHT_SCHEMES, Rules, RulesError, load_rules  # noqa: E402
@@ -70,6 +70,7 @@ class Result:
     shapes: dict[str, str] = field(default_factory=dict)  # input -> dtype[dims], "?" where free
     frontend: str = "fx"  # "fx" or "export"
     frontend_note: str = ""  # why the front end ran when auto chose export
+    quantizer: str = ""  # which flow quantized a float model: "pt2e" or "fx" ("" for a quantized one)
 
 
 # ------------------------------------------------------------ start-up
@@ -129,12 +130,23 @@ def _pickled_globals(message: str) -> str:
     return f" (it refers to {', '.join(found)})" if found else ""
 
 
+def _load_weights_only(checkpoint: str) -> Any:
+    """torch.load(weights_only=True); a state_dict of torchao weights (Int8Tensor) loads so once torchao is
+    imported, which declares its tensor classes safe to the weights-only loader."""
+    try:
+        return torch.load(checkpoint, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        if "GLOBAL torchao." not in str(e) or "torchao" in sys.modules or not torchao_frontend.import_torchao():
+            raise
+        return torch.load(checkpoint, map_location="cpu", weights_only=True)
+
+
 def load_model(checkpoint: str, model: str | None, trust_checkpoint: bool) -> nn.Module:
     """The model to convert: factory + state_dict, or (trusted) a whole pickled module."""
     if not os.path.isfile(checkpoint):
         raise ConvertError(f"checkpoint {checkpoint!r} does not exist")
     try:
-        obj = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        obj = _load_weights_only(checkpoint)
         whole = False
     except pickle.UnpicklingError as e:
         if not trust_checkpoint:
@@ -163,14 +175,6 @@ def load_model(checkpoint: str, model: str | None, trust_checkpoint: bool) -> nn
         return obj.eval()
     if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
         raise ConvertError(f"checkpoint {checkpoint!r} is not a state_dict (a dict of tensors)")
-    # torchao's quantize_ leaves tensor subclasses (Int8Tensor: int8 qdata, a scale per row) as weights.
-    torchao = sorted({f"{k} ({type(v).__name__})" for k, v in obj.items() if type(v).__module__.startswith("torchao")})
-    if torchao:
-        raise ConvertError(
-            f"checkpoint {checkpoint!r} holds torchao quantize_ weights ({', '.join(torchao)}); their schemes "
-            "(int8 weight-only, int8 per-token dynamic activations) are not ones qrt runs yet: convert the float "
-            "model, or quantize it with pt2e (docs/CONVERTER.md)"
-        )
     if model is None:
         raise ConvertError(
             f"checkpoint {checkpoint!r} is a state_dict: pass --model package.module:factory to build the model"
@@ -204,7 +208,8 @@ def _load_state_dict(net: nn.Module, state: dict, checkpoint: str, model: str) -
         problems.append("shape mismatch " + "; ".join(shapes))
     if problems:
         raise ConvertError(f"checkpoint {checkpoint!r} does not fit the model from {model!r}: " + ", ".join(problems))
-    net.load_state_dict(state, strict=True)
+    # torchao's quantize_ leaves tensor subclasses (Int8Tensor) as weights: they take the float ones' places
+    net.load_state_dict(state, strict=True, assign=any(torchao_frontend.is_torchao_tensor(v) for v in state.values()))
 
 
 def input_names(model: nn.Module) -> list[str]:
@@ -348,17 +353,26 @@ def _resolve(gm: torch.fx.GraphModule, specs: Sequence[qshapes.Spec]) -> list[qs
 FRONTENDS = ("auto", "fx", "export")
 
 
-def _load_program(path: str, frontend: str, input_shapes: Sequence[Any] | None) -> tuple:
+def _load_program(path: str, frontend: str, input_shapes: Sequence[Any] | None, trust_checkpoint: bool) -> tuple:
     """A .pt2 program raised to a torch-level graph, its input specs (dynamic dimensions free) and names."""
     if frontend == "fx":
         raise ConvertError(f"{path!r} is a torch.export program (.pt2): it is read by --frontend export (or auto)")
     if input_shapes:
         raise ConvertError(f"{path!r} is a torch.export program (.pt2), which fixes its inputs: drop --input-shape")
+    pickled = torchao_frontend.pickled_weights(path)
+    if pickled and not trust_checkpoint:
+        raise ConvertError(
+            f"{path!r} stores weights pickled ({', '.join(pickled)}: tensor subclasses such as torchao's "
+            "Int8Tensor); loading them would run arbitrary code from the file. Pass --trust-checkpoint only if "
+            "you trust where it came from"
+        )
+    if pickled:
+        torchao_frontend.import_torchao()  # quietly, before unpickling does it
     try:
         ep = export_frontend.load(path)
         specs, names = export_frontend.program_specs(ep)
         return export_frontend.raise_program(ep, names), specs, names
-    except export_frontend.ExportError as e:
+    except (export_frontend.ExportError, torchao_frontend.TorchaoError) as e:
         raise ConvertError(str(e)) from None
 
 
@@ -481,6 +495,7 @@ def convert(
     progress: bool = False,
     engine: str | None = None,
     frontend: str = "auto",
+    quantizer: str = "pt2e",
 ) -> Result:
     """Convert a checkpoint to a .qrt file (see the module docstring). Raises ConvertError.
 
@@ -490,7 +505,9 @@ def convert(
     ``input_dtypes``: by argument or input name ("hidden.0"). ``free_dims``: "auto" or "marked" (see
     --free-dims). ``engine``: whose numerics the int8 layers follow, "x86" or "qnnpack"; None: the quantized
     engine torch has in force. ``frontend``: "fx", "export" or "auto" (torch.fx, else torch.export where
-    torch.fx cannot trace; a .pt2 program is always exported).
+    torch.fx cannot trace; a .pt2 program is always exported). ``quantizer``: which flow quantizes a float
+    model, "pt2e" (torchao's prepare_pt2e / convert_pt2e under tools/qrt_quantizer.py) or "fx" (torch.ao's
+    prepare_fx / convert_fx); a float .pt2 program is quantized by the FX flow.
     """
     the_rules = startup_rules(rules)
     engine = engine or ("qnnpack" if torch.backends.quantized.engine == "qnnpack" else "x86")
@@ -513,13 +530,19 @@ def convert(
         raise ConvertError(f"free dims must be one of {list(qshapes.FREE_DIMS)}, got {free_dims!r}")
     if frontend not in FRONTENDS:
         raise ConvertError(f"front end must be one of {list(FRONTENDS)}, got {frontend!r}")
+    if quantizer not in qrt_quantizer.QUANTIZERS:
+        raise ConvertError(f"quantizer must be one of {list(qrt_quantizer.QUANTIZERS)}, got {quantizer!r}")
     pt2 = export_frontend.is_pt2(checkpoint)
     named = None  # (names, shapes) of a model called with keyword arguments
     if pt2:
-        net, specs, names = _load_program(checkpoint, frontend, input_shapes)
+        net, specs, names = _load_program(checkpoint, frontend, input_shapes, trust_checkpoint)
         free_dims, used_frontend, note = "marked", "export", "a torch.export program"
     else:
         net = load_model(checkpoint, model, trust_checkpoint)
+        try:
+            torchao_frontend.check(net)
+        except torchao_frontend.TorchaoError as e:
+            raise ConvertError(str(e)) from None
         try:
             named = keywords.split_named(input_shapes or [])
         except ValueError as e:
@@ -553,14 +576,15 @@ def convert(
     if not specs:
         raise ConvertError(f"example input shapes are needed: pass --input-shape once per input {names} or --calib")
     specs = _set_dtypes(specs, names, input_dtypes or {})
+    float_model = net
     if not pt2:
         net, specs, free_dims, used_frontend, note = _front_end(net, specs, names, frontend, free_dims)
 
-    prequantized = qrt_backend.is_quantized(net) or export_frontend.is_pt2e(net)
+    prequantized = export_frontend.is_prequantized(net)
     if prequantized:
         gm = _trace(net, names)
         specs = _resolve(gm, specs)
-        used_mode = "prequantized"
+        used_mode, used_quantizer = "prequantized", ""
     else:
         if mode == "static" and data is None:
             raise ConvertError("static mode needs calibration data: pass --calib DATA.npz")
@@ -572,18 +596,24 @@ def convert(
         bad = qlower.find_unsupported(traced, export_frontend.describe, qrt_backend.quantizable(the_rules, mode))
         if bad:
             raise ConvertError(f"qrt cannot run (mode {mode}, rules {the_rules.name!r}): " + "; ".join(bad))
+        used_quantizer = "fx" if pt2 else quantizer
+        calibrate = functools.partial(_calibrate, data=data, names=names, batch=calib_batch_size, progress=progress)
         try:
-            prepared = qrt_backend.prepare(net, the_rules, mode, weight_dtype, weights, example, engine)
+            if used_quantizer == "pt2e":
+                gm = qrt_quantizer.quantize(float_model, specs, names, the_rules, mode, weight_dtype, weights, engine,
+                                            calibrate if mode == "static" else None)
+            else:
+                prepared = qrt_backend.prepare(net, the_rules, mode, weight_dtype, weights, example, engine)
+                if mode == "static":
+                    calibrate(prepared)
+                gm = qrt_backend.to_reference(prepared, the_rules)
         except qrt_backend.FrontEndError as e:
             raise ConvertError(str(e)) from None
-        if mode == "static":
-            _calibrate(prepared, data, names, calib_batch_size, progress)
-        gm = qrt_backend.to_reference(prepared, the_rules)
         used_mode = mode
 
     layers: dict[str, str] = {}
     try:
-        builder = qlower.lower(gm, export_frontend.describe, specs, layers, free_dims, engine)
+        builder = qlower.lower(gm, qrt_quantizer.describe, specs, layers, free_dims, engine)
         gone = builder.drop_unused()  # dead code: what the outputs do not need (an unused pooler)
         layers = {path: value for path, value in layers.items() if value not in gone}
         if named is not None:
@@ -614,7 +644,7 @@ def convert(
         spec["name"]: f"{spec['dtype']}[{', '.join('?' if d is None else str(d) for d in spec['shape'])}]"
         for spec in builder.inputs
     }
-    return Result(output, used_mode, list(shapes), metadata, shapes, used_frontend, note)
+    return Result(output, used_mode, list(shapes), metadata, shapes, used_frontend, note, used_quantizer)
 
 
 def _calibrate(prepared, data: dict[str, np.ndarray], names: Sequence[str], batch: int, progress: bool) -> None:
@@ -693,6 +723,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="fx: torch.fx; export: torch.export; auto (default): torch.fx, else torch.export where torch.fx "
         "cannot trace the model. A .pt2 program is always read by the export front end",
     )
+    p.add_argument(
+        "--quantizer", choices=qrt_quantizer.QUANTIZERS, default="pt2e",
+        help="which flow quantizes a float model under the rules: pt2e (default: torch.export + torchao's "
+        "prepare_pt2e / convert_pt2e) or fx (torch.ao's prepare_fx / convert_fx); both write the same file",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no front-end line")
     args = p.parse_args(argv)
     try:
@@ -714,6 +749,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress=not args.quiet,
             engine=args.engine,
             frontend=args.frontend,
+            quantizer=args.quantizer,
         )
     except ConvertError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
@@ -721,6 +757,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.quiet:
         why = f" ({result.frontend_note})" if result.frontend_note else ""
         print(f"front end: {'torch.export' if result.frontend == 'export' else 'torch.fx'}{why}", file=sys.stderr)
+        if result.quantizer:
+            flow = "pt2e (torchao)" if result.quantizer == "pt2e" else "fx (torch.ao)"
+            print(f"quantizer: {flow}", file=sys.stderr)
     inputs = ", ".join(f"{name} {shape}" for name, shape in result.shapes.items())
     meta = result.metadata
     print(f"wrote {result.path} ({result.mode}, engine {meta['converter.engine']}; inputs {inputs}; "

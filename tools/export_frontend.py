@@ -33,7 +33,7 @@ from torch import nn
 from torch.export import Dim, ExportedProgram
 from torch.export.graph_signature import InputKind
 
-from . import lower_masks, pt2e, qrt_backend
+from . import lower_masks, pt2e, qrt_backend, torchao_frontend
 from . import shapes as qshapes
 from .layers import Layer, LinearLayer
 from .lower import TIED_DIMS
@@ -231,6 +231,8 @@ _OPERATORS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "di
 _METHODS = ("expand", "expand_as", "new_ones", "new_zeros", "new_full", "masked_fill")
 _LOGICAL = {"__and__": operator.and_, "__or__": operator.or_, "__invert__": operator.invert}
 _INT64_MAX = (1 << 63) - 1
+_INNER_TENSOR = torch.ops.export.access_subclass_inner_tensor.default
+_SYM_SIZE = torch.ops.aten.sym_size.int
 _SKIPPED = ("_assert_scalar", "sym_constrain_range_for_size", "_assert_tensor_metadata", "sym_constrain_range")
 
 
@@ -285,19 +287,33 @@ class _Raiser:
         kinds = {s.arg.name: s for s in ep.graph_signature.input_specs}
         tensors = {**ep.state_dict, **ep.constants}
         nodes = list(ep.graph.nodes)
+        fields: set[torch.fx.Node] = set()
         for node in nodes:
             if node.op == "placeholder":
                 spec = kinds[node.name]
                 if spec.kind == InputKind.USER_INPUT:
                     continue
                 self.consts[node.name] = tensors[spec.target]
+            elif node.target is _INNER_TENSOR and node.args[0].name in self.consts:
+                # a field of a tensor-subclass weight (torchao's qdata, scale): a constant like the weight
+                self.consts[node.name] = getattr(self.consts[node.args[0].name], node.args[1])
+                fields.add(node)
+            elif node.op == "call_function" and node.users and node.all_input_nodes \
+                    and all(a in fields for a in node.all_input_nodes):
+                # computed from such fields alone (a transpose, a cast), once for every call of the layer: the
+                # calls share it, so it is a constant too, not a part of the first call
+                const = lambda a: self.consts[a.name]  # noqa: E731
+                args, kwargs = pytree.tree_map_only(torch.fx.Node, const, (node.args, node.kwargs))
+                self.consts[node.name] = node.target(*args, **kwargs)
+                fields.add(node)
         self._inputs(nodes)
         groups = self._groups(nodes)
         inside = {n for _, members in groups.values() for n in members}
         for node in nodes:
+            if node.name in self.consts:
+                self.env[node] = pt2e.Constant(node.name, self.consts[node.name])
+                continue
             if node.op == "placeholder":
-                if node.name in self.consts:
-                    self.env[node] = pt2e.Constant(node.name, self.consts[node.name])
                 continue
             if node.op == "output":
                 self._output(node)
@@ -339,7 +355,7 @@ class _Raiser:
         call's nodes)."""
         calls: dict[str, tuple[str, list[torch.fx.Node]]] = {}
         for node in nodes:
-            if node.op == "call_function":
+            if node.op == "call_function" and node.name not in self.consts:
                 found = _leaf_key(node, set(self.leaves))
                 if found is not None:
                     calls.setdefault(found[0], (found[1], []))[1].append(node)
@@ -375,6 +391,8 @@ class _Raiser:
         inside = set(members)
         args: list[torch.fx.Node] = []
         for n in members:
+            if n.target is _SYM_SIZE:  # a size read of an outer tensor (a dynamic batch) does not make it an argument
+                continue
             for a in n.all_input_nodes:
                 # Sizes read inside the module (zeros for a missing state) are the module's own business.
                 tensor = isinstance(a.meta.get("val"), torch.Tensor)
@@ -461,13 +479,22 @@ def raise_program(
     names: Sequence[str],
     model: nn.Module | None = None,
     quantized: dict[str, nn.Module] | None = None,
+    leaves: dict[str, nn.Module] | None = None,
 ) -> torch.fx.GraphModule:
     """The ATen graph of ep as a torch-level fx graph (module docstring). ``model``: the exported module,
     whose leaf modules become call_module nodes again; ``quantized``: path -> the torch.ao module a
-    stand-in took the place of."""
-    gm = _Raiser(ep, _leaf_paths(model, quantized or {}), names).run()
+    stand-in took the place of; a saved program (no model) calls its torchao Linears again. ``leaves``, if
+    given: path -> module, the calls to raise instead."""
+    if leaves is None:
+        leaves = _leaf_paths(model, quantized or {}) if model is not None else torchao_frontend.program_leaves(ep)
+    gm = _Raiser(ep, leaves, names).run()
     gm.meta[TIED_DIMS] = tied_dims(ep)
     return gm
+
+
+def leaf_modules(model: nn.Module) -> dict[str, nn.Module]:
+    """Module path -> module for torch.fx's leaf modules of model (what the raised graph calls)."""
+    return _leaf_paths(model, {})
 
 
 def tied_dims(ep: ExportedProgram) -> list[frozenset]:
@@ -484,15 +511,20 @@ def tied_dims(ep: ExportedProgram) -> list[frozenset]:
 
 
 def describe(module: nn.Module) -> Layer | None:
-    """The FX front end's descriptions, and the pt2e Linears this front end makes."""
+    """The FX front end's descriptions, the pt2e Linears this front end makes, and torchao's Linears."""
     if isinstance(module, pt2e.QLinear):
         return module.layer
-    return qrt_backend.describe(module)
+    return torchao_frontend.describe(module) or qrt_backend.describe(module)
 
 
 def is_pt2e(gm: nn.Module) -> bool:
     """Whether the raised graph holds pt2e's quantized Linears (then it is quantized already)."""
     return any(isinstance(m, pt2e.QLinear) for m in gm.modules())
+
+
+def is_prequantized(model: nn.Module) -> bool:
+    """Whether the model (or raised graph) is quantized already: by torch.ao, pt2e or torchao."""
+    return qrt_backend.is_quantized(model) or is_pt2e(model) or torchao_frontend.is_quantized(model)
 
 
 def mark_free(specs: Sequence[qshapes.Spec], names: Sequence[str], ep: ExportedProgram, free_dims: str) -> list:

@@ -225,7 +225,7 @@ def _module_path(node: torch.fx.Node) -> str:
     node's name (an F.linear)."""
     stack = list((node.meta.get("nn_module_stack") or {}).values())
     path, kind = stack[-1] if stack else ("", "")
-    linear = kind.endswith("Linear") and all(p.isidentifier() for p in path.split("."))
+    linear = kind.endswith("Linear") and all(p.isidentifier() or p.isdigit() for p in path.split("."))
     return path if path and linear else node.name
 
 

@@ -48,9 +48,11 @@ def _linear(node: Node, c: Mapping[str, np.ndarray]) -> Step:
 
 
 def dynamic_linear(
-    c: Mapping[str, np.ndarray], reduce_range: bool, prefix: str = "", engine: str = "x86"
+    c: Mapping[str, np.ndarray], reduce_range: bool, prefix: str = "", engine: str = "x86",
+    activation: str = "per_tensor",
 ) -> K.DynamicLinear:
-    """The kernel object for a dynamic linear weight set (prefix: 'ih_', 'hh_', ...) with engine's numerics."""
+    """The kernel object for a dynamic linear weight set (prefix: 'ih_', 'hh_', ...) with engine's numerics
+    and activation's quantization rule."""
     return K.DynamicLinear(
         c[f"{prefix}weight"],
         c.get(f"{prefix}weight_scale"),
@@ -58,11 +60,13 @@ def dynamic_linear(
         c.get(f"{prefix}bias"),
         reduce_range,
         engine == "qnnpack",
+        activation == "per_row_symmetric",
     )
 
 
 def _linear_dynamic(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    return _rows(dynamic_linear(c, node.attrs["reduce_range"], engine=node.attrs["engine"]), np.float32)
+    a = node.attrs
+    return _rows(dynamic_linear(c, a["reduce_range"], engine=a["engine"], activation=a["activation"]), np.float32)
 
 
 def _linear_float(node: Node, c: Mapping[str, np.ndarray]) -> Step:

@@ -171,6 +171,35 @@ class DynamicLinearInt8:
         return y
 
 
+class RowSymmetricLinear:
+    """linear_dynamic with activation "per_row_symmetric" (torchao's Int8Tensor linear): x quantized a row at a
+    time to symmetric int8, the exact product and torchao's epilogue (linear_rows.cu), as the CPU computes them."""
+
+    def __init__(self, weight: np.ndarray, scale: Any, bias: Any) -> None:
+        self.w = Int8Weights(weight, scale, np.int32(0), bias)
+        self.in_features, self.out_features = self.w.k, self.w.n
+
+    def workspace(self, m: int) -> None:
+        return None
+
+    def __call__(self, x: Any, y: Any = None, ws: Any = None) -> Any:
+        cp = cupy()
+        m, w = x.shape[0], self.w
+        y = cp.empty((m, w.n), cp.float32) if y is None else y
+        if m == 0 or w.n == 0:
+            return y
+        check_size("the quantized input", m * w.kp)
+        q, s_x = cp.empty((m, w.kp), cp.uint8), cp.empty(m, cp.float32)
+        i32 = np.int32
+        rows = (x, i32(m), i32(w.k), i32(w.kp), s_x, q)
+        kernel("linear_rows.cu", "dq_rows_symmetric")((min(m, 65535),), (256,), rows)
+        kernel("linear_rows.cu", "linear_rows_symmetric")(
+            (-(-w.n // 8), min(m, 65535)), (256,),
+            (q, i32(m), i32(w.kp), w.w, i32(w.n), w.wsum, s_x, w.s_w, w.bias, i32(w.has_bias), y),
+        )
+        return y
+
+
 class ChainLinear:
     """Float linear as fbgemm's fp16 kernel rounds it (fma chains, the 512-block tail quirk): float16
     weights for a dynamic linear, float32 weights (half=False) for linear_float, as the CPU's
@@ -204,9 +233,12 @@ class ChainLinear:
         return y
 
 
-def dynamic_linear(c: Mapping[str, np.ndarray], reduce_range: bool, prefix: str = "") -> Any:
+def dynamic_linear(c: Mapping[str, np.ndarray], reduce_range: bool, prefix: str = "",
+                   activation: str = "per_tensor") -> Any:
     """The device layer for a dynamic linear weight set (prefix: 'ih_', 'hh_', ...)."""
     w = c[f"{prefix}weight"]
+    if activation == "per_row_symmetric":  # int8 weights, zero points 0 (qrt/ops.py)
+        return RowSymmetricLinear(w, c[f"{prefix}weight_scale"], c.get(f"{prefix}bias"))
     if w.dtype == np.int8:
         return DynamicLinearInt8(
             w, c[f"{prefix}weight_scale"], c[f"{prefix}weight_zero_point"], c.get(f"{prefix}bias"), reduce_range
@@ -272,7 +304,7 @@ def _linear(node: Node, c: Mapping[str, np.ndarray]) -> Step:
 
 
 def _linear_dynamic(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    return _rows(dynamic_linear(c, node.attrs["reduce_range"]), np.float32)
+    return _rows(dynamic_linear(c, node.attrs["reduce_range"], activation=node.attrs["activation"]), np.float32)
 
 
 def _linear_float(node: Node, c: Mapping[str, np.ndarray]) -> Step:

@@ -204,6 +204,24 @@ QRT_INLINE void qrt_dequantize_row(const qrt_epilogue* e, float* restrict out, c
             out[j] = out[j] <= 0.0f ? 0.0f : out[j];
 }
 
+/* Dynamic linear with per-row activation scales (torchao's Int8Tensor linear, NUMERICS.md): y = fl(fl(fl(a) * x_scale)
+ * * w_scale[j]) + bias[j], in torchao's order (the product scaled by the row's scale, then by the column's, then
+ * the bias added), for columns [j0, j0 + cols) of one row whose activation scale is x_scale; then max(y, 0) if relu. */
+QRT_INLINE void qrt_dequantize_row_scaled(const qrt_epilogue* e, float* restrict out, const int32_t* restrict a,
+                                          float x_scale, ptrdiff_t j0, const ptrdiff_t cols) {
+    const float *restrict w_scale = e->w_scale + j0, *restrict bias = e->bias;
+    ptrdiff_t j;
+    if (bias)
+        for (j = 0; j < cols; j++)
+            out[j] = (float)a[j] * x_scale * w_scale[j] + bias[j0 + j];
+    else
+        for (j = 0; j < cols; j++)
+            out[j] = (float)a[j] * x_scale * w_scale[j];
+    if (e->relu)
+        for (j = 0; j < cols; j++)
+            out[j] = out[j] <= 0.0f ? 0.0f : out[j];
+}
+
 /* Rows [i0, i1), columns [j0, j1), of the epilogue from the sums a (row i at a + (i - i0) * lda), one call
  * per block of rows: at small K a call per row cost as much as the row's products. The sums first get the
  * expansion's last term (qrt_gemm_u8s8), a -= w_zp[j] * x_rowsum[i], when x_rowsum is given. A whole
@@ -226,6 +244,8 @@ static void qrt_epilogue_rows(const qrt_epilogue* e, ptrdiff_t i0, ptrdiff_t i1,
             qrt_requantize_row(e, e->q + i * n + j0, ai, j0, I8_NR);
         else if (e->q)
             qrt_requantize_row(e, e->q + i * n + j0, ai, j0, cols);
+        else if (e->x_scales)
+            qrt_dequantize_row_scaled(e, e->y + i * n + j0, ai, e->x_scales[i], j0, cols);
         else if (cols == I8_NR)
             qrt_dequantize_row(e, e->y + i * n + j0, ai, j0, I8_NR);
         else
@@ -249,8 +269,8 @@ static void qrt_epilogue_rows(const qrt_epilogue* e, ptrdiff_t i0, ptrdiff_t i1,
  * linear's outputs (not raw sums, not requantized), with no w_zp * rowsum(x) to subtract first, in a flavour
  * that has the ISA's one-register epilogue. */
 static int i8_fused(const qrt_epilogue* e, const int32_t* x_rowsum, int small_x) {
-    if (e->acc || e->q || x_rowsum || e->qnnpack) /* qnnpack's multiply-then-add: through qrt_dequantize_row */
-        return 0;
+    if (e->acc || e->q || x_rowsum || e->qnnpack || e->x_scales) /* qnnpack's multiply-then-add, per-row scales: */
+        return 0;                                                   /* through qrt_dequantize_row(_scaled) */
 #if defined(I8_U7_COLS)
     if (small_x)
         return I8_U7_FUSES;

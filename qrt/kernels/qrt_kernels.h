@@ -46,6 +46,8 @@ typedef struct {
     int32_t zp, lo;
     int qnnpack;          /* torch's qnnpack engine: y = fl(fl(a) * fl(x_scale * w_scale[j])) + bias[j], two roundings */
     const int32_t* bias_i; /* static linear, qnnpack: the bias in int32, added to a (wrapping) before the requantization */
+    const float* x_scales; /* dynamic linear with one activation scale per row (torchao's Int8Tensor linear), in place
+                            * of x_scale: y[i][j] = fl(fl(fl(a) * x_scales[i]) * w_scale[j]) + bias[j], three roundings */
 } qrt_epilogue;
 
 typedef struct {
@@ -77,6 +79,8 @@ typedef struct {
     int (*u8_max)(const uint8_t* x, ptrdiff_t n);
     int (*quantize_dynamic)(const float* x, ptrdiff_t n, int reduce_range, int round_first, uint8_t* q, float* scale,
                             int32_t* zero_point); /* min_max, torch's parameters, quantize_u8; 1: NaN or inf */
+    int (*quantize_rows_s8)(const float* x, ptrdiff_t m, ptrdiff_t k, uint8_t* q, float* scales); /* torchao's
+                            * per-row symmetric int8, stored + 128; 1: NaN or inf */
 
     /* recurrent gates: units [j0, j1) of every batch row of one step (gates.h) */
     void (*gate_update)(int kind, const float* gi, float* gh, const float* h, const float* c, float* h_out,

@@ -65,6 +65,37 @@ static int qrt_u8_max(const uint8_t* x, ptrdiff_t n) {
     return largest;
 }
 
+/* torchao's per-row symmetric int8 quantization (Int8Tensor.from_hp, PerRow, SYMMETRIC; NUMERICS.md section 11) of
+ * x[m][k]: for each row, s = max(fl(max|x| / 127.5), 2^-23), q = clamp(rne(fl(x * fl(1 / s))), -128, 127), stored as
+ * q + 128 (zero point 128 in the u8 x s8 product: the same sums), and scales[i] = s. max|x| is taken on the bits
+ * with the sign cleared, which order as the magnitudes do (a NaN or an infinity at or past 0x7f800000); rne by
+ * the 1.5 * 2^23 shift as qrt_quantize_u8 (|fl(x * inv)| <= 127.5 (1 + 2^-22) here). Returns 1 on NaN or infinity
+ * (q and scales then partly set). */
+static int qrt_quantize_rows_s8(const float* x, ptrdiff_t m, ptrdiff_t k, uint8_t* q, float* scales) {
+    const float eps = 1.1920928955078125e-07f; /* torchao's floor: float32's eps */
+    for (ptrdiff_t i = 0; i < m; i++) {
+        const float* row = x + i * k;
+        uint8_t* out = q + i * k;
+        uint32_t amax = 0;
+        for (ptrdiff_t t = 0; t < k; t++) {
+            const uint32_t b = qrt_float_bits(row[t]) & 0x7fffffffu;
+            amax = b > amax ? b : amax;
+        }
+        if (amax >= 0x7f800000u)
+            return 1;
+        float s = qrt_bits_float(amax) / 127.5f;
+        s = s > eps ? s : eps;
+        const float inv = 1.0f / s;
+        scales[i] = s;
+        for (ptrdiff_t t = 0; t < k; t++) {
+            int32_t v = (int32_t)qrt_float_bits(row[t] * inv + 12582912.0f) - 0x4b400000;
+            v = v < -128 ? -128 : (v > 127 ? 127 : v);
+            out[t] = (uint8_t)(v + 128);
+        }
+    }
+    return 0;
+}
+
 /* x[0..n) (n >= 1) quantized dynamically on one thread: its range (qrt_min_max), torch's parameters for it,
  * then q (qrt_quantize_u8, clamped to 255 even under reduce_range, as PyTorch does). One call where the
  * driver made three: a batch-1 recurrent step quantizes its hidden state so every step. Returns 1 on NaN or

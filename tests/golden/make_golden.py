@@ -345,6 +345,32 @@ def case_linear_dynamic_int8(rng: np.random.Generator) -> Case:
     return c
 
 
+def case_linear_dynamic_per_row(rng: np.random.Generator) -> Case:
+    """activation per_row_symmetric (torchao's Int8Tensor linear, a format version 7 file): one symmetric int8
+    scale per row, floored at 2^-23; rows whose largest magnitude quantizes to +-127.5 (127 clamped, -128);
+    the plan's fused ReLU over the three-rounding epilogue."""
+    c = Case()
+    x = c.g.input("x", "float32", [None, 45])
+    attrs = {"reduce_range": False, "activation": "per_row_symmetric"}
+    outs = []
+    for name, n, kind, bias in (("pr_channel", 29, "channel", True), ("pr_tensor", 7, "tensor", False)):
+        outs.append(c.g.node("linear_dynamic", {"x": x, **dynamic_set(rng, n, 45, kind, 0.004, bias=bias)},
+                             attrs, name=name))
+    outs[0] = c.g.node("relu", {"x": outs[0]}, name="pr_relu")
+    c.g.output(*outs)
+    ties = normal(rng, (2, 45))
+    ties[0, 3], ties[1, 7] = 9.0, -9.0  # the row's largest magnitude: x * (1 / s) is +-127.5 or next to it
+    c.runs = [
+        {"x": normal(rng, (5, 45))},
+        {"x": wide(rng, (1, 45))},
+        {"x": np.zeros((3, 45), F32)},  # the 2^-23 floor
+        {"x": wide(rng, (2, 45), -30, -20)},  # tiny rows: the floor again, every value quantizes to 0
+        {"x": wide(rng, (3, 45), -3, 30)},  # magnitudes to 1e30
+        {"x": ties},
+    ]
+    return c
+
+
 def case_linear_dynamic_fp16(rng: np.random.Generator) -> Case:
     """float16 weights; K > 512 with N % 32 != 0 takes the restarted-chain tail (NUMERICS.md)."""
     c = Case()
@@ -712,6 +738,7 @@ CASES: dict[str, Callable[[np.random.Generator], Case]] = {
     "mlp_static": case_mlp_static,
     "linear_dynamic_int8": case_linear_dynamic_int8,
     "linear_dynamic_fp16": case_linear_dynamic_fp16,
+    "linear_dynamic_per_row": case_linear_dynamic_per_row,
     "linear_float": case_linear_float,
     "linear_rank3": case_linear_rank3,
     "rnn_cell": lambda rng: cell_case(rng, "rnn", 13),
