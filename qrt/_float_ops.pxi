@@ -17,12 +17,12 @@ cdef extern from "float_ops.h" nogil:
                            ptrdiff_t n) noexcept nogil
     const qrt_float_ops* qrt_float_ops_for(const char* kernel_variant)
     enum:
-        QRT_SIGMOID, QRT_TANH, QRT_SILU, QRT_GELU, QRT_GELU_TANH
+        QRT_SIGMOID, QRT_TANH, QRT_SILU, QRT_GELU, QRT_GELU_TANH, QRT_SQRT, QRT_RSQRT
         QRT_ADD, QRT_SUB, QRT_MUL, QRT_DIV
         QRT_BINARY_MAX_RANK
 
 UNARY_OPS = {"sigmoid": QRT_SIGMOID, "tanh": QRT_TANH, "silu": QRT_SILU, "gelu": QRT_GELU,
-             "gelu_tanh": QRT_GELU_TANH}
+             "gelu_tanh": QRT_GELU_TANH, "sqrt": QRT_SQRT, "rsqrt": QRT_RSQRT}
 BINARY_OPS = {"add": QRT_ADD, "sub": QRT_SUB, "mul": QRT_MUL, "div": QRT_DIV}
 
 # Elements per task below which a float op stays on one thread.

@@ -110,6 +110,21 @@ class GraphBuilder:
         else:
             self.output_structure = nested
 
+    def drop_unused(self) -> set[str]:
+        """Remove the nodes no output needs (an encoder's unused pooler, say) and the tensors only they
+        read; returns the value names that went."""
+        needed, kept = set(self.outputs), []
+        for node in reversed(self.nodes):
+            if needed.intersection(node["outputs"]):
+                kept.append(node)
+                needed.update(node["inputs"].values())
+        live = {id(node) for node in kept}
+        gone = {o for node in self.nodes if id(node) not in live for o in node["outputs"]}
+        self.nodes = kept[::-1]
+        gone |= {t for t in self.tensors if t not in needed}
+        self.tensors = {k: v for k, v in self.tensors.items() if k in needed}
+        return gone
+
     def graph(self) -> dict:
         g = {
             "inputs": self.inputs,

@@ -552,7 +552,7 @@ OPS: dict[str, OpSpec] = {
 MAX_RANK = 8  # of a model input (graph.py), and of every value the tensor ops make
 MAX_DIM = 2**63 - 1  # the largest dimension of a model input: what an int64 (numpy, a C reader) holds
 MAX_STACKED = 16  # cat and stack take x0 .. x15
-_ANY = ("float32", "uint8", "int8", "int32", "int64")
+_ANY = ("float32", "uint8", "int8", "int32", "int64", "bool")
 
 
 def _ints(name: str, value: list) -> list[int]:
@@ -980,6 +980,8 @@ _UNARY_FLOAT = {
     "sigmoid": "1 / (1 + exp(-x)), the recurrent gates' function",
     "tanh": "tanh(x), the recurrent gates' function",
     "silu": "x * sigmoid(x), as torch.nn.functional.silu",
+    "sqrt": "sqrt(x), correctly rounded (IEEE)",
+    "rsqrt": "1 / sqrt(x), each step correctly rounded, as torch.rsqrt",
 }
 _BINARY_FLOAT = {"add": "a + b", "sub": "a - b", "mul": "a * b", "div": "a / b"}
 
@@ -1026,10 +1028,9 @@ def _check_reduce(ins, consts, attrs):
     return [ValueInfo("float32", tuple(s for i, s in enumerate(x.shape) if i not in dims))]
 
 
-def _check_broadcast(ins, consts, attrs):
+def broadcast_infos(a: ValueInfo, b: ValueInfo, names: tuple[str, str] = ("a", "b")) -> Shape:
     """numpy broadcasting, shapes aligned at the right. A free dimension against 1 stays free; against n it
     becomes n, and against another free one stays free: the run checks the actual sizes."""
-    a, b = ins["a"], ins["b"]
     rank = max(len(a.shape), len(b.shape))
     out = []
     for i, (p, q) in enumerate(
@@ -1040,8 +1041,13 @@ def _check_broadcast(ins, consts, attrs):
         elif q in (1, None, p):
             out.append(p)
         else:
-            _fail(f"a {a.describe()} and b {b.describe()} do not broadcast: {p} against {q} at dimension {i}")
-    return [ValueInfo("float32", tuple(out))]
+            _fail(f"{names[0]} {a.describe()} and {names[1]} {b.describe()} do not broadcast: {p} against {q} "
+                  f"at dimension {i}")
+    return tuple(out)
+
+
+def _check_broadcast(ins, consts, attrs):
+    return [ValueInfo("float32", broadcast_infos(ins["a"], ins["b"]))]
 
 
 _X_F32 = (Port("x", _F32),)
@@ -1084,6 +1090,201 @@ OPS.update(
             OpSpec(name, f"float32 {doc} with numpy broadcasting", (Port("a", _F32), Port("b", _F32)), ("y",),
                    _check_broadcast)
             for name, doc in _BINARY_FLOAT.items()
+        ),
+    )
+)
+
+
+# ---- comparisons, masks and casts
+# What attention masks and pooling are made of: comparisons and logic giving bool, where, cast, clamp,
+# and shape-following ops (arange over a dimension, expand, index_select, gather). All exact: comparisons,
+# min / max, selections and conversions round at most once, as IEEE and C define them (docs/NUMERICS.md).
+
+COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+CAST_DTYPES = ("float32", "int32", "int64", "bool")
+_INTS = ("int32", "int64")
+_COMPARABLE = ("float32", "int32", "int64", "bool")
+_BOOL = ("bool",)
+
+
+def _dtype_class(dtype: str) -> str:
+    return "integer" if dtype in _INTS else dtype
+
+
+def _check_compare(ins, consts, attrs):
+    a, b = ins["a"], ins["b"]
+    if _dtype_class(a.dtype) != _dtype_class(b.dtype):
+        _fail(f"a {a.describe()} and b {b.describe()} must both be float32, both integers or both bool")
+    return [ValueInfo("bool", broadcast_infos(a, b))]
+
+
+def _check_logical(ins, consts, attrs):
+    return [ValueInfo("bool", broadcast_infos(ins["a"], ins["b"]))]
+
+
+def _check_logical_not(ins, consts, attrs):
+    return [ValueInfo("bool", ins["x"].shape)]
+
+
+def _check_where(ins, consts, attrs):
+    cond, a, b = ins["condition"], ins["a"], ins["b"]
+    if a.dtype != b.dtype:
+        _fail(f"a {a.describe()} and b {b.describe()} must have one dtype")
+    shape = broadcast_infos(a, b)
+    return [ValueInfo(a.dtype, broadcast_infos(cond, ValueInfo(a.dtype, shape), ("condition", "a and b")))]
+
+
+def _check_cast(ins, consts, attrs):
+    return [ValueInfo(attrs["dtype"], ins["x"].shape)]
+
+
+def _check_clamp(ins, consts, attrs):
+    lo, hi = attrs["min"], attrs["max"]
+    if lo is None and hi is None:
+        _fail("clamp needs min, max or both")
+    for name in ("min", "max"):
+        v = attrs[name]
+        if v is not None and (v != v or float(np.float32(v)) != v):
+            _fail(f"{name} must be a float32 value (not NaN), got {v!r}")
+    return [ValueInfo("float32", ins["x"].shape)]
+
+
+def _check_arange(ins, consts, attrs):
+    x = ins["x"]
+    _dim_of("dim", attrs["dim"], len(x.shape))
+    return [ValueInfo("int64", (x.shape[attrs["dim"]],))]
+
+
+def _check_expand(ins, consts, attrs):
+    x, shape, like_dims, like = ins["x"], _ints("shape", attrs["shape"]), attrs["like_dims"], ins.get("like")
+    _rank_fits(len(shape))
+    if len(shape) < len(x.shape):
+        _fail(f"shape {shape} has fewer dimensions than x {x.describe()}")
+    if (like is None) != (not like_dims):
+        _fail("like_dims and the input like go together")
+    if like_dims and len(like_dims) != len(shape):
+        _fail(f"like_dims must have one entry per shape entry ({len(shape)}), got {len(like_dims)}")
+    lead = len(shape) - len(x.shape)
+    out = []
+    for i, s in enumerate(shape):
+        src = like_dims[i] if like_dims else None
+        if src is not None:
+            if not isinstance(src, int) or isinstance(src, bool):
+                _fail(f"like_dims entries must be integers or null, got {src!r:.40}")
+            _dim_of("like_dims entry", src, len(like.shape))
+            size = like.shape[src]
+        elif s == -1:
+            if i < lead:
+                _fail(f"shape[{i}] is -1 (x's size) where x has no dimension")
+            size = x.shape[i - lead]
+        elif 0 <= s <= MAX_DIM:
+            size = s
+        else:
+            _fail(f"shape entries must be sizes >= 0 or -1 (x's size), got {s}")
+        have = x.shape[i - lead] if i >= lead else 1
+        if have not in (1, None) and size is not None and have != size:
+            _fail(f"x {x.describe()} cannot be expanded to size {size} at dimension {i}")
+        out.append(size)
+    return [ValueInfo(x.dtype, tuple(out))]
+
+
+def _check_index_select(ins, consts, attrs):
+    x, index, dim = ins["x"], ins["index"], attrs["dim"]
+    _dim_of("dim", dim, len(x.shape))
+    if len(index.shape) != 1:
+        _fail(f"index must be 1-D, got {index.describe()}")
+    _index_bounds(consts, x.shape[dim])
+    return [ValueInfo(x.dtype, x.shape[:dim] + index.shape + x.shape[dim + 1 :])]
+
+
+def _check_gather(ins, consts, attrs):
+    x, index, dim = ins["x"], ins["index"], attrs["dim"]
+    _dim_of("dim", dim, len(x.shape))
+    if len(index.shape) != len(x.shape):
+        _fail(f"index {index.describe()} must have the rank of x {x.describe()}")
+    for d, (i, n) in enumerate(zip(index.shape, x.shape)):
+        if d != dim and None not in (i, n) and i > n:
+            _fail(f"index {index.describe()} is larger than x {x.describe()} at dimension {d}")
+    _index_bounds(consts, x.shape[dim])
+    return [ValueInfo(x.dtype, index.shape)]
+
+
+def _index_bounds(consts, size) -> None:
+    """A stored index is checked now: [0, size) (a free size: at run time)."""
+    t = consts.get("index")
+    if t is not None and t.size and (int(t.min()) < 0 or (size is not None and int(t.max()) >= size)):
+        _fail(f"index must lie in [0, {size}), got {t.ravel()[:8].tolist()}")
+
+
+OPS.update(
+    (op.name, op)
+    for op in (
+        *(
+            OpSpec(name, f"bool a {sym} b with numpy broadcasting; a and b both float32 (IEEE: NaN is unequal to "
+                   "all), both integers (compared exactly) or both bool",
+                   (Port("a", _COMPARABLE), Port("b", _COMPARABLE)), ("y",), _check_compare)
+            for name, sym in COMPARISONS.items()
+        ),
+        *(
+            OpSpec(f"logical_{name}", f"bool a {name} b with numpy broadcasting", (Port("a", _BOOL), Port("b", _BOOL)),
+                   ("y",), _check_logical)
+            for name in ("and", "or")
+        ),
+        OpSpec("logical_not", "bool not x", (Port("x", _BOOL),), ("y",), _check_logical_not),
+        OpSpec(
+            "where",
+            "a where condition else b, the three broadcast together, as torch.where",
+            (Port("condition", _BOOL), Port("a", _ANY), Port("b", _ANY)),
+            ("y",),
+            _check_where,
+        ),
+        OpSpec(
+            "cast",
+            "x converted to dtype as torch's .to(dtype): float to integer truncates, to bool is x != 0",
+            (Port("x", _ANY),),
+            ("y",),
+            _check_cast,
+            (Attr("dtype", str, choices=CAST_DTYPES, required=True),),
+        ),
+        OpSpec(
+            "clamp",
+            "float32 min(max(x, min), max) (either bound may be null), NaN kept, as torch.clamp",
+            _X_F32,
+            ("y",),
+            _check_clamp,
+            (Attr("min", (float, int, type(None)), default=None), Attr("max", (float, int, type(None)), default=None)),
+        ),
+        OpSpec(
+            "arange",
+            "int64 0, 1, ..., n - 1, n the size of x's dimension dim (a size fixed only at run time)",
+            (Port("x", _ANY),),
+            ("y",),
+            _check_arange,
+            (_DIM,),
+        ),
+        OpSpec(
+            "expand",
+            "x broadcast to shape (-1 keeps x's size; where like_dims names a dimension of like, like's size)",
+            (Port("x", _ANY), Port("like", _ANY, optional=True)),
+            ("y",),
+            _check_expand,
+            (Attr("shape", list, required=True), Attr("like_dims", list, default=[])),
+        ),
+        OpSpec(
+            "index_select",
+            "x's entries at index along dim, as torch.index_select (indices in [0, size))",
+            (Port("x", _ANY), Port("index", _INTS)),
+            ("y",),
+            _check_index_select,
+            (_DIM,),
+        ),
+        OpSpec(
+            "gather",
+            "y[..., i, ...] = x[..., index[..., i, ...], ...] along dim, as torch.gather (indices in [0, size))",
+            (Port("x", _ANY), Port("index", _INTS)),
+            ("y",),
+            _check_gather,
+            (_DIM,),
         ),
     )
 )

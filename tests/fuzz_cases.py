@@ -231,6 +231,24 @@ def _op_models() -> dict[str, GraphBuilder]:
     b.output(b.node("div", {"a": m, "b": sb}), su)
     models["float_math"] = b
 
+    # ---- comparisons, masks and casts: an int64 mask, sizes followed at run time, stored int32 indices.
+    b = GraphBuilder()
+    x = b.input("x", "float32", [None, 5])
+    mask = b.input("mask", "int64", [None, 5])
+    on = b.node("cast", {"x": mask}, {"dtype": "bool"})
+    pos = b.node("ge", {"a": b.node("arange", {"x": mask}, {"dim": 1}), "b": np.array(1, np.int32)})
+    both = b.node("logical_and", {"a": on, "b": pos})
+    keep = b.node("logical_or", {"a": both, "b": b.node("logical_not", {"x": on})})
+    cmp = [b.node(op, {"a": x, "b": np.array(0.5, np.float32)}) for op in ("eq", "ne", "lt", "le", "gt")]
+    w = b.node("where", {"condition": keep, "a": x, "b": np.array(0.0, np.float32)})
+    r = b.node("rsqrt", {"x": b.node("sqrt", {"x": b.node("clamp", {"x": w}, {"min": 0.25, "max": 4.0})})})
+    row = b.node("unsqueeze", {"x": b.node("arange", {"x": x}, {"dim": 1}, name="arange_x")}, {"dim": 0})
+    e = b.node("expand", {"x": row, "like": x}, {"shape": [-1, -1], "like_dims": [0, None]})
+    table = b.tensor("table", np.arange(12, dtype=np.int32).reshape(2, 6))
+    sel = b.node("index_select", {"x": table, "index": b.tensor("sel", np.array([5, 0, 1], np.int32))}, {"dim": 1})
+    g = b.node("gather", {"x": sel, "index": b.tensor("gat", np.array([[2, 0]], np.int32))}, {"dim": 1})
+    b.output(r, e, g, *cmp)
+    models["masks"] = b
     # matmul against a stored matrix, attention with a bool mask over its heads
     b = GraphBuilder()
     x = b.input("x", "float32", [None, 2, 3, 4])

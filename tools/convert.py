@@ -49,7 +49,7 @@ from torch import nn  # noqa: E402
 import qrt  # noqa: E402
 from qrt.ops import ENGINES  # noqa: E402
 
-from . import export_frontend, qrt_backend, qrt_quantizer, torchao_frontend  # noqa: E402
+from . import export_frontend, keywords, qrt_backend, qrt_quantizer, torchao_frontend  # noqa: E402
 from . import lower as qlower  # noqa: E402
 from . import shapes as qshapes  # noqa: E402
 from .rules import DEFAULT_RULES, MODES, WEIGHT_DTYPES, WEIGHT_SCHEMES, Rules, RulesError, load_rules  # noqa: E402
@@ -222,6 +222,15 @@ def input_names(model: nn.Module) -> list[str]:
     return names
 
 
+def _check_keywords(net: nn.Module, names: Sequence[str]) -> None:
+    """Each name a parameter forward() names (one that **kwargs would swallow unread is refused)."""
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    params = [n for n, p in inspect.signature(net.forward).parameters.items() if p.kind in kinds]
+    unknown = [n for n in names if n not in params]
+    if unknown:
+        raise ConvertError(f"forward() takes no argument {', '.join(map(repr, unknown))}; it takes {params}")
+
+
 def parse_shape(text: str) -> qshapes.Spec:
     """One --input-shape: '1,37', '2,50?,6', '7', '(2,1,200),(2,1,200)' (tools/shapes.py)."""
     try:
@@ -370,6 +379,10 @@ def _load_program(path: str, frontend: str, input_shapes: Sequence[Any] | None, 
 def _front_end(net: nn.Module, specs: list[qshapes.Spec], names: Sequence[str], frontend: str, free_dims: str):
     """(model, specs, free dims, front end, why): the model for the FX flow as it is, or exported and raised."""
     note = ""
+    if isinstance(net, keywords.KeywordCall):  # torch.fx would see one *args argument, not the keywords
+        if frontend == "fx":
+            raise ConvertError("a model called with keyword arguments (NAME=SHAPE) is read by --frontend export")
+        frontend, note = "export", "called with keyword arguments"
     if frontend == "fx":
         return net, specs, free_dims, "fx", note
     if frontend == "auto":
@@ -474,7 +487,7 @@ def convert(
     weights: str = "per-tensor",
     calib: str | os.PathLike | None = None,
     calib_batch_size: int = 32,
-    input_shapes: Sequence[Any] | None = None,
+    input_shapes: Sequence[Any] | Mapping[str, Any] | None = None,
     input_dtypes: Mapping[str, str] | None = None,
     free_dims: str = "auto",
     rules: Rules | str | os.PathLike | None = None,
@@ -487,13 +500,14 @@ def convert(
     """Convert a checkpoint to a .qrt file (see the module docstring). Raises ConvertError.
 
     ``input_shapes``: one per forward() argument, as --input-shape text ("2,50?,6", "(2,1,200),(2,1,200)"),
-    a shape ((1, 37)) or a tuple of shapes for a tuple argument. ``input_dtypes``: by argument or input
-    name ("hidden.0"). ``free_dims``: "auto" or "marked" (see --free-dims). ``engine``: whose numerics the
-    int8 layers follow, "x86" or "qnnpack"; None: the quantized engine torch has in force. ``frontend``: "fx",
-    "export" or "auto" (torch.fx, else torch.export where torch.fx cannot trace; a .pt2 program is always
-    exported). ``quantizer``: which flow quantizes a float model, "pt2e" (torchao's prepare_pt2e /
-    convert_pt2e under tools/qrt_quantizer.py) or "fx" (torch.ao's prepare_fx / convert_fx); a float .pt2
-    program is quantized by the FX flow.
+    a shape ((1, 37)) or a tuple of shapes for a tuple argument; or by name, for a model called with
+    keyword arguments (tools/keywords.py): {"input_ids": "2,9", ...} or ["input_ids=2,9", ...].
+    ``input_dtypes``: by argument or input name ("hidden.0"). ``free_dims``: "auto" or "marked" (see
+    --free-dims). ``engine``: whose numerics the int8 layers follow, "x86" or "qnnpack"; None: the quantized
+    engine torch has in force. ``frontend``: "fx", "export" or "auto" (torch.fx, else torch.export where
+    torch.fx cannot trace; a .pt2 program is always exported). ``quantizer``: which flow quantizes a float
+    model, "pt2e" (torchao's prepare_pt2e / convert_pt2e under tools/qrt_quantizer.py) or "fx" (torch.ao's
+    prepare_fx / convert_fx); a float .pt2 program is quantized by the FX flow.
     """
     the_rules = startup_rules(rules)
     engine = engine or ("qnnpack" if torch.backends.quantized.engine == "qnnpack" else "x86")
@@ -519,6 +533,7 @@ def convert(
     if quantizer not in qrt_quantizer.QUANTIZERS:
         raise ConvertError(f"quantizer must be one of {list(qrt_quantizer.QUANTIZERS)}, got {quantizer!r}")
     pt2 = export_frontend.is_pt2(checkpoint)
+    named = None  # (names, shapes) of a model called with keyword arguments
     if pt2:
         net, specs, names = _load_program(checkpoint, frontend, input_shapes, trust_checkpoint)
         free_dims, used_frontend, note = "marked", "export", "a torch.export program"
@@ -528,7 +543,16 @@ def convert(
             torchao_frontend.check(net)
         except torchao_frontend.TorchaoError as e:
             raise ConvertError(str(e)) from None
-        names = input_names(net)
+        try:
+            named = keywords.split_named(input_shapes or [])
+        except ValueError as e:
+            raise ConvertError(f"input shapes: {e}") from None
+        if named is not None:  # a model called with keyword arguments (a HuggingFace model)
+            names, input_shapes = named
+            _check_keywords(net, names)
+            net = keywords.keyword_call(net, names)
+        else:
+            names = input_names(net)
         specs = [parse_shape(s) if isinstance(s, str) else _as_spec(s) for s in (input_shapes or [])]
         if specs and len(specs) != len(names):
             raise ConvertError(f"got {len(specs)} --input-shape, but forward takes {len(names)} inputs {names}")
@@ -590,6 +614,10 @@ def convert(
     layers: dict[str, str] = {}
     try:
         builder = qlower.lower(gm, qrt_quantizer.describe, specs, layers, free_dims, engine)
+        gone = builder.drop_unused()  # dead code: what the outputs do not need (an unused pooler)
+        layers = {path: value for path, value in layers.items() if value not in gone}
+        if named is not None:
+            layers = keywords.unprefixed(layers)
     except (qlower.LoweringError, qrt_backend.FrontEndError) as e:
         raise ConvertError(str(e)) from None
 
@@ -674,7 +702,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--input-shape", action="append", default=[], metavar="SHAPE",
         help="example shape of one forward() argument, once per argument in order: 2,50,6; 50? marks a free "
-        "dimension; (2,1,200),(2,1,200) for a tuple argument (see below)",
+        "dimension; (2,1,200),(2,1,200) for a tuple argument (see below); NAME=SHAPE for each argument the "
+        "model is called with by keyword (a HuggingFace model: input_ids=2,9 attention_mask=2,9)",
     )
     p.add_argument(
         "--input-dtype", action="append", default=[], metavar="NAME=DTYPE",

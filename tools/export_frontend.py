@@ -33,9 +33,10 @@ from torch import nn
 from torch.export import Dim, ExportedProgram
 from torch.export.graph_signature import InputKind
 
-from . import pt2e, qrt_backend, torchao_frontend
+from . import lower_masks, pt2e, qrt_backend, torchao_frontend
 from . import shapes as qshapes
 from .layers import Layer, LinearLayer
+from .lower import TIED_DIMS
 from .lower_ops import FUNCTIONS, LoweringError
 
 _TUPLE_MODULES = (nn.RNNBase, nn.LSTMCell)
@@ -223,9 +224,12 @@ _RENAMED = {
     "silu": F.silu,
     "log_softmax": torch.log_softmax,
     "softmax": torch.softmax,
+    "linalg_vector_norm": torch.linalg.vector_norm,
 }
 # Written as operators by users: torch.fx traces x / y as operator.truediv (and names the node after it).
 _OPERATORS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv}
+_METHODS = ("expand", "expand_as", "new_ones", "new_zeros", "new_full", "masked_fill")
+_LOGICAL = {"__and__": operator.and_, "__or__": operator.or_, "__invert__": operator.invert}
 _INT64_MAX = (1 << 63) - 1
 _INNER_TENSOR = torch.ops.export.access_subclass_inner_tensor.default
 _SYM_SIZE = torch.ops.aten.sym_size.int
@@ -359,6 +363,8 @@ class _Raiser:
         for path, members in calls.values():
             inside = set(members)
             leaving = [n for n in members if any(u not in inside for u in n.users)]
+            if not leaving and path not in self.signatures:
+                continue  # a call whose result nothing reads: its ATen ops are raised one by one, and dropped
             if path in self.signatures:
                 out[leaving[0]] = (path, members)
                 continue
@@ -424,14 +430,26 @@ class _Raiser:
             x, dim, start, end, step = [*args, *(None, 0, None, None, 1)[len(args):]]
             if start in (None, 0) and end in (None, _INT64_MAX) and step == 1:
                 return x  # x[:, :, 0] is a whole slice of dimension 0, then a select: torch.fx sees the select
+            if any(isinstance(v, torch.fx.Node) for v in (start, end)):  # a bound read from a tensor's size
+                return self.function(lower_masks.slice_dim, (x, dim, start, end, step), {})
             index = (slice(None),) * dim + (slice(start, end, step),)
             return self.function(operator.getitem, (x, index), {})
         if name == "select" and len(args) == 3 and isinstance(args[1], int):  # x[:, i], as users write it
             return self.function(operator.getitem, (args[0], (slice(None),) * args[1] + (args[2],)), {})
         if name == "embedding":  # aten: (weight, indices, padding_idx, ...); F.embedding: (input, weight, ...)
             return self.function(F.embedding, (args[1], args[0]), {})
-        if name in ("clone", "contiguous", "alias", "detach"):
-            return args[0]
+        if name in ("clone", "contiguous", "alias", "detach", "detach_", "lift_fresh_copy"):
+            return args[0]  # lift_fresh_copy, detach_: a torch.tensor(...) made in forward, a constant
+        if name in ("to", "_to_copy"):  # x.to(dtype): the device and layout are the CPU's
+            dtype = kwargs.get("dtype", next((a for a in args[1:] if isinstance(a, torch.dtype)), None))
+            return args[0] if dtype is None else self.method("to", (args[0], dtype))
+        if name in _METHODS:  # as users write them: x.expand(...), x.new_ones(size, dtype=...)
+            kept = {k: v for k, v in kwargs.items() if k in ("dtype",)}
+            return self.graph.create_node("call_method", name, tuple(args), kept)
+        if name == "index":  # x[i, j] with index tensors
+            return self.function(lower_masks.index_tensors, args, {})
+        if name in _LOGICAL:
+            return self.function(_LOGICAL[name], args, {})
         fn = _torch_function(op)
         if fn is None:
             raise LoweringError(f"ATen op {op} has no qrt lowering")
@@ -469,12 +487,27 @@ def raise_program(
     given: path -> module, the calls to raise instead."""
     if leaves is None:
         leaves = _leaf_paths(model, quantized or {}) if model is not None else torchao_frontend.program_leaves(ep)
-    return _Raiser(ep, leaves, names).run()
+    gm = _Raiser(ep, leaves, names).run()
+    gm.meta[TIED_DIMS] = tied_dims(ep)
+    return gm
 
 
 def leaf_modules(model: nn.Module) -> dict[str, nn.Module]:
     """Module path -> module for torch.fx's leaf modules of model (what the raised graph calls)."""
     return _leaf_paths(model, {})
+
+
+def tied_dims(ep: ExportedProgram) -> list[frozenset]:
+    """The (flat input, dim) pairs of each symbol torch.export gave several input dimensions: a batch that
+    input_ids and attention_mask share changes in both at once."""
+    user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    vals = {n.name: n.meta["val"] for n in ep.graph.nodes if n.op == "placeholder"}
+    by_symbol: dict[str, set] = {}
+    for leaf, name in enumerate(user):
+        for d, size in enumerate(vals[name].shape):
+            if _dynamic(size):
+                by_symbol.setdefault(str(size), set()).add((leaf, d))
+    return [frozenset(g) for g in by_symbol.values() if len(g) > 1]
 
 
 def describe(module: nn.Module) -> Layer | None:

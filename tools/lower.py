@@ -44,6 +44,7 @@ from .layers import (  # noqa: F401  (the neutral layers, re-exported for front 
     RNNCellLayer,
     SequenceLayer,
 )
+from .lower_masks import has_size_of
 from .lower_ops import (
     FUNCTIONS,
     METHODS,
@@ -60,6 +61,8 @@ from .lower_ops import (
     is_tensor,
     module_lowering,
 )
+
+TIED_DIMS = "qrt_tied_dims"  # gm.meta key: (flat leaf, dim) sets a front end knows to be one size (tools/shapes.py)
 
 
 class _Varies(Exception):
@@ -301,7 +304,7 @@ class Lowerer:
             if not isinstance(lead, nn.Module):
                 # Recorded so that `qrt compare` can match qrt values to PyTorch modules layer by layer.
                 self.layers[str(node.target)] = _first_name(out)
-        elif self._foldable(args, kwargs):
+        elif self._foldable(args, kwargs) and not has_size_of((args, kwargs)):
             self.require_static(node)  # computed once here: a size it used must not be free
             out = self._fold(node, args, kwargs)
         else:
@@ -520,7 +523,7 @@ def lower(
         raise LoweringError("qrt cannot run: " + "; ".join(bad))
     specs, names = resolve_specs(gm, describe, inputs)
     try:
-        runs = qshapes.search(gm, specs, names, free_dims, _stand_ins(gm, describe))
+        runs = qshapes.search(gm, specs, names, free_dims, _stand_ins(gm, describe), gm.meta.get(TIED_DIMS, ()))
     except qshapes.SpecError as e:
         raise LoweringError(str(e)) from None
     flat = [pair for spec, name in zip(specs, names) for pair in qshapes.leaves(spec, name)]

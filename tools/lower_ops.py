@@ -378,9 +378,9 @@ def _same(lw: Lowerer, node: torch.fx.Node, x: Any, *args: Any, **kwargs: Any) -
 
 @lowers(methods=("float",))
 def _float(lw: Lowerer, node: torch.fx.Node, x: Any) -> Any:
-    if isinstance(x, Tensor) and x.dtype != "float32":
-        raise LoweringError(f"converting {x.dtype} to float32 is not supported")
-    return x
+    from .lower_masks import cast
+
+    return cast(lw, node, x, "float32", "") if isinstance(x, Tensor) else x
 
 
 @lowers(functions=(torch.fx._symbolic_trace._assert_is_none,))
@@ -394,8 +394,9 @@ def _assert_is_none(lw: Lowerer, node: torch.fx.Node, value: Any, msg: str) -> N
 
 @lowers(methods=("size",), sizes=True)
 def _size(lw: Lowerer, node: torch.fx.Node, x: Any, dim: int | None = None) -> Any:
-    shape = lw.shape(x)
-    return shape if dim is None else shape[_dim(dim, len(shape))]
+    from .lower_masks import sizes_of  # a size that remembers its tensor
+
+    return sizes_of(lw, x, None if dim is None else _dim(dim, len(lw.shape(x))))
 
 
 @lowers(methods=("dim",))
@@ -422,6 +423,14 @@ def _getitem(lw: Lowerer, node: torch.fx.Node, obj: Any, index: Any) -> Any:
         if isinstance(index, (int, slice)) and not isinstance(index, bool):
             return obj[index]
         raise LoweringError(f"indexing a tuple with {index!r:.40}")
+    from .lower_masks import SizeOf, slice_to_size
+
+    items = index if isinstance(index, tuple) else (index,)
+    to_size = [k for k, it in enumerate(items) if isinstance(it, slice) and isinstance(it.stop, SizeOf)]
+    if len(to_size) == 1 and items[to_size[0]].start in (None, 0) and items[to_size[0]].step in (None, 1) \
+            and all(it == slice(None) for it in items[: to_size[0]]):
+        # x[:, :n], n a free size (transformers' position ids): follows n at run time
+        return slice_to_size(lw, node, obj, to_size[0], items[to_size[0]].stop)
     if not is_tensor(obj):
         raise LoweringError(f"indexing a {type(obj).__name__}")
     lw.require_static(node)
@@ -804,6 +813,9 @@ def _binary(op: str, fold: Callable[[Any, Any], Any]) -> Callable:
                 and not isinstance(other, Const):
             return fold(input, other)  # sizes and other Python numbers
         lw.require_static(node)
+        if op in ("add", "sub") and isinstance(input, Tensor) and input.dtype != "float32" and other == 0 \
+                and not isinstance(other, bool):
+            return input  # integers + 0 (transformers' arange(n) + offset): the integers themselves
         if alpha != 1:
             raise LoweringError(f"{op} with alpha={alpha} is not supported")
         if rounding_mode is not None:
@@ -1085,3 +1097,6 @@ def _sequence(lw: Lowerer, node: torch.fx.Node, layer: SequenceLayer, input: Any
         attrs["nonlinearity"] = layer.nonlinearity
     y, *final = (Tensor(o) for o in lw.emit(node, f"{kind}_dynamic", ports, attrs))
     return (y, tuple(final) if kind == "lstm" else final[0])
+
+
+from . import lower_masks  # noqa: E402,F401  (comparisons, masks, casts, norms: registers its lowerings)

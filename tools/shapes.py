@@ -314,6 +314,7 @@ def search(
     names: Sequence[str],
     free_dims: str = "auto",
     stand_ins: StandIns | None = None,
+    tied: Sequence[frozenset] = (),
 ) -> list[Run]:
     """The example run, then one run per free dimension (or group of dimensions changed together).
 
@@ -348,19 +349,29 @@ def search(
         for d, dim in enumerate(leaf.dims)
         if dim.free or free_dims == "auto"
     ]
-    runs, failed = [base], {}
+    # dimensions known to be one size (torch.export gave them one symbol) change together, never alone
+    groups = {c: g for g in tied for c in g if g <= set(candidates)}
+    runs, failed, tried = [base], {}, set()
     for c in candidates:
-        result = attempt(frozenset([c]))
+        members = groups.get(c, frozenset([c]))
+        if members in tried:
+            continue
+        tried.add(members)
+        result = attempt(members)
         if isinstance(result, Run):
             runs.append(result)
         else:
-            failed[c] = result
+            failed.update((m, result) for m in members)
     # Dimensions that fail alone may work together: a batch that x and h must agree on changes in both at
     # once. Those of one example size are tried together, at most one per tensor (its largest choices
     # first: [2, B, H] beside a batch of 2 offers two), until one choice runs.
     by_size: dict[int, dict[int, list[int]]] = {}
     for leaf, d in failed:
         by_size.setdefault(flat[leaf][1].dims[d].size, {}).setdefault(leaf, []).append(d)
+    for leaf, d in candidates:  # with those that ran alone: a mask whose batch may be larger than the ids'
+        per_leaf = by_size.get(flat[leaf][1].dims[d].size)
+        if per_leaf is not None and (leaf, d) not in failed:
+            per_leaf.setdefault(leaf, []).append(d)
     for per_leaf in by_size.values():
         options = [[(leaf, d) for d in dims] + [None] for leaf, dims in per_leaf.items()]
         if math.prod(map(len, options)) > _MAX_CHOICES:  # too many to sort: each tensor's first dimension
@@ -372,7 +383,7 @@ def search(
             if isinstance(result, Run):
                 runs.append(result)
                 for m in members:
-                    failed.pop(m)
+                    failed.pop(m, None)
                 break
     declared = [c for c in failed if flat[c[0]][1].dims[c[1]].free]
     if declared:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from .. import _kernels as K
-from .. import tensor_moves
+from .. import mask_ops, tensor_moves
 from ..graph import Node
 from .types import Prepare, Step
 
@@ -61,6 +61,7 @@ def _embedding_bag(node: Node, c: Mapping[str, np.ndarray]) -> Step:
 
 IMPLEMENTATIONS: dict[str, Prepare] = {
     **tensor_moves.implementations(lambda: np),
+    **mask_ops.implementations(lambda: np),
     "embedding": _embedding,
     "embedding_bag": _embedding_bag,
 }

@@ -18,7 +18,7 @@
 #define QRT_LANES 16
 #define QRT_BLOCK 256
 
-enum { UN_RELU, UN_SIGMOID, UN_TANH, UN_SILU, UN_GELU, UN_GELU_TANH };
+enum { UN_RELU, UN_SIGMOID, UN_TANH, UN_SILU, UN_GELU, UN_GELU_TANH, UN_SQRT, UN_RSQRT };
 enum { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV };
 enum { RED_SUM, RED_MAX, RED_SUM_SQUARES };
 
@@ -29,6 +29,9 @@ __device__ __forceinline__ float unary_fn(float x) {
     if (OP == UN_TANH) return qrt_tanh(x);
     if (OP == UN_SILU) return qrt_silu(x);
     if (OP == UN_GELU) return qrt_gelu(x);
+    // IEEE round-to-nearest square root and division whatever nvcc's flags: the CPU's sqrtf and 1.0f / sqrtf
+    if (OP == UN_SQRT) return __fsqrt_rn(x);
+    if (OP == UN_RSQRT) return __fdiv_rn(1.0f, __fsqrt_rn(x));
     return qrt_gelu_tanh(x);
 }
 
@@ -43,6 +46,8 @@ QRT_UNARY_ENTRY(tanh, UN_TANH)
 QRT_UNARY_ENTRY(silu, UN_SILU)
 QRT_UNARY_ENTRY(gelu, UN_GELU)
 QRT_UNARY_ENTRY(gelu_tanh, UN_GELU_TANH)
+QRT_UNARY_ENTRY(sqrt, UN_SQRT)
+QRT_UNARY_ENTRY(rsqrt, UN_RSQRT)
 
 // y = a op b with numpy broadcasting, one IEEE operation per element. The output's dimensions come
 // innermost first (at most 8, merged where both operands run on contiguously, size-1 ones dropped), with

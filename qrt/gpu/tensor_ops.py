@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import tensor_moves
+from .. import mask_ops, tensor_moves
 from ..cpu.types import Prepare, Step
 from ..graph import Node
 from .runtime import add_check, blocks, check_size, cupy, kernel
@@ -82,6 +82,15 @@ class _Table:
         add_check(flag, describe)
 
 
+def _check_indices(index: Any, size: int, what: str) -> None:
+    """mask_ops' index check on the device: the extremes are found by kernels (no wait for the GPU, so the
+    step can be captured into the plan's CUDA graph) and read once the run is done; CuPy's take wraps an
+    index out of range, so nothing is read out of bounds before the ValueError."""
+    if index.size:
+        extremes = cupy().stack([index.min(), index.max()]).astype(np.int64)
+        add_check(extremes, lambda f: mask_ops.out_of_range(what, size, int(f[0]), int(f[1])))
+
+
 def _indices(a: Any) -> Any:
     flat = contiguous(a, np.int64).reshape(-1)
     check_size("indices", flat.shape[0])
@@ -132,6 +141,7 @@ def _embedding_bag(node: Node, c: Mapping[str, np.ndarray]) -> Step:
 
 IMPLEMENTATIONS: dict[str, Prepare] = {
     **tensor_moves.implementations(cupy),
+    **mask_ops.implementations(cupy, _check_indices),
     "embedding": _embedding,
     "embedding_bag": _embedding_bag,
 }

@@ -13,7 +13,7 @@
 
 #include <stddef.h>
 
-enum qrt_unary_op { QRT_SIGMOID, QRT_TANH, QRT_SILU, QRT_GELU, QRT_GELU_TANH };
+enum qrt_unary_op { QRT_SIGMOID, QRT_TANH, QRT_SILU, QRT_GELU, QRT_GELU_TANH, QRT_SQRT, QRT_RSQRT };
 enum qrt_binary_op { QRT_ADD, QRT_SUB, QRT_MUL, QRT_DIV };
 #define QRT_BINARY_MAX_RANK 8
 

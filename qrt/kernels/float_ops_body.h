@@ -162,6 +162,14 @@ static void qrt_unary(int op, const float* restrict x, float* restrict y, ptrdif
         for (ptrdiff_t i = 0; i < n; i++)
             y[i] = qrt_gelu_tanh(x[i]);
         break;
+    case QRT_SQRT: /* IEEE sqrt, correctly rounded (one instruction where the CPU has it) */
+        for (ptrdiff_t i = 0; i < n; i++)
+            y[i] = sqrtf(x[i]);
+        break;
+    case QRT_RSQRT: /* two roundings, as torch's rsqrt: fl(1 / fl(sqrt(x))) */
+        for (ptrdiff_t i = 0; i < n; i++)
+            y[i] = 1.0f / sqrtf(x[i]);
+        break;
     }
 }
 

@@ -582,6 +582,47 @@ def case_float_math(rng: np.random.Generator) -> Case:
     return c
 
 
+def case_masks(rng: np.random.Generator) -> Case:
+    """Comparisons (float, integer, bool), logic, where, cast both ways, clamp, sqrt and rsqrt, and the
+    ops that follow free sizes (arange, expand with like, index_select, gather), as an encoder's attention
+    mask and pooling use them: an int64 mask with padding, values with -0.0, subnormals, ties at the bounds
+    and integers past 2^24 (no NaN: its bits are outside the contract)."""
+    c = Case()
+    x = c.g.input("x", "float32", [None, 13])
+    mask = c.g.input("mask", "int64", [None, 13])
+    on = c.g.node("cast", {"x": mask}, {"dtype": "bool"}, name="mask_bool")
+    pos = c.g.node("arange", {"x": mask}, {"dim": 1}, name="positions")
+    late = c.g.node("ge", {"a": pos, "b": np.asarray(np.int32(4))}, name="late")
+    keep = c.g.node("logical_and", {"a": on, "b": c.g.node("logical_not", {"x": late}, name="early")}, name="keep")
+    either = c.g.node("logical_or", {"a": on, "b": late}, name="either")
+    outs = [keep, either]
+    outs += [c.g.node(op, {"a": x, "b": np.asarray(F32(0.5))}, name=f"{op}_half") for op in
+             ("eq", "ne", "lt", "le", "gt", "ge")]
+    outs.append(c.g.node("eq", {"a": mask, "b": c.g.node("cast", {"x": x}, {"dtype": "int64"}, name="x_int")},
+                         name="mask_eq_x"))
+    w = c.g.node("where", {"condition": keep, "a": x, "b": np.asarray(F32(-1.5))}, name="kept")
+    cl = c.g.node("clamp", {"x": w}, {"min": float(F32(1e-9)), "max": 2.5}, name="clamped")
+    outs += [w, cl, c.g.node("sqrt", {"x": cl}, name="root"), c.g.node("rsqrt", {"x": cl}, name="inverse_root")]
+    outs += [c.g.node("cast", {"x": mask}, {"dtype": dt}, name=f"mask_{dt}") for dt in ("float32", "int32")]
+    outs.append(c.g.node("cast", {"x": x}, {"dtype": "int32"}, name="x_int32"))
+    row = c.g.node("unsqueeze", {"x": pos}, {"dim": 0}, name="row")
+    outs.append(c.g.node("expand", {"x": row, "like": x}, {"shape": [-1, -1], "like_dims": [0, None]},
+                         name="positions_per_row"))
+    table = c.g.tensor("table", rng.integers(-1000, 1000, (3, 40)).astype(np.int32))
+    picked = c.g.node("index_select", {"x": table, "index": pos}, {"dim": 1}, name="picked")
+    index = c.g.node("expand", {"x": row}, {"shape": [3, -1]}, name="index")
+    outs += [picked, c.g.node("gather", {"x": picked, "index": index}, {"dim": 1}, name="gathered")]
+    c.g.output(*outs)
+    for b in (3, 1):
+        xv = wide(rng, (b, 13), -3, 3)
+        xv[0, :8] = [-0.0, 0.5, 1e-45, 2.5, -2.5, 1e-9, 16777217.0, 0.49999997]
+        mv = np.ones((b, 13), np.int64)
+        mv[0, 9:] = 0
+        mv[-1, 0] = 2**40 + 3
+        c.runs.append({"x": xv, "mask": mv})
+    return c
+
+
 def case_attention(rng: np.random.Generator) -> Case:
     """matmul (batch broadcast, K past a tile) and attention (scale null and given, a bool mask over heads with a
     row masked out entirely, a float additive mask with -inf, is_causal, k/v broadcast over q's batch), at odd
@@ -712,6 +753,7 @@ CASES: dict[str, Callable[[np.random.Generator], Case]] = {
     "float_math": case_float_math,
     "qnnpack": case_qnnpack,
     "qnnpack_ties": case_qnnpack_ties,
+    "masks": case_masks,
     "attention": case_attention,
 }
 

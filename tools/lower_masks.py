@@ -1,0 +1,522 @@
+"""Lowerings of comparisons, masks, casts, clamps, norms and the values that follow free sizes.
+
+Transformer encoders build their attention masks from the sizes of their inputs: ``arange(S)``,
+``mask[arange(B)[:, None, None, None], arange(S)[None, None, None, :]]``, ``buffer[:, :S]``,
+``x.expand(B, S)``. A size read from a tensor (``x.size(d)``) is a ``SizeOf`` in the walk: an int that
+remembers its tensor and dimension, so that what is built from it follows that dimension at run time
+(qrt's ``arange``, ``expand`` with ``like``, ``index_select``) instead of being written as a constant.
+Indexing with full aranges is rewritten exactly as the data movement it is (unsqueezes, a permute).
+docs/CONVERTER.md lists what is rewritten and what runs.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+import torch.fx
+import torch.nn.functional as F
+
+from .lower_ops import Const, LoweringError, Tensor, is_tensor, lowers
+
+if TYPE_CHECKING:
+    from .lower import Lowerer
+
+
+class SizeOf(int):
+    """A size of a run-time tensor's dimension: value (a qrt value name) and dim say which."""
+
+    value: str
+    dim: int
+
+    def __new__(cls, size: int, value: str, dim: int) -> SizeOf:
+        out = super().__new__(cls, size)
+        out.value, out.dim = value, dim
+        return out
+
+
+def sizes_of(lw: Lowerer, x: Any, dim: int | None) -> Any:
+    """x.size(dim) (x.size() without dim: all of them), each a SizeOf where x is a run-time tensor."""
+    shape = lw.shape(x)
+    if not is_tensor(x):
+        return shape if dim is None else shape[dim]
+    if dim is None:
+        return tuple(SizeOf(s, x.name, d) for d, s in enumerate(shape))
+    return SizeOf(shape[dim], x.name, dim)
+
+
+def has_size_of(v: Any) -> bool:
+    leaves: list = []
+    torch.fx.node.map_aggregate(v, leaves.append)
+    return any(isinstance(x, SizeOf) for x in leaves)
+
+
+# ------------------------------------------------------------ dtypes
+
+_DTYPES = {torch.float32: "float32", torch.int32: "int32", torch.int64: "int64", torch.bool: "bool"}
+_TORCH = {v: k for k, v in _DTYPES.items()}
+
+
+def dtype_name(dtype: Any) -> str:
+    if dtype not in _DTYPES:
+        raise LoweringError(f"dtype {dtype} is not supported (float32, int32, int64 or bool)")
+    return _DTYPES[dtype]
+
+
+def _kind(dtype: str) -> str:
+    return "integer" if dtype in ("int32", "int64") else dtype
+
+
+def dtype_of(v: Any) -> str:
+    if isinstance(v, Tensor):
+        return v.dtype
+    if is_tensor(v):
+        return "float32"
+    raise LoweringError(f"needs a tensor, got {type(v).__name__}")
+
+
+def cast(lw: Lowerer, node: torch.fx.Node, x: Any, dtype: str, suffix: str = "_cast") -> Tensor:
+    """x as dtype (torch's .to(dtype)); x itself where it has that dtype."""
+    if dtype_of(x) == dtype:
+        return x
+    source = x.name if isinstance(x, Tensor) else lw.float_of(x)
+    return Tensor(lw.emit(node, "cast", {"x": source}, {"dtype": dtype}, suffix), dtype)
+
+
+def stored(lw: Lowerer, node: torch.fx.Node, t: torch.Tensor, suffix: str) -> Tensor:
+    """A constant tensor as a run-time value. qrt stores no int64 or bool tensor: integers are stored as
+    int32 (where every value fits) and bool as uint8, each cast back at run time."""
+    a = t.detach().cpu().numpy()
+    if t.dtype == torch.float32:
+        return Tensor(lw.b.tensor(lw.unique(node.name + suffix), a.copy()))
+    if t.dtype in (torch.int32, torch.int64):
+        if a.size and (a.min() < -(2**31) or a.max() >= 2**31):
+            raise LoweringError("an int64 constant beyond int32's range")
+        name = lw.b.tensor(lw.unique(node.name + suffix), a.astype(np.int32))
+        return Tensor(name, "int32")
+    if t.dtype == torch.bool:
+        name = lw.b.tensor(lw.unique(node.name + suffix), a.astype(np.uint8))
+        return Tensor(lw.emit(node, "cast", {"x": name}, {"dtype": "bool"}, suffix + "_bool"), "bool")
+    raise LoweringError(f"a constant of dtype {t.dtype} (float32, integers or bool)")
+
+
+_KINDS = ("bool", "integer", "float32")  # torch's promotion order among what qrt computes with
+
+
+def _kind_of(v: Any) -> str:
+    if isinstance(v, torch.Tensor):
+        return _kind(dtype_name(v.dtype))
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, (int, float)):
+        return "integer" if isinstance(v, int) else "float32"
+    return _kind(dtype_of(v))
+
+
+def _as_kind(lw: Lowerer, node: torch.fx.Node, v: Any, kind: str, suffix: str) -> Tensor:
+    """v (a run-time value, a constant or a Python number) as a run-time value of kind."""
+    if isinstance(v, (bool, int, float)):  # a number takes the operation's kind, as in torch
+        if kind == "integer":
+            v = torch.tensor(int(v), dtype=torch.int32 if -(2**31) <= v < 2**31 else torch.int64)
+        else:
+            v = torch.tensor(v, dtype=_TORCH[kind])
+    if isinstance(v, torch.Tensor):
+        v = stored(lw, node, v, suffix)
+    elif not isinstance(v, Tensor):
+        v = Tensor(lw.float_of(v))
+    return v if kind == "integer" else cast(lw, node, v, kind, suffix + "_cast")  # int32 and int64 mix
+
+
+def operands(lw: Lowerer, node: torch.fx.Node, a: Any, b: Any) -> tuple[Tensor, Tensor]:
+    """Two operands as run-time values of one kind, promoted as torch promotes them: the higher kind of the
+    two (bool < integer < float32), so an int64 tensor against 0.5 compares in float32, against 0 in
+    integers."""
+    values = [v.value if isinstance(v, Const) else v for v in (a, b)]
+    kind = max((_kind_of(v) for v in values), key=_KINDS.index)
+    return _as_kind(lw, node, values[0], kind, "_a"), _as_kind(lw, node, values[1], kind, "_b")
+
+
+# ------------------------------------------------------------ comparisons and logic
+
+
+def _comparison(op: str):
+    def lower(lw: Lowerer, node: torch.fx.Node, input: Any, other: Any) -> Any:
+        if not any(is_tensor(v) or isinstance(v, Const) for v in (input, other)):
+            return getattr(operator, op)(input, other)  # sizes and other Python numbers
+        lw.require_static(node)
+        a, b = operands(lw, node, input, other)
+        return Tensor(lw.emit(node, op, {"a": a.name, "b": b.name}), "bool")
+
+    return lower
+
+
+for _op, _fns, _ops in (
+    ("eq", (torch.eq,), (operator.eq,)), ("ne", (torch.ne,), (operator.ne,)),
+    ("lt", (torch.lt,), (operator.lt,)), ("le", (torch.le,), (operator.le,)),
+    ("gt", (torch.gt,), (operator.gt,)), ("ge", (torch.ge,), (operator.ge,)),
+):
+    lowers(functions=_fns + _ops, methods=(_op,), sizes=True)(_comparison(_op))
+
+
+def _logical(op: str):
+    def lower(lw: Lowerer, node: torch.fx.Node, input: Any, other: Any) -> Tensor:
+        a, b = operands(lw, node, input, other)
+        if a.dtype != "bool" or b.dtype != "bool":
+            raise LoweringError(f"{op} of {a.dtype} and {b.dtype} values (qrt's logic takes bool)")
+        return Tensor(lw.emit(node, f"logical_{op}", {"a": a.name, "b": b.name}), "bool")
+
+    return lower
+
+
+lowers(functions=(torch.logical_and, operator.and_, torch.bitwise_and), methods=("logical_and",))(
+    _logical("and"))
+lowers(functions=(torch.logical_or, operator.or_, torch.bitwise_or), methods=("logical_or",))(_logical("or"))
+
+
+@lowers(functions=(torch.logical_not, torch.bitwise_not, operator.invert), methods=("logical_not",))
+def _logical_not(lw: Lowerer, node: torch.fx.Node, input: Any) -> Tensor:
+    if dtype_of(input) != "bool":
+        raise LoweringError(f"not of a {dtype_of(input)} value (qrt's logic takes bool)")
+    return Tensor(lw.emit(node, "logical_not", {"x": input.name}), "bool")
+
+
+@lowers(functions=(torch.where,))
+def _where(lw: Lowerer, node: torch.fx.Node, condition: Any, input: Any, other: Any) -> Tensor:
+    if dtype_of(condition) != "bool":
+        raise LoweringError("where's condition must be a bool tensor")
+    a, b = operands(lw, node, input, other)
+    return Tensor(lw.emit(node, "where", {"condition": condition.name, "a": a.name, "b": b.name}), a.dtype)
+
+
+@lowers(methods=("masked_fill",))
+def _masked_fill(lw: Lowerer, node: torch.fx.Node, x: Any, mask: Any, value: Any) -> Tensor:
+    if isinstance(value, (bool, int, float)):
+        value = Const(torch.tensor(value, dtype=_TORCH[dtype_of(x)]))  # torch casts the value to x's dtype
+    return _where(lw, node, mask, value, x)
+
+
+# ------------------------------------------------------------ casts
+
+
+@lowers(methods=("to",))
+def _to(lw: Lowerer, node: torch.fx.Node, x: Any, *args: Any, dtype: Any = None, **kwargs: Any) -> Any:
+    for a in args:  # .to(dtype), .to(device, dtype), .to(other tensor) are not all alike
+        if isinstance(a, torch.dtype):
+            dtype = a
+        elif is_tensor(a):
+            dtype = _TORCH.get(dtype_of(a))
+    return x if dtype is None else cast(lw, node, x, dtype_name(dtype), "")
+
+
+for _method, _dtype in (("long", torch.int64), ("int", torch.int32), ("bool", torch.bool)):
+    lowers(methods=(_method,))(lambda lw, node, x, _d=_dtype: cast(lw, node, x, dtype_name(_d), ""))
+
+
+# ------------------------------------------------------------ clamp, square roots, powers, norms
+
+
+def _bound(v: Any, what: str) -> float | None:
+    if v is None:
+        return None
+    if is_tensor(v) or isinstance(v, Const):
+        raise LoweringError(f"a tensor {what} is not supported (a number only)")
+    return float(np.float32(v))  # torch clamps a float32 tensor at the bound rounded to float32
+
+
+@lowers(functions=(torch.clamp, torch.clip), methods=("clamp", "clip"))
+def _clamp(lw: Lowerer, node: torch.fx.Node, input: Any, min: Any = None, max: Any = None) -> Tensor:
+    return Tensor(lw.emit(node, "clamp", {"x": lw.float_of(input)}, {"min": _bound(min, "min"),
+                                                                       "max": _bound(max, "max")}))
+
+
+@lowers(functions=(torch.clamp_min,), methods=("clamp_min",))
+def _clamp_min(lw: Lowerer, node: torch.fx.Node, input: Any, min: Any) -> Tensor:
+    return _clamp(lw, node, input, min=min)
+
+
+@lowers(functions=(torch.clamp_max,), methods=("clamp_max",))
+def _clamp_max(lw: Lowerer, node: torch.fx.Node, input: Any, max: Any) -> Tensor:
+    return _clamp(lw, node, input, max=max)
+
+
+@lowers(functions=(torch.sqrt,), methods=("sqrt",))
+def _sqrt(lw: Lowerer, node: torch.fx.Node, input: Any) -> Tensor:
+    return Tensor(lw.emit(node, "sqrt", {"x": lw.float_of(input)}))
+
+
+@lowers(functions=(torch.rsqrt,), methods=("rsqrt",))
+def _rsqrt(lw: Lowerer, node: torch.fx.Node, input: Any) -> Tensor:
+    return Tensor(lw.emit(node, "rsqrt", {"x": lw.float_of(input)}))
+
+
+def _div(lw: Lowerer, node: torch.fx.Node, a: Any, b: Any, suffix: str) -> str:
+    return lw.emit(node, "div", {"a": a, "b": b}, suffix=suffix)
+
+
+@lowers(functions=(torch.pow, operator.pow), methods=("pow",), sizes=True)
+def _pow(lw: Lowerer, node: torch.fx.Node, input: Any, exponent: Any) -> Any:
+    """The exponents torch's float32 pow computes without libm's powf, each as torch computes it
+    (aten's pow_tensor_scalar_optimized_kernel): 2 -> x*x, 3 -> x*x*x, 0.5 -> sqrt, -0.5 -> rsqrt,
+    -1 -> 1/x, -2 -> 1/(x*x), 1 -> x. Others run powf, whose last bit varies by library: refused."""
+    if not is_tensor(input):
+        if is_tensor(exponent):
+            raise LoweringError("a number raised to a tensor power is not supported")
+        return input ** exponent
+    lw.require_static(node)
+    x = lw.float_of(input)
+    one = np.asarray(np.float32(1))
+    if exponent == 1:
+        return input
+    if exponent == 0.5:
+        return _sqrt(lw, node, input)
+    if exponent == -0.5:
+        return _rsqrt(lw, node, input)
+    if exponent in (2, -2, 3):
+        sq = lw.emit(node, "mul", {"a": x, "b": x}, suffix="_square" if exponent != 2 else "")
+        if exponent == 3:
+            return Tensor(lw.emit(node, "mul", {"a": sq, "b": x}))
+        return Tensor(sq if exponent == 2 else _div(lw, node, one, sq, ""))
+    if exponent == -1:
+        return Tensor(_div(lw, node, one, x, ""))
+    raise LoweringError(f"pow with exponent {exponent!r} (torch runs libm's powf, not bit-reproducible); "
+                        "qrt lowers the exponents 1, 2, 3, 0.5, -0.5, -1 and -2")
+
+
+def _vector_norm(lw: Lowerer, node: torch.fx.Node, x: Any, dims: Any, keepdim: bool) -> str:
+    """sqrt(sum(x * x)) over dims, in qrt's summation order (docs/NUMERICS.md)."""
+    from .lower_ops import _dims
+
+    f = lw.float_of(x)
+    sq = lw.emit(node, "mul", {"a": f, "b": f}, suffix="_square")
+    total = lw.emit(node, "sum", {"x": sq}, {"dims": _dims(dims, len(lw.shape(x))), "keepdim": bool(keepdim)},
+                    suffix="_sum")
+    return lw.emit(node, "sqrt", {"x": total})
+
+
+@lowers(functions=(torch.linalg.vector_norm,))
+def _linalg_vector_norm(lw: Lowerer, node: torch.fx.Node, x: Any, ord: Any = 2, dim: Any = None,
+                        keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    if ord != 2 or dtype not in (None, torch.float32):
+        raise LoweringError(f"vector_norm with ord={ord!r}, dtype={dtype} (the 2-norm in float32 only)")
+    return Tensor(_vector_norm(lw, node, x, dim, keepdim))
+
+
+@lowers(functions=(torch.norm,), methods=("norm",))
+def _norm(lw: Lowerer, node: torch.fx.Node, x: Any, p: Any = 2, dim: Any = None, keepdim: bool = False,
+          dtype: Any = None) -> Tensor:
+    return _linalg_vector_norm(lw, node, x, 2 if p in (2, "fro") else p, dim, keepdim, dtype=dtype)
+
+
+@lowers(functions=(F.normalize,))
+def _normalize(lw: Lowerer, node: torch.fx.Node, input: Any, p: float = 2.0, dim: int = 1, eps: float = 1e-12,
+               out: Any = None) -> Tensor:
+    """x / max(||x||_2, eps) along dim, as F.normalize computes it (norm, clamp_min, expand_as, div)."""
+    if p != 2 or out is not None:
+        raise LoweringError(f"normalize with p={p!r} (p=2 only)")
+    norm = _vector_norm(lw, node, input, dim, True)
+    clamped = lw.emit(node, "clamp", {"x": norm}, {"min": _bound(eps, "eps")}, suffix="_clamp")
+    return Tensor(lw.emit(node, "div", {"a": lw.float_of(input), "b": clamped}, suffix="_div"))
+
+
+# ------------------------------------------------------------ values that follow free sizes
+
+
+@lowers(functions=(torch.arange,), sizes=True)
+def _arange(lw: Lowerer, node: torch.fx.Node, *args: Any, dtype: Any = None, device: Any = None,
+            pin_memory: Any = None, layout: Any = None, requires_grad: bool = False) -> Any:
+    if len(args) == 1 and isinstance(args[0], SizeOf):
+        n = args[0]
+        out = Tensor(lw.emit(node, "arange", {"x": n.value}, {"dim": n.dim}), "int64")
+        return out if dtype in (None, torch.int64) else cast(lw, node, out, dtype_name(dtype))
+    if has_size_of(args):
+        raise LoweringError("arange over a free size needs the form arange(n)")
+    lw.require_static(node)
+    return Const(torch.arange(*args, dtype=dtype))
+
+
+def _full(lw: Lowerer, node: torch.fx.Node, x: Any, size: Any, value: Any, dtype: Any) -> Const:
+    if has_size_of(size):
+        raise LoweringError("a new tensor of a free size is not supported")
+    lw.require_static(node)
+    return Const(torch.full(tuple(size), value, dtype=dtype or _TORCH[dtype_of(x)]))
+
+
+@lowers(methods=("new_ones",), sizes=True)
+def _new_ones(lw: Lowerer, node: torch.fx.Node, x: Any, size: Any, *, dtype: Any = None, **kw: Any) -> Const:
+    return _full(lw, node, x, size, 1, dtype)
+
+
+@lowers(methods=("new_zeros",), sizes=True)
+def _new_zeros(lw: Lowerer, node: torch.fx.Node, x: Any, size: Any, *, dtype: Any = None, **kw: Any) -> Const:
+    return _full(lw, node, x, size, 0, dtype)
+
+
+@lowers(methods=("new_full",), sizes=True)
+def _new_full(lw: Lowerer, node: torch.fx.Node, x: Any, size: Any, fill_value: Any, *, dtype: Any = None,
+              **kw: Any) -> Const:
+    return _full(lw, node, x, size, fill_value, dtype)
+
+
+def _runtime(lw: Lowerer, node: torch.fx.Node, x: Any, suffix: str) -> Tensor:
+    """x as a run-time value (a constant stored)."""
+    if isinstance(x, Const) and isinstance(x.value, torch.Tensor):
+        return stored(lw, node, x.value, suffix)
+    if isinstance(x, Tensor):
+        return x
+    return Tensor(lw.float_of(x))
+
+
+@lowers(methods=("expand",), sizes=True, keeps_dtype=True)
+def _expand(lw: Lowerer, node: torch.fx.Node, x: Any, *sizes: Any) -> Any:
+    sizes = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
+    ins, outs = lw.shapes(x), lw.node_shapes(node)
+    if all(i == o for i, o in zip(ins, outs)):
+        return x
+    lead = len(sizes) - len(ins[0])
+    shape, like_dims, like = [], [], None
+    for i, s in enumerate(sizes):
+        follows = i >= lead and all(o[i] == n[i - lead] for o, n in zip(outs, ins))
+        if s == -1 or follows:
+            shape.append(-1)
+            like_dims.append(None)
+        elif isinstance(s, SizeOf):
+            if like not in (None, s.value):
+                raise LoweringError("expand to sizes of two different tensors")
+            like = s.value
+            shape.append(-1 if i >= lead else 1)
+            like_dims.append(s.dim)
+        else:
+            if any(o[i] != s for o in outs):
+                raise LoweringError(f"expand's size {s} at dimension {i} changes with a free dimension")
+            shape.append(int(s))
+            like_dims.append(None)
+    v = _runtime(lw, node, x, "_x")
+    ports = {"x": v.name, "like": like}
+    attrs = {"shape": shape, "like_dims": like_dims if like is not None else []}
+    return Tensor(lw.emit(node, "expand", ports, attrs), v.dtype)
+
+
+@lowers(methods=("expand_as",), keeps_dtype=True)
+def _expand_as(lw: Lowerer, node: torch.fx.Node, x: Any, other: Any) -> Any:
+    return _expand(lw, node, x, *sizes_of(lw, other, None))
+
+
+@lowers(functions=(torch.gather,), keeps_dtype=True)
+def _gather(lw: Lowerer, node: torch.fx.Node, input: Any, dim: int, index: Any, *, sparse_grad: bool = False) -> Any:
+    from .lower_ops import _dim
+
+    x, i = _runtime(lw, node, input, "_x"), _runtime(lw, node, index, "_index")
+    if i.dtype not in ("int32", "int64"):
+        raise LoweringError("gather's index must be an integer tensor")
+    return Tensor(lw.emit(node, "gather", {"x": x.name, "index": i.name}, {"dim": _dim(dim, len(lw.shape(input)))}),
+                  x.dtype)
+
+
+def slice_to_size(lw: Lowerer, node: torch.fx.Node, x: Any, dim: int, stop: SizeOf) -> Tensor:
+    """x[..., :n] along dim with n a free size: x's first n entries there (index_select of arange(n);
+    n beyond x's size raises at run time where Python's slice would clamp)."""
+    v = _runtime(lw, node, x, "_x")
+    n = lw.emit(node, "arange", {"x": stop.value}, {"dim": stop.dim}, suffix="_arange")
+    return Tensor(lw.emit(node, "index_select", {"x": v.name, "index": n}, {"dim": dim}), v.dtype)
+
+
+def _traced(fn: Any, args: tuple) -> Any:
+    """fn's call as a node of the graph being traced, if one is (torch.fx re-tracing the raised graph to
+    quantize it), else None."""
+    leaves: list = []
+    torch.fx.node.map_aggregate(args, leaves.append)
+    proxy = next((a for a in leaves if isinstance(a, torch.fx.Proxy)), None)
+    return None if proxy is None else proxy.tracer.create_proxy("call_function", fn, args, {})
+
+
+def index_tensors(x: torch.Tensor, indices: list) -> torch.Tensor:
+    """x[i0, i1, ...] with index tensors (None: a whole dimension), as aten.index computes it: what the
+    export front end writes for tensor indexing."""
+    traced = _traced(index_tensors, (x, indices))
+    return traced if traced is not None else torch.ops.aten.index.Tensor(x, indices)
+
+
+def slice_dim(x: torch.Tensor, dim: int, start: Any, end: Any, step: int) -> torch.Tensor:
+    """x[start:end:step] along dim where a bound is a size read from a tensor: what the export front end
+    writes for aten.slice with a symbolic bound (x[:, :n] with n = y.size(1))."""
+    traced = _traced(slice_dim, (x, dim, start, end, step))
+    return traced if traced is not None else x[(slice(None),) * dim + (slice(start, end, step),)]
+
+
+@lowers(functions=(slice_dim,), sizes=True, keeps_dtype=True)
+def _slice_dim(lw: Lowerer, node: torch.fx.Node, x: Any, dim: int, start: Any, end: Any, step: int) -> Any:
+    if isinstance(end, SizeOf) and start in (None, 0) and step == 1 and not isinstance(start, SizeOf):
+        return slice_to_size(lw, node, x, dim, end)
+    from .lower_ops import _index
+
+    lw.require_static(node)
+    return _index(lw, node, _runtime(lw, node, x, "_x"), (slice(None),) * dim + (slice(start, end, step),))
+
+
+def _iota_axis(lw: Lowerer, n: Any) -> tuple[int, torch.fx.Node] | None:
+    """(axis, arange node) if the fx node n is arange(k) (+ 0) unsqueezed to some rank: the values
+    0 .. k-1 along one axis, every other axis of size 1."""
+    rank_adds = []  # the unsqueezes' dims, outermost first
+    while isinstance(n, torch.fx.Node):
+        if n.target in (torch.unsqueeze,) or (n.op == "call_method" and n.target == "unsqueeze"):
+            rank_adds.append(n.args[1])
+            n = n.args[0]
+        elif n.target in (operator.add, operator.sub) and n.args[1] == 0:
+            n = n.args[0]
+        elif n.target is torch.arange and len(n.args) == 1:
+            axis, rank = 0, 1
+            for d in reversed(rank_adds):
+                rank += 1
+                axis += 1 if d % rank <= axis else 0
+            return axis, n
+        else:
+            return None
+    return None
+
+
+@lowers(functions=(index_tensors,), keeps_dtype=True)
+def _index_tensors(lw: Lowerer, node: torch.fx.Node, x: Any, indices: Any) -> Any:
+    """Full aranges along distinct axes (a mask's rows and columns picked out, as transformers' mask
+    builders do): the data movement they are, exactly. One 1-D index: index_select."""
+    fx_indices = node.args[1]
+    xs, outs = lw.shapes(x), lw.node_shapes(node)
+    given = [k for k, i in enumerate(indices) if i is not None]
+    if any(_kind_of(i.value if isinstance(i, Const) else i) == "bool" for i in indices if i is not None):
+        raise LoweringError("indexing with a bool mask (its result's size depends on the values)")
+    if len(given) == 1 and len(lw.shape(indices[given[0]])) == 1:
+        k = given[0]
+        i = _runtime(lw, node, indices[k], "_index")
+        return Tensor(lw.emit(node, "index_select", {"x": _runtime(lw, node, x, "_x").name, "index": i.name},
+                              {"dim": k}), dtype_of(x) if is_tensor(x) else "float32")
+    if any(i is None for i in indices):
+        raise LoweringError("tensor indexing with whole dimensions between index tensors")
+    from .lower_ops import _move
+
+    v = _runtime(lw, node, x, "_x")
+    axes = []
+    for k, n in enumerate(fx_indices):
+        found = _iota_axis(lw, n)
+        if found is None:
+            raise LoweringError("tensor indexing other than by full aranges or one 1-D index is not supported")
+        axis, arange = found
+        if any(a[0] != s[k] for a, s in zip(lw.node_shapes(arange), xs)):
+            # an arange shorter than x's dimension in some run: x's first entries there, as many as it has
+            index = _runtime(lw, node, lw.env[arange], f"_index{k}")
+            v = Tensor(lw.emit(node, "index_select", {"x": v.name, "index": index.name}, {"dim": k},
+                               f"_select{k}"), v.dtype)
+        axes.append(axis)
+    rank = len(outs[0]) - (len(xs[0]) - len(indices))  # of the indices broadcast together, right-aligned
+    axes = [a + rank - len(lw.node_shapes(n)[0]) for a, n in zip(axes, fx_indices)]
+    if len(set(axes)) != len(axes) or any(o[a] != 1 for o in outs for a in range(rank) if a not in axes):
+        raise LoweringError("index tensors that are not aranges along distinct axes")
+    # x's indexed dimensions in the order of their axes, then the size-1 axes put in, then x's other dimensions
+    order = sorted(range(len(axes)), key=lambda k: axes[k])
+    perm = order + list(range(len(axes), len(xs[0])))
+    if perm != sorted(perm):
+        v = _move(lw, node, v, "permute", {"perm": perm}, "_permute")
+    for a in range(rank):
+        if a not in axes:
+            v = _move(lw, node, v, "unsqueeze", {"dim": a}, f"_unsqueeze{a}")
+    return v
