@@ -196,9 +196,10 @@ def top_hits(queries: np.ndarray, corpus: np.ndarray, k: int) -> tuple[np.ndarra
 
 
 def agreement(got: np.ndarray, want: np.ndarray) -> dict:
-    """Row-wise cosine (its minimum) and the largest |difference| of two sets of embeddings."""
+    """Row-wise cosine (its minimum and mean) and the largest |difference| of two sets of embeddings."""
     cos = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
-    return {"min_cosine": float(cos.min()), "max_abs_diff": float(np.abs(got - want).max())}
+    return {"min_cosine": float(cos.min()), "mean_cosine": float(cos.mean()),
+            "max_abs_diff": float(np.abs(got - want).max())}
 
 
 def run_example(cache: str = CACHE, quiet: bool = False, k: int = 3) -> dict:
