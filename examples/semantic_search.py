@@ -97,15 +97,20 @@ CORPUS = [
     "Plant tulip bulbs in autumn for flowers in spring.",
 ]
 
-QUERIES = [
-    "How do I bake bread at home?",
-    "Which planet is the biggest?",
-    "My C program crashes with an invalid memory access.",
-    "Who won the football game?",
-    "Is it going to rain?",
-    "How should I invest my savings?",
-    "Which animals live in Antarctica?",
-]
+# each query and the corpus sentence it asks for (the tests check that it is the top hit)
+QUERIES = {
+    "How do I bake bread at home?": 1,
+    "Which planet is the biggest?": 4,
+    "My C program crashes with an invalid memory access.": 9,
+    "Who won the football game?": 12,
+    "Is it going to rain?": 36,
+    "Why did the bank put up interest rates?": 28,
+    "Is the stock market a good place for my savings?": 29,
+    "When did the Berlin Wall come down?": 42,
+    "How many hours should I sleep?": 23,
+    "What should I plant in my garden in autumn?": 47,
+    "Tips for training for a long race": 13,
+}
 
 
 def model_dir() -> str:
@@ -210,7 +215,7 @@ def run_example(cache: str = CACHE, quiet: bool = False, k: int = 3) -> dict:
     tok = tokenizer()
 
     embedded = {}
-    for name, texts in (("corpus", CORPUS), ("queries", QUERIES)):
+    for name, texts in (("corpus", CORPUS), ("queries", list(QUERIES))):
         ids, mask = tokenize(tok, texts)  # one padded batch each
         with torch.no_grad():
             want = reference(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
@@ -219,14 +224,16 @@ def run_example(cache: str = CACHE, quiet: bool = False, k: int = 3) -> dict:
     one_by_one = np.concatenate([qmodel.run(tokenize(tok, [t])) for t in CORPUS])
 
     hits_qrt, scores_qrt = top_hits(embedded["queries"][0], embedded["corpus"][0], k)
-    hits_torch, scores_torch = top_hits(embedded["queries"][1], embedded["corpus"][1], k)
+    hits_torch, scores_torch = top_hits(embedded["queries"][1], embedded["corpus"][1], k + 1)
     figures = {
         "corpus": agreement(*embedded["corpus"]),
         "queries": agreement(*embedded["queries"]),
         "batch1": agreement(one_by_one, embedded["corpus"][1]),
-        "same_top_hits": bool((hits_qrt == hits_torch).all()),
+        "same_top_hits": bool((hits_qrt == hits_torch[:, :k]).all()),
+        # how far apart torch's scores keep its top k + 1 hits: a ranking that a smaller error cannot change
+        "smallest_gap": float(-np.diff(scores_torch, axis=1).max()),
         "hits": hits_qrt,
-        "score_max_abs_diff": float(np.abs(scores_qrt - scores_torch).max()),
+        "score_max_abs_diff": float(np.abs(scores_qrt - scores_torch[:, :k]).max()),
     }
 
     if not quiet:
@@ -236,13 +243,13 @@ def run_example(cache: str = CACHE, quiet: bool = False, k: int = 3) -> dict:
             for hit, score in zip(hits_qrt[q], scores_qrt[q]):
                 lines.append(f"    {score:.3f}  {CORPUS[hit]}")
         same = "the same" if figures["same_top_hits"] else "NOT the same"
-        lines.append(f"qrt's top {k} hits are {same} as PyTorch's quantized model's "
-                     f"(scores within {figures['score_max_abs_diff']:.1e})")
+        lines.append(f"qrt's top {k} hits are {same} as PyTorch's quantized model's (scores within "
+                     f"{figures['score_max_abs_diff']:.1e}; PyTorch's are {figures['smallest_gap']:.1e} or more apart)")
         for what in ("corpus", "queries", "batch1"):
             f = figures[what]
             lines.append(f"{what} embeddings vs PyTorch's: min cosine {f['min_cosine']:.7f}, "
                          f"max |diff| {f['max_abs_diff']:.1e}")
-        one = tokenize(tok, [QUERIES[0]])
+        one = tokenize(tok, [next(iter(QUERIES))])
         one_t = tuple(torch.from_numpy(a) for a in one)
         lines.append(latency(f"one query of {one[0].shape[1]} tokens, batch 1", lambda: qmodel.run(one),
                              lambda: reference(*one_t)))
