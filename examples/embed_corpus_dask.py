@@ -2,7 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python examples/embed_corpus_dask.py [--sentences N] [--workers W] [--out emb.npy]
 
-The corpus: the first lines of the docstrings of Python's standard library (about 7,000 sentences,
+The corpus: the first lines of the docstrings of Python's standard library (about 6,500 distinct ones,
 on every machine that has Python). A `dask.distributed.LocalCluster` starts W worker processes on
 this machine; the client scatters the qrt `Model` to them, which pickles as its file's path (no
 weights travel), so each worker maps and validates the file once, and sends chunks of sentences
