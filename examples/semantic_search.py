@@ -30,6 +30,8 @@ import torch.nn.functional as F
 from common import latency, report
 from torch import nn
 
+# the model's files are local (model_dir()): HuggingFace's libraries never ask the hub (read at their import)
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model (sentence_bert_config.json)
 CACHE = os.path.join(common.ROOT, "build", "examples")
 QRT_NAME = "all-MiniLM-L6-v2.qint8.qrt"
@@ -138,7 +140,6 @@ class SentenceEmbedder(nn.Module):
 def float_model() -> SentenceEmbedder:
     from transformers import AutoModel
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the weights are local; never ask the hub
     with contextlib.redirect_stderr(io.StringIO()):  # transformers' weight-loading progress bar
         bert = AutoModel.from_pretrained(model_dir())
     return SentenceEmbedder(bert).eval()
