@@ -10,7 +10,7 @@
    and the median latency of batch-1 calls for both;
 5. does the same for two recurrent models: a keyword-spotting GRU (examples/keyword_spotting.py)
    and PyTorch's word-level LSTM language model, which qrt then uses to generate text
-   (examples/word_language_model.py). examples/ holds three more.
+   (examples/word_language_model.py). examples/ holds more (README.md lists them).
 """
 
 from __future__ import annotations

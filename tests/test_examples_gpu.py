@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 import common  # noqa: E402
 import keyword_spotting  # noqa: E402
+import semantic_search  # noqa: E402
 import streaming_lstm  # noqa: E402
 import word_language_model  # noqa: E402
 
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.skipif(_MISSING is not None, reason=f"no GPU: {_MISSING
 
 RUNS = {
     "keyword_spotting": lambda d: keyword_spotting.run_example(d, quiet=True),
+    "semantic_search": lambda d: semantic_search.run_example(d, quiet=True),
     "streaming_lstm": lambda d: streaming_lstm.run_example(d, quiet=True, frames=60),
     "word_language_model": lambda d: word_language_model.run_example(d, quiet=True, generate=12),
 }
