@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .errors import FormatError
-from .graph import ACTIVATION_SINCE, ENGINE_SINCE, QUANTIZE_ENGINE_SINCE, QUANTIZE_OPS, Graph, parse_graph
+from .graph import INPUT_DTYPE_SINCE, Graph, node_needs, parse_graph
 from .layout import PACKED_DTYPES, PackedMatrix, pack, packed_shape
 from .ops import OPS, ValueInfo
 
@@ -467,15 +467,15 @@ def _mode_for(path: str) -> int:
 
 
 def written_version(graph: Mapping[str, Any]) -> int:
-    """The version a writer writes: 4; 5 where a node sets `engine`; 6 where a quantize node does; 7 where a node
-    sets `activation` (docs/FORMAT.md section 3), so a file stays readable by the oldest readers that can read it."""
-    nodes = [n for n in (graph.get("nodes", []) if isinstance(graph, Mapping) else []) if isinstance(n, Mapping)]
-    if any("activation" in (n.get("attrs") or {}) for n in nodes):
-        return ACTIVATION_SINCE
-    engines = [n.get("op") for n in nodes if "engine" in (n.get("attrs") or {})]
-    if any(op in QUANTIZE_OPS for op in engines):
-        return QUANTIZE_ENGINE_SINCE
-    return ENGINE_SINCE if engines else FORMAT_VERSION
+    """The version a writer writes: 4, or the latest version a node or an input of the graph needs (docs/FORMAT.md
+    section 3), so a file stays readable by the oldest readers that can read it."""
+    def items(key: str) -> list:
+        found = graph.get(key, []) if isinstance(graph, Mapping) else []
+        return [i for i in found if isinstance(i, Mapping)] if isinstance(found, list) else []
+
+    needs = [node_needs(n.get("op"), n.get("attrs") or {})[0] for n in items("nodes")]
+    needs += [INPUT_DTYPE_SINCE.get(i.get("dtype"), 1) for i in items("inputs")]
+    return max([FORMAT_VERSION, *needs])
 
 
 def write_atomic(path: str | os.PathLike, data: bytes) -> None:

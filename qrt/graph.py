@@ -33,6 +33,23 @@ ENGINE_SINCE = 5
 QUANTIZE_ENGINE_SINCE = 6
 QUANTIZE_OPS = ("quantize_per_tensor", "quantize_per_channel")
 ACTIVATION_SINCE = 7  # linear_dynamic's attribute 'activation'
+# the ops of transformer encoders and their masks, and bool values (format version 7)
+OP_SINCE = dict.fromkeys(
+    ("matmul", "attention", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "where",
+     "cast", "clamp", "sqrt", "rsqrt", "arange", "expand", "index_select", "gather"),
+    7,
+)
+INPUT_DTYPE_SINCE = {"bool": 7}
+
+
+def node_needs(op: str, attrs: Mapping[str, Any]) -> tuple[int, str]:
+    """The format version a node of op with these (given, not defaulted) attributes needs, and what needs it."""
+    needs = [(OP_SINCE.get(op, 1), f"op {op!r}")]
+    if "engine" in attrs:
+        needs.append((QUANTIZE_ENGINE_SINCE if op in QUANTIZE_OPS else ENGINE_SINCE, "attribute 'engine'"))
+    if "activation" in attrs:
+        needs.append((ACTIVATION_SINCE, "attribute 'activation'"))
+    return max(needs)
 MAX_TREE_DEPTH = 16  # tuples nested deeper are refused: no model needs them, and walking them stays shallow
 
 
@@ -152,7 +169,7 @@ def _shape(where: str, value: Any) -> tuple:
     return tuple(dims)
 
 
-def _parse_inputs(obj: list) -> list[ValueSpec]:
+def _parse_inputs(obj: list, version: int) -> list[ValueSpec]:
     specs = []
     for i, item in enumerate(_list("inputs", obj)):
         where = f"inputs[{i}]"
@@ -160,6 +177,9 @@ def _parse_inputs(obj: list) -> list[ValueSpec]:
         name = _name(where, item["name"])
         if item["dtype"] not in INPUT_DTYPES:
             _fail(where, f"dtype must be one of {list(INPUT_DTYPES)}, got {item['dtype']!r:.40}")
+        since = INPUT_DTYPE_SINCE.get(item["dtype"], 1)
+        if version < since:
+            _fail(where, f"dtype {item['dtype']} needs format version {since}, the file says {version}")
         specs.append(ValueSpec(name, item["dtype"], _shape(f"{where}.shape", item["shape"])))
     return specs
 
@@ -192,11 +212,9 @@ def _parse_node(i: int, item: Any, version: int) -> Node:
     attrs = item.get("attrs", {})
     if not isinstance(attrs, dict):
         _fail(where, "attrs must be a JSON object")
-    since = QUANTIZE_ENGINE_SINCE if op in QUANTIZE_OPS else ENGINE_SINCE
-    if "engine" in attrs and version < since:
-        _fail(where, f"attribute 'engine' needs format version {since}, the file says {version}")
-    if "activation" in attrs and version < ACTIVATION_SINCE:
-        _fail(where, f"attribute 'activation' needs format version {ACTIVATION_SINCE}, the file says {version}")
+    since, what = node_needs(op, attrs)
+    if version < since:
+        _fail(where, f"{what} needs format version {since}, the file says {version}")
     try:
         attrs = spec.resolve_attrs(attrs)
     except FormatError as e:
@@ -288,7 +306,7 @@ def parse_graph(
     not use."""
     row_sums_of = row_sums_of or {}
     _expect_keys("graph", obj, {"inputs", "nodes", "outputs", "output_structure"}, {"input_structure"})
-    inputs = _parse_inputs(obj["inputs"])
+    inputs = _parse_inputs(obj["inputs"], version)
     in_names = [s.name for s in inputs]
     if "input_structure" in obj:
         if version < TREES_SINCE:

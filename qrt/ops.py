@@ -999,8 +999,8 @@ def _check_layer_norm(ins, consts, attrs):
     x, k, eps = ins["x"], attrs["normalized_dims"], attrs["eps"]
     if not 1 <= k <= len(x.shape):
         _fail(f"normalized_dims must lie in [1, {len(x.shape)}] (the rank of x), got {k}")
-    if not (math.isfinite(eps) and eps >= 0):
-        _fail(f"eps must be finite and >= 0, got {eps!r}")
+    if not (_finite_float32(eps) and eps >= 0):  # the kernels add fl(eps) to the variance
+        _fail(f"eps must be a finite float32 value >= 0, got {eps!r:.40}")
     tail = x.shape[len(x.shape) - k :]
     for port in ("weight", "bias"):
         t = ins.get(port)

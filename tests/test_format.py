@@ -825,3 +825,32 @@ def test_every_seed_model_is_valid(tmp_path):
     for name, data in seed_files().items():
         f = qformat.load_file(write(tmp_path, data, name + ".qrt"))
         assert f.graph.nodes, name
+
+
+def test_version_7_ops_and_bool_inputs(tmp_path):
+    """A graph with a version 7 op or a bool input is written as version 7 and refused, naming what needs it,
+    when its header says 6; a graph without them stays version 4 (docs/FORMAT.md section 3)."""
+    from qrt.builder import GraphBuilder
+
+    def save(kind: str) -> bytes:
+        g = GraphBuilder()
+        x = g.input("x", "float32", [None, 4])
+        if kind == "bool":
+            m = g.input("m", "bool", [None, 4])
+            g.output(g.node("logical_not", {"x": m}, name="n"))
+        elif kind == "op":
+            g.output(g.node("sqrt", {"x": x}, name="s"))
+        else:
+            g.output(g.node("relu", {"x": x}, name="r"))
+        g.save(tmp_path / f"{kind}.qrt")
+        return (tmp_path / f"{kind}.qrt").read_bytes()
+
+    save("plain")
+    assert qrt.load(tmp_path / "plain.qrt").metadata["qrt.version"] == "4"
+    for kind, message in (("op", r"node 's' \(sqrt\): op 'sqrt' needs format version 7, the file says 6"),
+                          ("bool", r"inputs\[1\]: dtype bool needs format version 7, the file says 6")):
+        data = save(kind)
+        assert qrt.load(tmp_path / f"{kind}.qrt").metadata["qrt.version"] == "7"
+        (tmp_path / "v6.qrt").write_bytes(data.replace(b'"qrt.version":"7"', b'"qrt.version":"6"', 1))
+        with pytest.raises(qrt.FormatError, match=message):
+            qrt.load(tmp_path / "v6.qrt")
