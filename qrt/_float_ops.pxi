@@ -1,7 +1,8 @@
 # ------------------------------------------------------------ float32 math ops (included by _kernels.pyx)
 #
 # The kernels are in qrt/kernels/float_ops_body.h; these wrappers check the sizes they are handed, split
-# large calls across threads by whole rows (or elements), and run without the GIL. Callers (qrt/cpu/float_ops.py)
+# large calls across threads by whole rows (elements for unary ops, the first output dimension that is not 1 for
+# binary ones), and run without the GIL. Callers (qrt/cpu/float_ops.py)
 # pass contiguous float32 arrays and outputs of the right shape.
 
 cdef extern from "float_ops.h" nogil:
@@ -31,13 +32,25 @@ UNARY_OPS = {"sigmoid": QRT_SIGMOID, "tanh": QRT_TANH, "silu": QRT_SILU, "gelu":
              "gelu_tanh": QRT_GELU_TANH, "sqrt": QRT_SQRT, "rsqrt": QRT_RSQRT}
 BINARY_OPS = {"add": QRT_ADD, "sub": QRT_SUB, "mul": QRT_MUL, "div": QRT_DIV}
 
-# Elements per task below which a float op stays on one thread.
+# Work per task, in an add's elements, below which a float op stays on one thread.
 cdef Py_ssize_t MIN_FLOAT_WORK = 1 << 15
 
 
-cdef inline Py_ssize_t float_parts(Py_ssize_t units, Py_ssize_t elements) noexcept nogil:
-    """Tasks for `units` independent rows holding `elements` values in all."""
-    return max(1, min(<Py_ssize_t>num_threads, units, elements // MIN_FLOAT_WORK))
+cdef inline Py_ssize_t float_parts(Py_ssize_t units, Py_ssize_t work) noexcept nogil:
+    """Tasks for `units` independent rows holding `work` in all (elements, times unary_cost for a function)."""
+    return max(1, min(<Py_ssize_t>num_threads, units, work // MIN_FLOAT_WORK))
+
+
+cdef inline Py_ssize_t unary_cost(int code) noexcept nogil:
+    """An element's time over an add's, rounded down to a power of 2 (bench/float_ops_ab.py, AVX-512, 128 x 1536:
+    gelu 20, gelu_tanh 7.5, sigmoid, tanh, silu 3-3.5): a costly function spreads across threads sooner."""
+    if code == QRT_GELU:
+        return 16
+    if code == QRT_GELU_TANH:
+        return 4
+    if code == QRT_SIGMOID or code == QRT_TANH or code == QRT_SILU:
+        return 2
+    return 1
 
 
 cdef enum:
@@ -149,7 +162,8 @@ cdef class FloatOps:
         if n == 0:
             return
         with nogil:
-            run_float(self.ops, FLOAT_UNARY, code, &x[0], &y[0], NULL, NULL, 0, n, 1, 1, float_parts(n, n))
+            run_float(self.ops, FLOAT_UNARY, code, &x[0], &y[0], NULL, NULL, 0, n, 1, 1,
+                      float_parts(n, n * unary_cost(code)))
 
     def binary(self, str op, a, b, y) -> None:
         """y = a op b, numpy broadcasting; a, b, y contiguous float32 arrays, y of the broadcast shape."""
@@ -201,7 +215,7 @@ cdef class FloatOps:
                            Py_ssize_t inner) noexcept nogil:
         """softmax() on raw pointers (also the execution plan's step), outer * n * inner > 0."""
         run_float(self.ops, FLOAT_SOFTMAX, log, x, y, NULL, NULL, 0, outer, n, inner,
-                  float_parts(outer, outer * n * inner))
+                  float_parts(outer, outer * n * inner * 4))  # 5 adds' time an element (exp)
 
     def sum(self, bint mean, const float[:, :, ::1] x, float[:, ::1] y) -> None:
         """y[o, c] = sum (mean when mean) over j of x[o, j, c]; an empty sum is 0, an empty mean NaN."""
