@@ -35,13 +35,20 @@ QRT_INLINE float qrt_erfc_lanes(float x, float lo) {
     const float a = fabsf(x), xx = x * x; /* |x| * |x| and x * x are the same float */
     /* the rational: pp/qq of x^2 below 0.84375, pa/qa of |x| - 1 below 1.25, ra/sa, rb/sb of 1 / x^2 beyond */
     const float v = qrt_pick(small, xx, qrt_pick(near, a - 1.0f, 1.0f / (a * a)));
-    const float n0 = qrt_pick4(small, near, tail_a, 1.28379166e-01f, 3.65041046e-06f, -9.88156721e-03f, -9.86496918e-03f);
-    const float n1 = qrt_pick4(small, near, tail_a, -3.36030394e-01f, 4.15109307e-01f, -5.43658376e-01f, -5.48049808e-01f);
-    const float n2 = qrt_pick4(small, near, tail_a, -1.86261395e-03f, -2.09395722e-01f, -1.66828310e+00f, -1.84115684e+00f);
-    const float n3 = qrt_pick4(small, near, tail_a, 0.0f, 8.67677554e-02f, -6.91554189e-01f, 0.0f);
-    const float d1 = qrt_pick4(small, near, tail_a, 3.12324315e-01f, 4.95560974e-01f, 4.48581553e+00f, 4.87132740e+00f);
-    const float d2 = qrt_pick4(small, near, tail_a, 2.16070414e-02f, 3.71248513e-01f, 4.10799170e+00f, 3.04982710e+00f);
-    const float d3 = qrt_pick4(small, near, tail_a, -1.98859372e-03f, 3.92478965e-02f, 5.53855181e-01f, -7.61900663e-01f);
+    const float n0 =
+        qrt_pick4(small, near, tail_a, 1.28379166e-01f, 3.65041046e-06f, -9.88156721e-03f, -9.86496918e-03f);
+    const float n1 =
+        qrt_pick4(small, near, tail_a, -3.36030394e-01f, 4.15109307e-01f, -5.43658376e-01f, -5.48049808e-01f);
+    const float n2 =
+        qrt_pick4(small, near, tail_a, -1.86261395e-03f, -2.09395722e-01f, -1.66828310e+00f, -1.84115684e+00f);
+    const float n3 =
+        qrt_pick4(small, near, tail_a, 0.0f, 8.67677554e-02f, -6.91554189e-01f, 0.0f);
+    const float d1 =
+        qrt_pick4(small, near, tail_a, 3.12324315e-01f, 4.95560974e-01f, 4.48581553e+00f, 4.87132740e+00f);
+    const float d2 =
+        qrt_pick4(small, near, tail_a, 2.16070414e-02f, 3.71248513e-01f, 4.10799170e+00f, 3.04982710e+00f);
+    const float d3 =
+        qrt_pick4(small, near, tail_a, -1.98859372e-03f, 3.92478965e-02f, 5.53855181e-01f, -7.61900663e-01f);
     const float q = (n0 + v * (n1 + v * (n2 + v * n3))) / (1.0f + v * (d1 + v * (d2 + v * d3)));
     /* the tail's exponent, split as qrt_erfc splits it */
     const float z = qrt_word_float(hx & 0xffffe000);
