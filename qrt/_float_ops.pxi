@@ -1,7 +1,8 @@
 # ------------------------------------------------------------ float32 math ops (included by _kernels.pyx)
 #
 # The kernels are in qrt/kernels/float_ops_body.h; these wrappers check the sizes they are handed, split
-# large calls across threads by whole rows (or elements), and run without the GIL. Callers (qrt/cpu/float_ops.py)
+# large calls across threads by whole rows (elements for unary ops, the first output dimension that is not 1 for
+# binary ones), and run without the GIL. Callers (qrt/cpu/float_ops.py)
 # pass contiguous float32 arrays and outputs of the right shape.
 
 cdef extern from "float_ops.h" nogil:
@@ -21,17 +22,35 @@ cdef extern from "float_ops.h" nogil:
         QRT_ADD, QRT_SUB, QRT_MUL, QRT_DIV
         QRT_BINARY_MAX_RANK
 
+cdef extern from "float_math.h" nogil:
+    float qrt_sigmoid_full(float x)
+    float qrt_silu(float x)
+    float qrt_gelu(float x)
+    float qrt_gelu_tanh(float x)
+
 UNARY_OPS = {"sigmoid": QRT_SIGMOID, "tanh": QRT_TANH, "silu": QRT_SILU, "gelu": QRT_GELU,
              "gelu_tanh": QRT_GELU_TANH, "sqrt": QRT_SQRT, "rsqrt": QRT_RSQRT}
 BINARY_OPS = {"add": QRT_ADD, "sub": QRT_SUB, "mul": QRT_MUL, "div": QRT_DIV}
 
-# Elements per task below which a float op stays on one thread.
+# Work per task, in an add's elements, below which a float op stays on one thread.
 cdef Py_ssize_t MIN_FLOAT_WORK = 1 << 15
 
 
-cdef inline Py_ssize_t float_parts(Py_ssize_t units, Py_ssize_t elements) noexcept nogil:
-    """Tasks for `units` independent rows holding `elements` values in all."""
-    return max(1, min(<Py_ssize_t>num_threads, units, elements // MIN_FLOAT_WORK))
+cdef inline Py_ssize_t float_parts(Py_ssize_t units, Py_ssize_t work) noexcept nogil:
+    """Tasks for `units` independent rows holding `work` in all (elements, times unary_cost for a function)."""
+    return max(1, min(<Py_ssize_t>num_threads, units, work // MIN_FLOAT_WORK))
+
+
+cdef inline Py_ssize_t unary_cost(int code) noexcept nogil:
+    """An element's time over an add's, rounded down to a power of 2 (bench/float_ops_ab.py, AVX-512, 128 x 1536:
+    gelu 20, gelu_tanh 7.5, sigmoid, tanh, silu 3-3.5): a costly function spreads across threads sooner."""
+    if code == QRT_GELU:
+        return 16
+    if code == QRT_GELU_TANH:
+        return 4
+    if code == QRT_SIGMOID or code == QRT_TANH or code == QRT_SILU:
+        return 2
+    return 1
 
 
 cdef enum:
@@ -72,6 +91,54 @@ cdef void run_float(const qrt_float_ops* ops, int what, int code, const float* x
         qrt_parallel_for(parts, <int>parts - 1, float_task, &j)
 
 
+cdef struct binary_job:  # a binary op split along dimension k, the first of the output's that is not 1
+    const qrt_float_ops* ops
+    int code, rank, k
+    const float* a
+    const float* b
+    float* y
+    ptrdiff_t a_shape[QRT_BINARY_MAX_RANK]
+    ptrdiff_t b_shape[QRT_BINARY_MAX_RANK]
+    Py_ssize_t a_step, b_step, y_step, units, parts  # floats per index of dimension k (0: broadcast)
+
+
+cdef void binary_task(void* ctx, ptrdiff_t t) noexcept nogil:
+    cdef binary_job* j = <binary_job*>ctx
+    cdef Py_ssize_t r = chunk(j.units, j.parts, t), count = chunk(j.units, j.parts, t + 1) - r
+    cdef ptrdiff_t a_shape[QRT_BINARY_MAX_RANK]
+    cdef ptrdiff_t b_shape[QRT_BINARY_MAX_RANK]
+    cdef int d
+    for d in range(j.rank):
+        a_shape[d] = j.a_shape[d]
+        b_shape[d] = j.b_shape[d]
+    if a_shape[j.k] != 1:
+        a_shape[j.k] = count
+    if b_shape[j.k] != 1:
+        b_shape[j.k] = count
+    j.ops.binary(j.code, j.a + r * j.a_step, a_shape, j.b + r * j.b_step, b_shape, j.y + r * j.y_step, j.rank)
+
+
+def float_unary_oracle(str op, const float[::1] x, float[::1] y) -> None:
+    """y = op(x) for op in sigmoid, tanh, silu, gelu, gelu_tanh by float_math.h's scalar functions, one element at
+    a time (the GPU's code, and the oracle that FloatOps.unary's vector loops must equal bit for bit), for tests."""
+    cdef int code = UNARY_OPS[op]
+    cdef Py_ssize_t i, n = x.shape[0]
+    if y.shape[0] != n or code in (QRT_SQRT, QRT_RSQRT):
+        raise ValueError("float_unary_oracle: shape mismatch or no scalar function")
+    with nogil:
+        for i in range(n):
+            if code == QRT_SIGMOID:
+                y[i] = qrt_sigmoid_full(x[i])
+            elif code == QRT_TANH:
+                y[i] = qrt_tanh(x[i])
+            elif code == QRT_SILU:
+                y[i] = qrt_silu(x[i])
+            elif code == QRT_GELU:
+                y[i] = qrt_gelu(x[i])
+            else:
+                y[i] = qrt_gelu_tanh(x[i])
+
+
 cdef class FloatOps:
     """The float32 math kernels, of the build the active kernel variant calls for when created (plain C
     under "portable", AVX-512 code under "avx512-vnni", AVX2 + FMA code under the other x86-64 SIMD
@@ -95,7 +162,8 @@ cdef class FloatOps:
         if n == 0:
             return
         with nogil:
-            run_float(self.ops, FLOAT_UNARY, code, &x[0], &y[0], NULL, NULL, 0, n, 1, 1, float_parts(n, n))
+            run_float(self.ops, FLOAT_UNARY, code, &x[0], &y[0], NULL, NULL, 0, n, 1, 1,
+                      float_parts(n, n * unary_cost(code)))
 
     def binary(self, str op, a, b, y) -> None:
         """y = a op b, numpy broadcasting; a, b, y contiguous float32 arrays, y of the broadcast shape."""
@@ -116,8 +184,22 @@ cdef class FloatOps:
         cdef const float[::1] av = a.reshape(-1)
         cdef const float[::1] bv = b.reshape(-1)
         cdef float[::1] yv = y.reshape(-1)
+        cdef binary_job j
+        j.ops, j.code, j.rank, j.a, j.b, j.y, j.k = self.ops, code, rank, &av[0], &bv[0], &yv[0], 0
+        for k in range(rank):
+            j.a_shape[k], j.b_shape[k] = a_shape[k], b_shape[k]
+        while j.k < rank - 1 and y.shape[j.k] == 1:  # the dimensions before k are 1 in a, b and y
+            j.k += 1
+        j.units = y.shape[j.k]
+        j.y_step = y.size // j.units
+        j.a_step = 0 if a_shape[j.k] == 1 else av.shape[0] // j.units
+        j.b_step = 0 if b_shape[j.k] == 1 else bv.shape[0] // j.units
+        j.parts = float_parts(j.units, y.size)
         with nogil:
-            self.ops.binary(code, &av[0], a_shape, &bv[0], b_shape, &yv[0], rank)
+            if j.parts == 1:
+                binary_task(&j, 0)
+            else:
+                qrt_parallel_for(j.parts, <int>j.parts - 1, binary_task, &j)
 
     def softmax(self, bint log, const float[:, :, ::1] x, float[:, :, ::1] y) -> None:
         """softmax (log_softmax when log) of x viewed as [outer, n, inner], along n."""
@@ -133,7 +215,7 @@ cdef class FloatOps:
                            Py_ssize_t inner) noexcept nogil:
         """softmax() on raw pointers (also the execution plan's step), outer * n * inner > 0."""
         run_float(self.ops, FLOAT_SOFTMAX, log, x, y, NULL, NULL, 0, outer, n, inner,
-                  float_parts(outer, outer * n * inner))
+                  float_parts(outer, outer * n * inner * 4))  # 5 adds' time an element (exp)
 
     def sum(self, bint mean, const float[:, :, ::1] x, float[:, ::1] y) -> None:
         """y[o, c] = sum (mean when mean) over j of x[o, j, c]; an empty sum is 0, an empty mean NaN."""

@@ -25,6 +25,8 @@ float32 input, computed in float64.
   held bit for bit to a numpy model of that order (float32 numpy arithmetic is exact IEEE), which proves the
   order is the documented one; softmax and log_softmax (qrt's exp inside) are held to their derived bounds.
 - add, sub, mul, div: one IEEE operation per element, bit for bit with torch, broadcasting included.
+- gelu, gelu_tanh, sigmoid, tanh, silu: every build's vector loop is float_math.h's scalar function (the oracle,
+  also the GPU's code) bit for bit, on every float32 near each switch of formula and millions more.
 - Every result is the same bits from a second call, from a non-contiguous copy of the input, at any thread
   count, from both builds of the kernels (plain C and AVX2 + FMA on x86-64), and for a reduction, from a
   transposed layout of the same values.
@@ -198,6 +200,51 @@ def test_elementwise_special_values(tmp_path, name):
     rest = keep & ~exact
     allowed = (bound + torch_ulps) * np.spacing(np.abs(want[rest])) + torch_per_x * np.abs(SPECIAL[rest])
     assert np.all(np.abs(got[rest] - want[rest]) <= allowed + SMALLEST_NORMAL), (SPECIAL[rest], got[rest], want[rest])
+
+
+def _cubic_root(v: float) -> float:
+    """The x where gelu_tanh's argument 2u = sqrt(8/pi) (x + 0.044715 x^3) is v."""
+    roots = np.roots([0.071354816272600248776, 0, 1.5957691216057307117, -v])
+    return float(roots[np.abs(roots.imag) < 1e-9].real[0])
+
+
+def _switches() -> list[float]:
+    """The inputs where float_math.h's functions change formula or clamp, as x: erfc's intervals (|t| = 2^-24,
+    1/4, 0.84375, 1.25, 2.857, 5, 11 for t = -x / sqrt(2)), exp's clamps (-104, 87, 89), tanh's 0.625,
+    x * sigmoid's tail (-80), gelu_tanh's clamp and tail (2u = 200, -80)."""
+    erfc = [2.0**-24, 0.25, 0.84375, 1.25, 2.85715, 5.0, 11.0]
+    return ([t * math.sqrt(2) for t in erfc] + [104.0, 87.0, 89.0, 43.5, 44.5, 52.0, 0.625, 80.0]
+            + [_cubic_root(200.0), _cubic_root(80.0)])
+
+
+def _oracle_inputs() -> np.ndarray:
+    """Every float32 within 2^14 ulps of each switch, either sign; the subnormals' ends and a spread of them;
+    signed zeros, infinities, NaN; 2^21 random bit patterns and 2^20 normal values scaled to the switches."""
+    rng = np.random.default_rng(38)
+    near = [(np.float32(s).view(np.int32) + np.arange(-(1 << 14), 1 << 14, dtype=np.int32)).view(np.float32)
+            for s in _switches()]
+    subnormal = np.concatenate([np.arange(1, 4096, dtype=np.int32), np.arange(0x7ff000, 0x800100, dtype=np.int32),
+                                rng.integers(1, 0x800000, 1 << 14, dtype=np.int32)]).view(np.float32)
+    special = np.array([0.0, np.inf, np.nan, np.finfo(np.float32).max], np.float32)
+    bits = rng.integers(0, 1 << 32, 1 << 21, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    normal = rng.standard_normal(1 << 20).astype(np.float32) * np.float32(8)
+    half = np.concatenate([*near, subnormal, special, normal])
+    return np.concatenate([half, -half, bits])
+
+
+@pytest.mark.parametrize("name", list(UNARY))
+def test_vector_loops_are_the_scalar_functions(name, every_build):
+    """Each build's loop (gelu's branches as selects, gelu_tanh in two passes, SIMD where the build has it)
+    against float_math.h's scalar function of one element, bit for bit, on ~4.3 million inputs dense at every
+    switch of formula."""
+    x = _oracle_inputs()
+    want = np.empty_like(x)
+    K.float_unary_oracle(name, x, want)
+    for build, variant in every_build.items():
+        got = np.empty_like(x)
+        _under(variant, lambda got=got: K.FloatOps().unary(name, x, got))
+        differ = ~((got.view(np.int32) == want.view(np.int32)) | (np.isnan(got) & np.isnan(want)))
+        assert not differ.any(), (build, x[differ][:8], got[differ][:8], want[differ][:8])
 
 
 def test_gelu_keeps_the_negative_tail_that_torch_cancels(tmp_path):
@@ -566,6 +613,28 @@ def test_results_depend_on_the_values_only(tmp_path):
             for name, m in models.items():
                 assert _same_bits(_run(m, x), first[name]), (name, threads)
                 assert _same_bits(_run(m, strided), first[name]), (name, "non-contiguous")
+    finally:
+        K.set_num_threads(old)
+
+
+@pytest.mark.parametrize("op", list(ARITH))
+def test_binary_ops_split_across_threads_past_leading_ones(op):
+    """The threads split the first output dimension that is not 1 (here 300 rows of 257, both operands
+    broadcast in turn): every split is the same elements, and each is one IEEE operation, numpy's."""
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((1, 300, 257)).astype(np.float32)
+    cases = [(a, rng.standard_normal((300, 1)).astype(np.float32)), (rng.standard_normal(257).astype(np.float32), a),
+             (a, rng.standard_normal((1, 1, 300, 257)).astype(np.float32))]
+    numpy_op = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}[op]
+    old = K.get_num_threads()
+    try:
+        for threads in (1, 2, 3):
+            K.set_num_threads(threads)
+            for x, z in cases:
+                want = numpy_op(x, z)
+                got = np.empty_like(want)
+                K.FloatOps().binary(op, x, z, got)
+                assert _same_bits(got, want), (op, threads, x.shape, z.shape)
     finally:
         K.set_num_threads(old)
 

@@ -246,14 +246,23 @@ QRT_GATE_FN float qrt_gelu(float x) {
 
 /* torch's tanh form, x/2 * (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), as x * sigmoid(2u) (the same
  * function; 1 + tanh(u) would cancel for x < 0). 2u is formed in double, clamped to [-200, 200]
- * (sigmoid is 0 or 1 in float beyond), and split into two floats hi + lo. */
-QRT_GATE_FN float qrt_gelu_tanh(float x) {
+ * (sigmoid is 0 or 1 in float beyond), and split into two floats hi + lo: qrt_gelu_tanh_arg returns hi
+ * and sets *lo (its own function: the CPU's loop runs it over a block before the float part, as GCC does
+ * not vectorise a loop that mixes the two widths' compares). */
+QRT_GATE_FN float qrt_gelu_tanh_arg(float x, float* lo) {
     const double xd = x;
     double v = xd * (1.5957691216057307117 + 0.071354816272600248776 * (xd * xd));
     v = v < -200.0 ? -200.0 : v;
     v = v > 200.0 ? 200.0 : v;
     const float hi = (float)v;
-    return qrt_times_sigmoid(x, hi, (float)(v - (double)hi));
+    *lo = (float)(v - (double)hi);
+    return hi;
+}
+
+QRT_GATE_FN float qrt_gelu_tanh(float x) {
+    float lo;
+    const float hi = qrt_gelu_tanh_arg(x, &lo);
+    return qrt_times_sigmoid(x, hi, lo);
 }
 
 #endif /* QRT_FLOAT_MATH_H */

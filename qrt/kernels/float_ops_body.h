@@ -13,6 +13,7 @@
 
 #include "common.h"
 #include "float_math.h"
+#include "float_math_lanes.h"
 
 #define QRT_LANES 16
 #define QRT_BLOCK 256
@@ -154,13 +155,19 @@ static void qrt_unary(int op, const float* restrict x, float* restrict y, ptrdif
         for (ptrdiff_t i = 0; i < n; i++)
             y[i] = qrt_silu(x[i]);
         break;
-    case QRT_GELU:
+    case QRT_GELU: /* qrt_gelu, its branches as selects (float_math_lanes.h) */
         for (ptrdiff_t i = 0; i < n; i++)
-            y[i] = qrt_gelu(x[i]);
+            y[i] = qrt_gelu_lanes(x[i]);
         break;
-    case QRT_GELU_TANH:
-        for (ptrdiff_t i = 0; i < n; i++)
-            y[i] = qrt_gelu_tanh(x[i]);
+    case QRT_GELU_TANH: /* qrt_gelu_tanh in two loops over a block, each of which vectorises */
+        for (ptrdiff_t i0 = 0; i0 < n; i0 += QRT_BLOCK) {
+            const ptrdiff_t m = n - i0 < QRT_BLOCK ? n - i0 : QRT_BLOCK;
+            float hi[QRT_BLOCK], lo[QRT_BLOCK];
+            for (ptrdiff_t i = 0; i < m; i++)
+                hi[i] = qrt_gelu_tanh_arg(x[i0 + i], &lo[i]);
+            for (ptrdiff_t i = 0; i < m; i++)
+                y[i0 + i] = qrt_times_sigmoid(x[i0 + i], hi[i], lo[i]);
+        }
         break;
     case QRT_SQRT: /* IEEE sqrt, correctly rounded (one instruction where the CPU has it) */
         for (ptrdiff_t i = 0; i < n; i++)

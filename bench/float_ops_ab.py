@@ -1,0 +1,99 @@
+"""qrt's float32 math kernels (qrt._kernels.FloatOps) on BERT-sized tensors, in two builds of qrt (say, before and
+after a kernel change) at 1 and 2 threads: each build runs in its own process, the builds alternating round by
+round so that both see the same machine load; within a process the samples of every case interleave.
+
+    python bench/float_ops_ab.py --build before=/tmp/qrt-before --build after=. --rounds 3
+
+A build is a checkout with its extension built in place (make build). Figures: medians over the rounds of each
+round's median time per call, in microseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHAPES = [(1, 128, 1536), (32, 128, 1536), (1, 128, 384), (32, 128, 384)]
+UNARY = ["gelu", "gelu_tanh", "sigmoid", "tanh", "silu"]
+
+
+def cases() -> list[str]:
+    names = []
+    for shape in SHAPES:
+        s = "x".join(map(str, shape))
+        names += [f"{op} {s}" for op in UNARY] + [f"layer_norm {s}", f"softmax {s}", f"add [{s}]+[{shape[-1]}]"]
+    return names
+
+
+def one_round(threads: list[int]) -> dict:
+    """In the build on sys.path: {case: {threads: seconds}}."""
+    sys.path.insert(0, HERE)
+    import numpy as np
+    from harness import time_calls
+
+    import qrt
+    from qrt import _kernels as K
+
+    ops, rng = K.FloatOps(), np.random.default_rng(0)
+    fns: list = []
+    for shape in SHAPES:
+        x = (rng.standard_normal(shape) * 3).astype(np.float32)
+        rows = x.reshape(-1, shape[-1])
+        w, b = rng.standard_normal((2, shape[-1])).astype(np.float32)
+        y = np.empty_like(x)
+        flat_x, flat_y, y_rows = x.reshape(-1), y.reshape(-1), y.reshape(rows.shape)
+        fns += [lambda op=op, fx=flat_x, fy=flat_y: ops.unary(op, fx, fy) for op in UNARY]
+        fns.append(lambda r=rows, w=w, b=b, yr=y_rows: ops.layer_norm(r, w, b, 1e-12, yr))
+        fns.append(lambda r=rows[..., None], yr=y_rows[..., None]: ops.softmax(False, r, yr))
+        fns.append(lambda x=x, b=b, y=y: ops.binary("add", x, b, y))
+    keys, all_fns, setups = [], [], []
+    for t in threads:
+        for name, fn in zip(cases(), fns):
+            keys.append((name, t))
+            all_fns.append(fn)
+            setups.append(lambda t=t: qrt.set_num_threads(t))
+    out: dict = {}
+    for (name, t), v in zip(keys, time_calls(all_fns, min_time=0.01, repeats=7, setups=setups)):
+        out.setdefault(name, {})[str(t)] = v
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build", action="append", required=True, help="NAME=PATH of a checkout built in place")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", help="write the medians here")
+    parser.add_argument("--one-round", action="store_true", help=argparse.SUPPRESS)  # the child process
+    args = parser.parse_args()
+    if args.one_round:
+        print(json.dumps(one_round(args.threads)))
+        return
+    builds = dict(b.split("=", 1) for b in args.build)
+    runs: dict[str, list[dict]] = {name: [] for name in builds}
+    for r in range(args.rounds):
+        for name, path in builds.items():
+            env = {**os.environ, "PYTHONPATH": os.path.abspath(path)}
+            cmd = [sys.executable, __file__, "--one-round", "--build", "x=x", "--threads", *map(str, args.threads)]
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+            runs[name].append(json.loads(p.stdout.strip().splitlines()[-1]))
+            print(f"round {r + 1}/{args.rounds}: {name} done", file=sys.stderr, flush=True)
+    ts = [str(t) for t in args.threads]
+    print(f"{'case (us per call)':34s}" + "".join(f"{f'{n} {t}thr':>14s}" for t in ts for n in builds))
+    summary: dict = {}
+    for case in cases():
+        med = {(n, t): statistics.median(run[case][t] for run in runs[n]) for t in ts for n in builds}
+        summary[case] = {n: {t: med[n, t] for t in ts} for n in builds}
+        print(f"{case:34s}" + "".join(f"{med[n, t] * 1e6:14.1f}" for t in ts for n in builds))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"threads": args.threads, "rounds": args.rounds, "builds": builds, "us": summary}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
