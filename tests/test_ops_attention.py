@@ -61,37 +61,40 @@ def chain(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return acc
 
 
-def lane_sum(x: np.ndarray) -> f32:
-    """The reductions' order: blocks of 256 in order; in a block element j in lane j % 16, lanes folded in halves."""
-    total = f32(0)
-    for j0 in range(0, x.shape[0], 256):
-        block, acc = x[j0 : j0 + 256], np.zeros(16, f32)
-        for j in range(0, block.shape[0], 16):
-            part = block[j : j + 16]
-            acc[: part.shape[0]] += part
-        for half in (8, 4, 2, 1):
-            acc[:half] = acc[:half] + acc[half : 2 * half]
-        total = f32(total + acc[0])
-    return total
+def exp_u20(x: np.ndarray) -> np.ndarray:
+    """ATen's Vectorized<float>::exp_u20 (qrt/kernels/torch_exp.h), operation for operation."""
+    lo, hi = np.uint32(0xC2AEAC50).view(f32), np.uint32(0x42B17218).view(f32)
+    src = np.where(x < hi, x, hi)
+    src = np.where(src > lo, src, lo).astype(f32)
+    fx = np.floor(fma32(src, np.uint32(0x3FB8AA3B).view(f32), f32(0.5)))
+    r = fma32(-fx, np.uint32(0x3F317218).view(f32), src)
+    p = fma32(r, f32(0.00828929059), f32(0.0418978221))
+    for c in (0.166676521, 0.499991506, 0.999999701, 1.0):
+        p = fma32(r, p, f32(c))
+    two = np.where(x < lo, f32(0), pow2(fx - f32(1)))
+    return (p * two * f32(2)).astype(f32)
+
+
+def softmax_weights(d: np.ndarray) -> tuple[np.ndarray, f32]:
+    """exp of one row's t_j - m and their sum, in torch's AVX-512 order: exp_u20 on whole vectors of 16, summed
+    in 16 lanes from +0 folded in halves; the rest exp in double rounded to float, added one by one."""
+    whole = d.shape[0] // 16 * 16
+    p = np.empty_like(d)
+    p[:whole] = exp_u20(d[:whole])
+    acc = np.zeros(16, f32)
+    for j in range(0, whole, 16):
+        acc = acc + p[j : j + 16]
+    for half in (8, 4, 2, 1):
+        acc[:half] = acc[:half] + acc[half : 2 * half]
+    z = acc[0]
+    for j in range(whole, d.shape[0]):
+        p[j] = f32(math.exp(float(d[j]))) if d[j] > -746 else f32(0)
+        z = f32(z + p[j])
+    return p, z
 
 
 def pow2(n: np.ndarray) -> np.ndarray:
     return ((n.astype(np.int64) + 127) << 23).astype(np.uint32).view(f32)
-
-
-def exp32(x: np.ndarray) -> np.ndarray:
-    """qrt_exp_full (float_math.h over gate_math.h's qrt_exp_parts), operation for operation."""
-    x = np.where(np.isnan(x), x, np.clip(x, f32(-104), f32(89))).astype(f32)
-    shifted = x * f32(1.44269504088896341) + f32(12582912.0)
-    n = shifted - f32(12582912.0)
-    r = fma32(n, f32(2.12194440e-4), fma32(n, f32(-0.693359375), x))
-    p = f32(1.9875691500e-4)
-    for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
-        p = fma32(p, r, f32(c))
-    p = fma32(p, r * r, r) + f32(1)
-    k = shifted.view(np.int32).astype(np.int64) - 0x4B400000
-    h = np.where(k < 0, -((-k) // 2), k // 2)  # C's n / 2: toward zero
-    return (p * pow2(h) * pow2(k - h)).astype(f32)
 
 
 def attention_oracle(q, k, v, mask, scale: f32, causal: bool) -> np.ndarray:
@@ -107,9 +110,8 @@ def attention_oracle(q, k, v, mask, scale: f32, causal: bool) -> np.ndarray:
     for i in range(t.shape[0]):
         m = t[i].max() if t.shape[1] else f32(-np.inf)
         if m != -np.inf:
-            p[i] = exp32(t[i] - m)
-            z[i] = lane_sum(p[i])
-    return chain(p, v) / z[:, None]
+            p[i], z[i] = softmax_weights(t[i] - m)
+    return chain(p, v) * (f32(1) / z)[:, None]
 
 
 # ------------------------------------------------------------ helpers

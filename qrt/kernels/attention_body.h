@@ -8,6 +8,7 @@
  * split gives the same bits; the portable build runs the same fmaf calls one by one.
  */
 #include "attention.h"
+#include "torch_exp.h"
 
 /* A tile: QRT_MM_R rows by QRT_MM_W columns, two vectors a row: 16 accumulators of AVX-512's 32 registers,
  * 12 of AVX2's 16 (more rows per broadcast column; 8 rows on AVX-512 ran L=S=128, E=32 attention heads' two
@@ -100,13 +101,40 @@ static void qrt_matmul(const float* a, const float* b, float* y, ptrdiff_t m, pt
     }
 }
 
-/* Per query row i: t_j = fl(s_j * scale) for the chain s_j = q_i . k_j; then t_j = fl(t_j + mask_j) (float
- * mask), or -inf where a bool mask is 0 or, causal, j > i; m = the max of t; p_j = exp(fl(t_j - m)) (qrt's exp)
- * and Z their sum in the reductions' lane order (float_ops_body.h); y_i = fl(chain_j(p_j v_j) / Z). A row
- * masked out entirely (m = -inf) takes p_j = 0 (exp(-inf), its t_j as they are) and Z = 1: y_i is the chain of
- * 0 * v_j, 0 for finite v, as torch's CPU attention gives (where torch's softmax alone would give NaN). Scores
- * live in a tile of QRT_MM_R rows only; the scaling and the exponentials run over the whole tile in one loop
- * each (a head of 16 keys: one loop's overhead for 8 rows). */
+/* torch's vector width in its softmax (AVX-512's 16 floats): exp_u20 and lane sums on whole vectors of
+ * keys, then exp in double and a running sum over the last s % 16. */
+#define QRT_TORCH_LANES 16
+
+/* exp(t_j - m) of one row of s scores in place, m their max (finite), and their sum, in torch 2.13's
+ * AVX-512 order (_exp_reduce_sum_fusion_kernel): lane l of 16 sums the p_j with j = l mod 16 of the whole
+ * vectors in order from +0, vec_reduce_all folds the lanes as (l, l + 8), (l, l + 4), (l, l + 2),
+ * (l, l + 1); the last s % 16 take exp in double rounded to float (torch's values: the correctly rounded
+ * ones, measured; not this glibc's expf) and are added one by one. */
+static float qrt_torch_exp_sum(float* restrict t, ptrdiff_t s, float m) {
+    const ptrdiff_t whole = s / QRT_TORCH_LANES * QRT_TORCH_LANES;
+    float acc[QRT_TORCH_LANES] = {0};
+    for (ptrdiff_t j = 0; j < whole; j++)
+        t[j] = qrt_exp_u20(t[j] - m);
+    for (ptrdiff_t j = 0; j < whole; j += QRT_TORCH_LANES)
+        for (int l = 0; l < QRT_TORCH_LANES; l++)
+            acc[l] = acc[l] + t[j + l];
+    for (int half = QRT_TORCH_LANES / 2; half >= 1; half /= 2)
+        for (int l = 0; l < half; l++)
+            acc[l] = acc[l] + acc[l + half];
+    float z = acc[0];
+    for (ptrdiff_t j = whole; j < s; j++) {
+        t[j] = (float)qrt_exp_double(t[j] - m);
+        z = z + t[j];
+    }
+    return z;
+}
+
+/* Per query row i, torch 2.13's CPU flash attention for float32 with one block of keys (docs/NUMERICS.md):
+ * s_j = the chain q_i . k_j (its sgemm's); t_j = fl(s_j * scale), then fl(t_j + mask_j) (float mask), or -inf
+ * where a bool mask is 0 or, causal, j > i; m = the max of t; p_j = exp(fl(t_j - m)) and Z their sum in
+ * torch's AVX-512 order (qrt_torch_exp_sum); y_i = fl(chain_j(p_j v_j) * fl(1 / Z)). A row masked out
+ * entirely (m = -inf) takes p_j = 0 and Z = 1: y_i is the chain of 0 * v_j, as torch gives. Scores live in
+ * a tile of QRT_MM_R rows only. */
 static void qrt_attention(const float* q, const float* k, const float* v, const void* mask, int mask_kind,
                           ptrdiff_t mask_stride, float scale, int causal, ptrdiff_t row0, ptrdiff_t l, ptrdiff_t s,
                           ptrdiff_t e, ptrdiff_t ev, float* y, float* scratch) {
@@ -118,8 +146,7 @@ static void qrt_attention(const float* q, const float* k, const float* v, const 
     for (ptrdiff_t i0 = 0; i0 < l; i0 += QRT_MM_R) {
         const int rows = l - i0 < QRT_MM_R ? (int)(l - i0) : QRT_MM_R;
         const ptrdiff_t cells = rows * s;
-        float z[QRT_MM_R];
-        int dead[QRT_MM_R];
+        float recip[QRT_MM_R];
         qrt_mm_rows(q + i0 * e, e, kt, s, tile, s, rows, e, s);
         for (ptrdiff_t j = 0; j < cells; j++)
             tile[j] = tile[j] * scale;
@@ -138,33 +165,20 @@ static void qrt_attention(const float* q, const float* k, const float* v, const 
             if (causal)
                 for (ptrdiff_t j = row0 + i + 1; j < s; j++)
                     t[j] = -INFINITY;
-            float m;
+            float m, z = 0.0f;
             qrt_lane_reduce(QRT_RED_MAX, t, s, 1, 1, 0, &m);
-            /* exp(t_j - m) is +0 from -104 down (qrt_exp_full clamps there): those t_j - m are marked +inf, which
-             * no t_j - m <= 0 can be, and their exp, which overflows, set to +0 after. Computing them would make
-             * subnormal intermediates, which cost x86 a microcode assist per vector (a padding mask of finfo.min
-             * over 64 of 128 keys made a head 2x slower). The same bits. A row masked out entirely (every t_j
-             * -inf) takes t_j - 0: all marked. */
-            dead[r] = m == -INFINITY;
-            const float shift = dead[r] ? 0.0f : m;
-            for (ptrdiff_t j = 0; j < s; j++) {
-                const float d = t[j] - shift;
-                t[j] = d <= -104.0f ? INFINITY : d;
-            }
-        }
-        for (ptrdiff_t j = 0; j < cells; j++)
-            tile[j] = qrt_exp_full(tile[j]);
-        for (ptrdiff_t j = 0; j < cells; j++)
-            tile[j] = tile[j] == INFINITY ? 0.0f : tile[j];
-        for (int r = 0; r < rows; r++) {
-            qrt_lane_reduce(QRT_RED_SUM, tile + r * s, s, 1, 1, 0, &z[r]);
-            z[r] = dead[r] ? 1.0f : z[r];
+            if (m == -INFINITY)
+                for (ptrdiff_t j = 0; j < s; j++)
+                    t[j] = 0.0f;
+            else
+                z = qrt_torch_exp_sum(t, s, m);
+            recip[r] = 1.0f / (z == 0.0f ? 1.0f : z);
         }
         float* restrict yi = y + i0 * ev;
         qrt_mm_rows(tile, s, v, ev, yi, ev, rows, s, ev);
         for (int r = 0; r < rows; r++)
             for (ptrdiff_t d = 0; d < ev; d++)
-                yi[r * ev + d] = yi[r * ev + d] / z[r];
+                yi[r * ev + d] = yi[r * ev + d] * recip[r];
     }
 }
 
