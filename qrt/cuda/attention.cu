@@ -3,9 +3,12 @@
 // fma chain (__fmaf_rn) over k in order from +0; nothing else contracts (--fmad=false); nothing
 // flushes to zero.
 //
-// The softmax's max and sum are float_ops.cu's lane_reduce (the CPU's lane order), run by the first
-// half-warp of a block over the scores in shared memory: float_ops.cu is included for it.
+// The softmax's max is float_ops.cu's lane_reduce, run by the first half-warp of a block over the scores in
+// shared memory (float_ops.cu is included for it); its exponentials and sum are torch's (torch_exp.h).
 #include "float_ops.cu"
+#include "../kernels/torch_exp.h"
+
+#define TORCH_LANES 16
 
 enum { MASK_NONE, MASK_BOOL, MASK_FLOAT };
 
@@ -51,15 +54,18 @@ extern "C" __global__ void matmul_f32(const float* a, const float* b, float* y, 
 
 // One block a query row (row r of batch b, blockIdx.x = b * l + r), its s scores in shared memory:
 // t_j = fl(chain(q_r, k_j) * scale), then fl(t_j + mask_j) (float mask) or -inf (bool mask 0, or causal
-// j > r); m = max t; p_j = exp(t_j - m) (qrt's exp), Z their lane sum; y[r][d] = fl(chain_j(p_j v_j[d]) / Z).
-// A row masked out entirely takes p_j = 0 and Z = 1, as the CPU does. The mask's row r of its batch holds s
-// values from r * mask_stride on (elements of 1 byte, bool, or 4, float).
+// j > r); m = max t; p_j = exp(t_j - m) and Z their sum in torch's AVX-512 order, as the CPU's
+// qrt_torch_exp_sum (attention_body.h): exp_u20 on the whole vectors of 16, lane l (thread l) summing
+// j = l mod 16 from +0, the lanes folded in halves, then the rest exp in double rounded to float, added one by
+// one; y[r][d] = fl(chain_j(p_j v_j[d]) * fl(1 / Z)). A row masked out entirely takes p_j = 0 and Z = 1, as
+// the CPU does. The mask's row r of its batch holds s values from r * mask_stride on (elements of 1 byte,
+// bool, or 4, float). blockDim.x >= 16.
 extern "C" __global__ void attention_f32(const float* q, const float* k, const float* v, const unsigned char* mask,
                                          int mask_kind, unsigned mask_stride, float scale, int causal, float* y,
                                          unsigned l, unsigned s, unsigned e, unsigned ev, QRT_SIZES(size),
                                          QRT_STRIDES(sq), QRT_STRIDES(sk), QRT_STRIDES(sv), QRT_STRIDES(sm)) {
     extern __shared__ float p[];  // the row's s scores, then its p_j
-    __shared__ float row_max, row_sum;
+    __shared__ float row_max, row_recip, lanes[TORCH_LANES];
     const unsigned sizes[QRT_BATCH_RANK] = QRT_LIST(size);
     const long long strides[4][QRT_BATCH_RANK] = {QRT_LIST(sq), QRT_LIST(sk), QRT_LIST(sv), QRT_LIST(sm)};
     const unsigned long long b = blockIdx.x / l;
@@ -89,19 +95,32 @@ extern "C" __global__ void attention_f32(const float* q, const float* k, const f
     }
     __syncthreads();
     const float m = row_max;
-    for (unsigned j = threadIdx.x; j < s; j += blockDim.x)
-        p[j] = m == -INFINITY ? 0.0f : qrt_exp_full(__fsub_rn(p[j], m));
+    const unsigned whole = s / TORCH_LANES * TORCH_LANES;
+    for (unsigned j = threadIdx.x; j < whole; j += blockDim.x)
+        p[j] = m == -INFINITY ? 0.0f : qrt_exp_u20(__fsub_rn(p[j], m));
     __syncthreads();
-    if (threadIdx.x < QRT_LANES) {
-        const float z = lane_reduce<RED_SUM>(HalfWarp(), p, s, 1);
-        if (threadIdx.x == 0) row_sum = m == -INFINITY ? 1.0f : z;
+    if (threadIdx.x < TORCH_LANES) {
+        float acc = 0.0f;
+        for (unsigned j = threadIdx.x; j < whole; j += TORCH_LANES) acc = __fadd_rn(acc, p[j]);
+        lanes[threadIdx.x] = acc;
     }
     __syncthreads();
-    const float z = row_sum;
+    if (threadIdx.x == 0) {
+        for (int half = TORCH_LANES / 2; half >= 1; half /= 2)
+            for (int i = 0; i < half; i++) lanes[i] = __fadd_rn(lanes[i], lanes[i + half]);
+        float z = lanes[0];
+        for (unsigned j = whole; j < s; j++) {
+            p[j] = m == -INFINITY ? 0.0f : __double2float_rn(qrt_exp_double(__fsub_rn(p[j], m)));
+            z = __fadd_rn(z, p[j]);
+        }
+        row_recip = __fdiv_rn(1.0f, z == 0.0f ? 1.0f : z);
+    }
+    __syncthreads();
+    const float recip = row_recip;
     float* yr = y + (unsigned long long)blockIdx.x * ev;
     for (unsigned d = threadIdx.x; d < ev; d += blockDim.x) {
         float acc = 0.0f;
         for (unsigned j = 0; j < s; j++) acc = __fmaf_rn(p[j], vb[(unsigned long long)j * ev + d], acc);
-        yr[d] = __fdiv_rn(acc, z);
+        yr[d] = __fmul_rn(acc, recip);
     }
 }

@@ -17,6 +17,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#else /* NVRTC has no system headers */
+typedef unsigned long long uint64_t;
 #endif
 
 /* exp_u20(x): inputs below ln(FLT_MIN) give +0, above ln(FLT_MAX) clamp there (a NaN takes the upper
