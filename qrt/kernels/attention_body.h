@@ -129,34 +129,60 @@ static float qrt_torch_exp_sum(float* restrict t, ptrdiff_t s, float m) {
     return z;
 }
 
-/* Per query row i, torch 2.13's CPU flash attention for float32 with one block of keys (docs/NUMERICS.md):
- * s_j = the chain q_i . k_j (its sgemm's); t_j = fl(s_j * scale), then fl(t_j + mask_j) (float mask), or -inf
- * where a bool mask is 0 or, causal, j > i; m = the max of t; p_j = exp(fl(t_j - m)) and Z their sum in
- * torch's AVX-512 order (qrt_torch_exp_sum); y_i = fl(chain_j(p_j v_j) * fl(1 / Z)). A row masked out
- * entirely (m = -inf) takes p_j = 0 and Z = 1: y_i is the chain of 0 * v_j, as torch gives. Scores live in
- * a tile of QRT_MM_R rows only. */
+/* y (+)= the product of rows [0, rows) of a ([rows, k], row stride lda) and b ([k, n]), as torch's sgemm (MKL)
+ * sums its context product (p v): one chain over k from +0 where k <= QRT_TORCH_GEMM_K, else a chain over the
+ * first ceil(k / 2) and one over the rest, each added to y in turn (measured at k = 385 to 512). `add` 0: y is
+ * the first chain. tmp holds rows * n. */
+#define QRT_TORCH_GEMM_K 384
+static void qrt_torch_gemm_rows(const float* a, ptrdiff_t lda, const float* b, float* restrict y, float* restrict tmp,
+                                int rows, ptrdiff_t k, ptrdiff_t n, int add) {
+    const ptrdiff_t half = k > QRT_TORCH_GEMM_K ? (k + 1) / 2 : k;
+    for (int part = 0; part < (half < k ? 2 : 1); part++) {
+        const ptrdiff_t t0 = part ? half : 0, kt = part ? k - half : half;
+        if (!add && !part) {
+            qrt_mm_rows(a, lda, b, n, y, n, rows, kt, n);
+            continue;
+        }
+        qrt_mm_rows(a + t0, lda, b + t0 * n, n, tmp, n, rows, kt, n);
+        for (ptrdiff_t c = 0; c < rows * n; c++)
+            y[c] = y[c] + tmp[c];
+    }
+}
+
+/* Per query row i, torch 2.13's CPU flash attention for float32 (docs/NUMERICS.md): s_j = the chain q_i . k_j
+ * (its sgemm's sums up to E = 384, measured; above, MKL's are not this); t_j = fl(s_j * scale), or fma(s_j, scale, mask_j) with a float mask (its
+ * compiler contracts the product and sum), then -inf where a bool mask is 0 or, causal, j > i. Then over blocks of QRT_TORCH_KV_BLOCK keys in turn, its online softmax: m' = the
+ * larger of the running max m and the block's; p_j = exp(fl(t_j - m')) and their sum z in torch's AVX-512 order
+ * (qrt_torch_exp_sum); c = glibc's expf(fl(m - m')), Z = fma(c, Z, z), the context so far times c (from the
+ * second block on), plus the block's p_j v_j (its sgemm's sums); m = m'. A block whose m' is -inf takes p_j = 0
+ * and leaves the rest. y_i = fl(context * fl(1 / Z)), Z = 0 taken as 1: a row masked out entirely gives the
+ * chain of 0 * v_j, as torch does. Scores live in a tile of QRT_MM_R rows only. */
+#define QRT_TORCH_KV_BLOCK 512
 static void qrt_attention(const float* q, const float* k, const float* v, const void* mask, int mask_kind,
                           ptrdiff_t mask_stride, float scale, int causal, ptrdiff_t row0, ptrdiff_t l, ptrdiff_t s,
                           ptrdiff_t e, ptrdiff_t ev, float* y, float* scratch) {
-    float* restrict kt = scratch;          /* k transposed, [e][s]: the scores' chains run across keys */
-    float* restrict tile = scratch + e * s; /* QRT_MM_R rows of s scores */
+    float* restrict kt = scratch;                        /* k transposed, [e][s]: the scores run across keys */
+    float* restrict tile = kt + e * s;                    /* QRT_MM_R rows of s scores */
+    float* restrict part = tile + QRT_ATTENTION_ROWS * s; /* QRT_MM_R rows of a partial context */
     for (ptrdiff_t d = 0; d < e; d++) /* written in order, read across k's rows (L=S=128, E=32: 1.5x faster) */
         for (ptrdiff_t j = 0; j < s; j++)
             kt[d * s + j] = k[j * e + d];
     for (ptrdiff_t i0 = 0; i0 < l; i0 += QRT_MM_R) {
         const int rows = l - i0 < QRT_MM_R ? (int)(l - i0) : QRT_MM_R;
         const ptrdiff_t cells = rows * s;
-        float recip[QRT_MM_R];
+        float* restrict yi = y + i0 * ev;
+        float run_max[QRT_MM_R], run_sum[QRT_MM_R];
         qrt_mm_rows(q + i0 * e, e, kt, s, tile, s, rows, e, s);
-        for (ptrdiff_t j = 0; j < cells; j++)
-            tile[j] = tile[j] * scale;
+        if (mask_kind != QRT_MASK_FLOAT)
+            for (ptrdiff_t j = 0; j < cells; j++)
+                tile[j] = tile[j] * scale;
         for (int r = 0; r < rows; r++) {
             float* restrict t = tile + r * s;
             const ptrdiff_t i = i0 + r;
             if (mask_kind == QRT_MASK_FLOAT) {
                 const float* restrict add = (const float*)mask + i * mask_stride;
                 for (ptrdiff_t j = 0; j < s; j++)
-                    t[j] = t[j] + add[j];
+                    t[j] = fmaf(t[j], scale, add[j]);
             } else if (mask_kind == QRT_MASK_BOOL) {
                 const unsigned char* restrict keep = (const unsigned char*)mask + i * mask_stride;
                 for (ptrdiff_t j = 0; j < s; j++)
@@ -165,20 +191,39 @@ static void qrt_attention(const float* q, const float* k, const float* v, const 
             if (causal)
                 for (ptrdiff_t j = row0 + i + 1; j < s; j++)
                     t[j] = -INFINITY;
-            float m, z = 0.0f;
-            qrt_lane_reduce(QRT_RED_MAX, t, s, 1, 1, 0, &m);
-            if (m == -INFINITY)
-                for (ptrdiff_t j = 0; j < s; j++)
-                    t[j] = 0.0f;
-            else
-                z = qrt_torch_exp_sum(t, s, m);
-            recip[r] = 1.0f / (z == 0.0f ? 1.0f : z);
+            run_max[r] = -INFINITY;
+            run_sum[r] = 0.0f;
         }
-        float* restrict yi = y + i0 * ev;
-        qrt_mm_rows(tile, s, v, ev, yi, ev, rows, s, ev);
-        for (int r = 0; r < rows; r++)
+        if (s == 0) /* no key: the context is the empty sum */
+            for (ptrdiff_t c = 0; c < rows * ev; c++)
+                yi[c] = 0.0f;
+        for (ptrdiff_t n0 = 0; n0 < s; n0 += QRT_TORCH_KV_BLOCK) {
+            const ptrdiff_t kb = s - n0 < QRT_TORCH_KV_BLOCK ? s - n0 : QRT_TORCH_KV_BLOCK;
+            for (int r = 0; r < rows; r++) {
+                float* restrict t = tile + r * s + n0;
+                float m;
+                qrt_lane_reduce(QRT_RED_MAX, t, kb, 1, 1, 0, &m);
+                m = run_max[r] > m ? run_max[r] : m;
+                if (m == -INFINITY) {
+                    for (ptrdiff_t j = 0; j < kb; j++)
+                        t[j] = 0.0f;
+                    continue;
+                }
+                const float z = qrt_torch_exp_sum(t, kb, m);
+                const float c = qrt_expf_glibc(run_max[r] - m);
+                run_sum[r] = fmaf(c, run_sum[r], z);
+                run_max[r] = m;
+                if (n0 > 0)
+                    for (ptrdiff_t d = 0; d < ev; d++)
+                        yi[r * ev + d] = yi[r * ev + d] * c;
+            }
+            qrt_torch_gemm_rows(tile + n0, s, v + n0 * ev, yi, part, rows, kb, ev, n0 > 0);
+        }
+        for (int r = 0; r < rows; r++) {
+            const float recip = 1.0f / (run_sum[r] == 0.0f ? 1.0f : run_sum[r]);
             for (ptrdiff_t d = 0; d < ev; d++)
-                yi[r * ev + d] = yi[r * ev + d] * recip[r];
+                yi[r * ev + d] = yi[r * ev + d] * recip;
+        }
     }
 }
 
