@@ -14,7 +14,7 @@ cdef extern from "attention.h" nogil:
                           ptrdiff_t mask_stride, float scale, int causal, ptrdiff_t row0, ptrdiff_t l, ptrdiff_t s,
                           ptrdiff_t e, ptrdiff_t ev, float* y, float* scratch) noexcept nogil
     const qrt_attention_ops* qrt_attention_ops_for(const char* kernel_variant)
-    ptrdiff_t qrt_attention_scratch(ptrdiff_t s, ptrdiff_t e)
+    ptrdiff_t qrt_attention_scratch(ptrdiff_t s, ptrdiff_t e, ptrdiff_t ev)
     enum:
         QRT_MASK_NONE, QRT_MASK_BOOL, QRT_MASK_FLOAT
 
@@ -34,13 +34,13 @@ cdef struct attention_job:  # `units` output rows (batches of l rows each), task
     float scale
     Py_ssize_t l, s, e, ev, units, parts
     float* y
-    float* scratch  # qrt_attention_scratch(s, e) floats per task
+    float* scratch  # qrt_attention_scratch(s, e, ev) floats per task
 
 
 cdef void attention_task(void* ctx, ptrdiff_t t) noexcept nogil:
     cdef attention_job* j = <attention_job*>ctx
     cdef Py_ssize_t u = chunk(j.units, j.parts, t), end = chunk(j.units, j.parts, t + 1), b, r0, r1
-    cdef float* scratch = j.scratch + t * qrt_attention_scratch(j.s, j.e)
+    cdef float* scratch = j.scratch + t * qrt_attention_scratch(j.s, j.e, j.ev)
     cdef const char* mask
     while u < end:
         b, r0 = u // j.l, u % j.l
@@ -155,7 +155,7 @@ cdef class AttentionOps:
         if batches * l * ev == 0:
             return
         cdef Py_ssize_t parts = row_parts(batches * l, <int64_t>batches * l * s * (e + ev))
-        scratch = np.empty(parts * qrt_attention_scratch(s, e) + 1, np.float32)
+        scratch = np.empty(parts * qrt_attention_scratch(s, e, ev) + 1, np.float32)
         cdef float[::1] sv = scratch
         cdef attention_job j = attention_job(
             self.ops, first(q), first(k), first(v), NULL, &q_off[0], &k_off[0], &v_off[0], NULL, kind, causal,

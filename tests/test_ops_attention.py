@@ -2,23 +2,25 @@
 
 Notation: u = 2^-24, gamma(k) = k u / (1 - k u).
 
-- Bits: the oracle below runs the documented order (docs/NUMERICS.md, "Matrix product and attention") in numpy
-  float32 arithmetic, which is IEEE (one rounding per operation), with fma32 (tests/reference.py) for every fused
-  multiply-add and a port of qrt's exp (qrt/kernels/gate_math.h, float_math.h): every kernel build this CPU runs
+- Bits: the oracle below runs the documented order (docs/NUMERICS.md, "Matrix product and attention": torch
+  2.13's CPU flash attention step by step) in numpy float32 arithmetic, which is IEEE (one rounding per
+  operation), with fma32 (tests/reference.py) for every fused multiply-add, ports of ATen's exp_u20 and glibc's
+  expf (qrt/kernels/torch_exp.h) and Python's exp in double for the rest: every kernel build this CPU runs
   (plain C, AVX2 + FMA, AVX-512), at 1 and 3 threads with every row its own task, gives its bits exactly.
+- Bits against torch: where torch's own AVX2 and AVX-512 kernels agree (S < 8: all its scalar tail; S = 16),
+  every build gives torch's bits, with HuggingFace's padding masks and float masks of any values.
 - matmul against torch: the same products summed in another order, so within 2 gamma(K) sum_k |a_k b_k| of each
   other (each within gamma(K) of the exact sum, any order).
 - attention against the exact function (float64) of its float32 inputs. For query row i, with S_j = scale
   sum_e |q_e k_je| and T = max_j |t_j|: each score t_j is within Delta / 2 = scale gamma(E) max_j S_j / scale
-  + gamma(2) T (the chain, the scaling and the mask's add) of the exact one, so t_j - m is within Delta; qrt's exp
-  is within 1 ulp (2u relative), so each p_j within Delta + 2u relative (first order, |Delta| << 1 here), and the
-  sum Z within that plus gamma(depth(S)) (the lane order, depth(n) = ceil(min(n, 256) / 16) + 3 +
-  ceil(n / 256) - 1); the context chain adds gamma(S) and the division u. With W = sum_j p_j |v_j| / Z:
-  |y - y_exact| <= W (2 (Delta + 2u) + gamma(S) + gamma(depth(S)) + u).
-- attention against torch 2.13's CPU kernel (flash attention for 4-D inputs, else its math path; neither is
-  bit-reproducible across ATen CPU capabilities): torch's own error is of the same form, with any summation
-  order (gamma(S) for its sum) and two more roundings per score (the math path scales q and k by sqrt(scale)),
-  so the two are within the sum of both bounds.
+  + gamma(2) T (the chain, the scaling and the mask's add) of the exact one, so t_j - m is within Delta; the exp
+  is within EXP_ERR relative (below), so each p_j within Delta + EXP_ERR relative (first order, |Delta| << 1
+  here), and the sum Z within that plus gamma(depth(S)) (a bound on any lane order); the context chain adds
+  gamma(S) and the final product u. With W = sum_j p_j |v_j| / Z:
+  |y - y_exact| <= W (2 (Delta + EXP_ERR) + gamma(S) + gamma(depth(S)) + u).
+- attention against torch 2.13's CPU kernel under any ATen capability (flash attention for 4-D inputs, else its
+  math path): torch's own error is of the same form, with any summation order (gamma(S) for its sum) and two
+  more roundings per score (the math path scales q and k by sqrt(scale)), so the two are within the sum of both.
 - Rows masked out entirely give 0, as torch's do; the converter lowers modules that use matmul / @ / bmm and
   F.scaled_dot_product_attention (positional and keyword), through the torch.export front end, with free batch
   and sequence dimensions; the FX front end writes the same file.
@@ -27,6 +29,7 @@ Notation: u = 2^-24, gamma(k) = k u / (1 - k u).
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -61,55 +64,106 @@ def chain(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return acc
 
 
-def lane_sum(x: np.ndarray) -> f32:
-    """The reductions' order: blocks of 256 in order; in a block element j in lane j % 16, lanes folded in halves."""
-    total = f32(0)
-    for j0 in range(0, x.shape[0], 256):
-        block, acc = x[j0 : j0 + 256], np.zeros(16, f32)
-        for j in range(0, block.shape[0], 16):
-            part = block[j : j + 16]
-            acc[: part.shape[0]] += part
-        for half in (8, 4, 2, 1):
-            acc[:half] = acc[:half] + acc[half : 2 * half]
-        total = f32(total + acc[0])
-    return total
+def exp_u20(x: np.ndarray) -> np.ndarray:
+    """ATen's Vectorized<float>::exp_u20 (qrt/kernels/torch_exp.h), operation for operation."""
+    lo, hi = np.uint32(0xC2AEAC50).view(f32), np.uint32(0x42B17218).view(f32)
+    src = np.where(x < hi, x, hi)
+    src = np.where(src > lo, src, lo).astype(f32)
+    fx = np.floor(fma32(src, np.uint32(0x3FB8AA3B).view(f32), f32(0.5)))
+    r = fma32(-fx, np.uint32(0x3F317218).view(f32), src)
+    p = fma32(r, f32(0.00828929059), f32(0.0418978221))
+    for c in (0.166676521, 0.499991506, 0.999999701, 1.0):
+        p = fma32(r, p, f32(c))
+    two = np.where(x < lo, f32(0), pow2(fx - f32(1)))
+    return (p * two * f32(2)).astype(f32)
+
+
+def softmax_weights(d: np.ndarray) -> tuple[np.ndarray, f32]:
+    """exp of one row's t_j - m and their sum, in torch's AVX-512 order: exp_u20 on whole vectors of 16, summed
+    in 16 lanes from +0 folded in halves; the rest exp in double rounded to float, added one by one."""
+    whole = d.shape[0] // 16 * 16
+    p = np.empty_like(d)
+    p[:whole] = exp_u20(d[:whole])
+    acc = np.zeros(16, f32)
+    for j in range(0, whole, 16):
+        acc = acc + p[j : j + 16]
+    for half in (8, 4, 2, 1):
+        acc[:half] = acc[:half] + acc[half : 2 * half]
+    z = acc[0]
+    for j in range(whole, d.shape[0]):
+        p[j] = f32(math.exp(float(d[j]))) if d[j] > -746 else f32(0)
+        z = f32(z + p[j])
+    return p, z
 
 
 def pow2(n: np.ndarray) -> np.ndarray:
     return ((n.astype(np.int64) + 127) << 23).astype(np.uint32).view(f32)
 
 
-def exp32(x: np.ndarray) -> np.ndarray:
-    """qrt_exp_full (float_math.h over gate_math.h's qrt_exp_parts), operation for operation."""
-    x = np.where(np.isnan(x), x, np.clip(x, f32(-104), f32(89))).astype(f32)
-    shifted = x * f32(1.44269504088896341) + f32(12582912.0)
-    n = shifted - f32(12582912.0)
-    r = fma32(n, f32(2.12194440e-4), fma32(n, f32(-0.693359375), x))
-    p = f32(1.9875691500e-4)
-    for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
-        p = fma32(p, r, f32(c))
-    p = fma32(p, r * r, r) + f32(1)
-    k = shifted.view(np.int32).astype(np.int64) - 0x4B400000
-    h = np.where(k < 0, -((-k) // 2), k // 2)  # C's n / 2: toward zero
-    return (p * pow2(h) * pow2(k - h)).astype(f32)
+def fma64(a: float, b: float, c: float) -> float:
+    """float64 fma, correctly rounded (exact rationals, then one rounding)."""
+    return float(Fraction(a) * Fraction(b) + Fraction(c))
+
+
+EXPF_TAB = [  # glibc's __exp2f_data.tab: bits of 2^(i/32), correctly rounded, less i << 47
+    int(np.float64(2.0 ** (i / 32)).view(np.int64)) - (i << 47) for i in range(32)
+]
+
+
+def expf_glibc(x: float) -> f32:
+    """glibc's expf as its x86-64 FMA build computes it (qrt/kernels/torch_exp.h), step for step."""
+    h = float.fromhex
+    if x > h("0x1.62e42ep6"):
+        return f32(np.inf)
+    if x < -h("0x1.9fe368p6"):
+        return f32(0)
+    shift, invln2n = h("0x1.8p52"), h("0x1.71547652b82fep0") * 32
+    c0, c1, c2 = h("0x1.c6af84b912394p-5") / 32**3, h("0x1.ebfce50fac4f3p-3") / 32**2, h("0x1.62e42ff0c52d6p-1") / 32
+    kd = fma64(invln2n, x, shift)
+    ki = int(np.float64(kd).view(np.uint64))
+    kd -= shift
+    r = fma64(invln2n, x, -kd)
+    s = float(np.uint64((EXPF_TAB[ki % 32] + (ki << 47)) % 2**64).view(np.float64))
+    return f32(s * fma64(fma64(c0, r, c1), r * r, fma64(c2, r, 1.0)))
+
+
+def context(p: np.ndarray, v: np.ndarray, y: np.ndarray | None) -> np.ndarray:
+    """y + p v as torch's sgemm sums it (y None: 0): a chain over the keys added to y, or up to 384 keys, else a
+    chain over the first ceil(S / 2) added to y, then one over the rest added to that."""
+    half = (p.shape[1] + 1) // 2 if p.shape[1] > 384 else p.shape[1]
+    for part in (slice(0, half), slice(half, p.shape[1])) if half < p.shape[1] else (slice(0, half),):
+        c = chain(p[:, part], v[part])
+        y = c if y is None else y + c
+    return y
 
 
 def attention_oracle(q, k, v, mask, scale: f32, causal: bool) -> np.ndarray:
     """One head: q [l, e], k [s, e], v [s, ev], mask None or [l, s] (bool or float32)."""
-    t = chain(q, np.ascontiguousarray(k.T)) * scale
-    if mask is not None and mask.dtype == np.float32:
-        t = t + mask
-    elif mask is not None:
+    t = chain(q, np.ascontiguousarray(k.T))
+    if mask is not None and mask.dtype == np.float32:  # fma32 is for finite addends; t * scale + inf is inf
+        with np.errstate(invalid="ignore"):
+            t = np.where(np.isfinite(mask), fma32(t, scale, np.where(np.isfinite(mask), mask, 0)), t * scale + mask)
+    else:
+        t = t * scale
+    if mask is not None and mask.dtype == np.bool_:
         t = np.where(mask, t, f32(-np.inf))
     if causal:
         t = np.where(np.arange(k.shape[0])[None, :] > np.arange(q.shape[0])[:, None], f32(-np.inf), t)
-    p, z = np.zeros_like(t), np.ones(t.shape[0], f32)
-    for i in range(t.shape[0]):
-        m = t[i].max() if t.shape[1] else f32(-np.inf)
-        if m != -np.inf:
-            p[i] = exp32(t[i] - m)
-            z[i] = lane_sum(p[i])
-    return chain(p, v) / z[:, None]
+    out = np.zeros((q.shape[0], v.shape[1]), f32)
+    for i in range(t.shape[0]):  # torch's online softmax over blocks of 512 keys
+        m, z = f32(-np.inf), f32(0)
+        for n in range(0, t.shape[1], 512):
+            block = t[i, n : n + 512]
+            m_new = max(m, block.max())
+            p = np.zeros_like(block)
+            if m_new != -np.inf:
+                p, z_block = softmax_weights(block - m_new)
+                c = expf_glibc(float(m - m_new))
+                z, m = fma32(c, z, z_block), m_new
+                out[i] = out[i] * c if n else out[i]
+            out[i] = context(p[None], v[n : n + 512], out[i : i + 1] if n else None)[0]
+        out[i] = out[i] * (f32(1) / (z if z != 0 else f32(1)))
+    return out
 
 
 # ------------------------------------------------------------ helpers
@@ -244,6 +298,7 @@ ATTENTION_CASES = [
     ((3,), (1,), 5, 17, 8, 3, (17,), "float"),
     ((2, 2), (2, 2), 6, 33, 32, 32, (2, 1, 1, 33), "float"),
     ((1,), (1,), 3, 300, 4, 5, (3, 300), "bool"),
+    ((1,), (1,), 2, 1100, 3, 4, (2, 1100), "float"),
     ((2,), (2,), 9, 4, 3, 17, None, None),
 ]
 
@@ -311,11 +366,16 @@ def _weight(q, k, v, mask, scale, causal):
     return np.concatenate([exact, sums.max(1, keepdims=True), np.abs(t).max(1, keepdims=True)], axis=1)
 
 
+# exp_u20's relative error: at most 6.43 u on [-86, 0] (measured over every float there); below -86 its values and
+# exp's are under 4.4e-38, nothing against Z >= 1. The tail's exp (correctly rounded) is within u.
+EXP_ERR = 7 * U
+
+
 def _bound(inputs, scale, causal, e, s, depth, extra_roundings):
     parts = _reference(inputs, scale, causal, _weight)
     w, s_max, t_max = parts[..., :-2], parts[..., -2:-1], parts[..., -1:]
     delta = 2 * (gamma(e) * s_max + gamma(2 + extra_roundings) * t_max)
-    return w * (2 * (delta + 2 * U) + gamma(s) + gamma(depth) + U)
+    return w * (2 * (delta + EXP_ERR) + gamma(s) + gamma(depth) + U)
 
 
 def _depth(n: int) -> int:
@@ -336,6 +396,27 @@ def test_attention_against_float64_and_torch(tmp_path, case):
                                           attn_mask=None if mask_shape is None else torch.from_numpy(inputs["mask"]),
                                           scale=0.3).numpy()
     assert np.all(np.abs(got - want) <= mine + _bound(inputs, scale, False, e + 2, s, s, 2))
+
+
+@pytest.mark.skipif(
+    torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"), reason="torch's vector kernels are x86's here"
+)
+@pytest.mark.parametrize("s", [5, 16])
+@pytest.mark.parametrize("mask_kind", [None, "bool", "float", "finfo_min"])
+def test_bits_are_torchs_where_its_capabilities_agree(tmp_path, s, mask_kind):
+    """torch's flash attention gives the same bits on its AVX2 and AVX-512 kernels below 8 keys (all its scalar
+    tail) and at 16 (two vectors of 8 lanes or one of 16, folded alike): qrt, every build, gives those bits, at
+    BERT's head size with HuggingFace's padding masks (bool, and float 0 / finfo.min) and a float mask of any
+    values (torch fuses its scaling and add into an fma)."""
+    q, k, v = _normal(2, 3, s, 32, sd=1.5), _normal(2, 3, s, 32, sd=1.5), _normal(2, 3, s, 32)
+    keep = np.arange(s)[None, None, None, :] < np.array([s, s - 2])[:, None, None, None]
+    keep = np.broadcast_to(keep, (2, 1, s, s)).copy()
+    masks = {"bool": keep, "finfo_min": np.where(keep, f32(0), np.finfo(f32).min), "float": _normal(2, 1, s, s)}
+    inputs = {"q": q, "k": k, "v": v} | ({} if mask_kind is None else {"mask": masks[mask_kind]})
+    m = None if mask_kind is None else torch.from_numpy(inputs["mask"])
+    want = F.scaled_dot_product_attention(*(torch.from_numpy(a) for a in (q, k, v)), attn_mask=m).numpy()
+    for got in _every_build(tmp_path, "attention", inputs).values():
+        _bits(got, want)
 
 
 def test_fully_masked_rows_give_zero_as_torch(tmp_path):

@@ -3,9 +3,14 @@
 // fma chain (__fmaf_rn) over k in order from +0; nothing else contracts (--fmad=false); nothing
 // flushes to zero.
 //
-// The softmax's max and sum are float_ops.cu's lane_reduce (the CPU's lane order), run by the first
-// half-warp of a block over the scores in shared memory: float_ops.cu is included for it.
+// The softmax's max is float_ops.cu's lane_reduce, run by the first half-warp of a block over the scores in
+// shared memory (float_ops.cu is included for it); its exponentials and sum are torch's (torch_exp.h).
 #include "float_ops.cu"
+#include "../kernels/torch_exp.h"
+
+#define TORCH_LANES 16     // torch's AVX-512 lanes
+#define TORCH_KV_BLOCK 512  // its blocks of keys
+#define TORCH_GEMM_K 384    // its sgemm's longest single chain
 
 enum { MASK_NONE, MASK_BOOL, MASK_FLOAT };
 
@@ -49,17 +54,37 @@ extern "C" __global__ void matmul_f32(const float* a, const float* b, float* y, 
     }
 }
 
-// One block a query row (row r of batch b, blockIdx.x = b * l + r), its s scores in shared memory:
-// t_j = fl(chain(q_r, k_j) * scale), then fl(t_j + mask_j) (float mask) or -inf (bool mask 0, or causal
-// j > r); m = max t; p_j = exp(t_j - m) (qrt's exp), Z their lane sum; y[r][d] = fl(chain_j(p_j v_j[d]) / Z).
-// A row masked out entirely takes p_j = 0 and Z = 1, as the CPU does. The mask's row r of its batch holds s
-// values from r * mask_stride on (elements of 1 byte, bool, or 4, float).
+// The context product's sum for keys [j0, j0 + kb) of a row: one chain, or over 384 keys two (the first
+// ceil(kb / 2), then the rest), each added to y in turn (attention_body.h's qrt_torch_gemm_rows); add 0: y is
+// the first chain.
+__device__ float torch_context(const float* p, const float* vb, unsigned ev, unsigned d, unsigned j0, unsigned kb,
+                               float y, bool add) {
+    const unsigned half = kb > TORCH_GEMM_K ? (kb + 1) / 2 : kb;
+    for (int part = 0; part < (half < kb ? 2 : 1); part++) {
+        const unsigned t0 = j0 + (part ? half : 0), t1 = j0 + (part ? kb : half);
+        float acc = 0.0f;
+        for (unsigned j = t0; j < t1; j++) acc = __fmaf_rn(p[j], vb[(unsigned long long)j * ev + d], acc);
+        y = add || part ? __fadd_rn(y, acc) : acc;
+    }
+    return y;
+}
+
+// One block a query row (row r of batch b, blockIdx.x = b * l + r), its s scores in shared memory, as the
+// CPU's qrt_attention (attention_body.h): t_j = fl(chain(q_r, k_j) * scale), or fma(chain, scale, mask_j) with
+// a float mask, then -inf where a bool mask is 0 or, causal, j > r. Over blocks of 512 keys, torch's online
+// softmax: m' = max(m, the block's max); p_j = exp(t_j - m') and their sum z in torch's AVX-512 order
+// (exp_u20 on the whole vectors of 16, lane l (thread l) summing j = l mod 16 from +0, the lanes folded in
+// halves, then the rest exp in double rounded to float, added one by one); c = glibc's expf(m - m'),
+// Z = fma(c, Z, z), the context times c from the second block on, plus the block's (torch_context); a block
+// whose m' is -inf takes p_j = 0 and leaves the rest. y[r][d] = fl(context * fl(1 / Z)), Z = 0 taken as 1. The
+// mask's row r of its batch holds s values from r * mask_stride on (elements of 1 byte, bool, or 4, float).
+// blockDim.x >= 16.
 extern "C" __global__ void attention_f32(const float* q, const float* k, const float* v, const unsigned char* mask,
                                          int mask_kind, unsigned mask_stride, float scale, int causal, float* y,
                                          unsigned l, unsigned s, unsigned e, unsigned ev, QRT_SIZES(size),
                                          QRT_STRIDES(sq), QRT_STRIDES(sk), QRT_STRIDES(sv), QRT_STRIDES(sm)) {
     extern __shared__ float p[];  // the row's s scores, then its p_j
-    __shared__ float row_max, row_sum;
+    __shared__ float run_max, run_sum, block_max, rescale, lanes[TORCH_LANES];
     const unsigned sizes[QRT_BATCH_RANK] = QRT_LIST(size);
     const long long strides[4][QRT_BATCH_RANK] = {QRT_LIST(sq), QRT_LIST(sk), QRT_LIST(sv), QRT_LIST(sm)};
     const unsigned long long b = blockIdx.x / l;
@@ -74,34 +99,63 @@ extern "C" __global__ void attention_f32(const float* q, const float* k, const f
         const float* kj = kb + (unsigned long long)j * e;
         float t = 0.0f;
         for (unsigned d = 0; d < e; d++) t = __fmaf_rn(qr[d], kj[d], t);
-        t = __fmul_rn(t, scale);
         if (mask_kind == MASK_FLOAT)
-            t = __fadd_rn(t, ((const float*)mask)[mask_row + j]);
-        else if (mask_kind == MASK_BOOL && !mask[mask_row + j])
-            t = -INFINITY;
+            t = __fmaf_rn(t, scale, ((const float*)mask)[mask_row + j]);
+        else
+            t = __fmul_rn(t, scale);
+        if (mask_kind == MASK_BOOL && !mask[mask_row + j]) t = -INFINITY;
         if (causal && j > r) t = -INFINITY;
         p[j] = t;
     }
-    __syncthreads();
-    if (threadIdx.x < QRT_LANES) {
-        const float m = lane_reduce<RED_MAX>(HalfWarp(), p, s, 1);
-        if (threadIdx.x == 0) row_max = m;
-    }
-    __syncthreads();
-    const float m = row_max;
-    for (unsigned j = threadIdx.x; j < s; j += blockDim.x)
-        p[j] = m == -INFINITY ? 0.0f : qrt_exp_full(__fsub_rn(p[j], m));
-    __syncthreads();
-    if (threadIdx.x < QRT_LANES) {
-        const float z = lane_reduce<RED_SUM>(HalfWarp(), p, s, 1);
-        if (threadIdx.x == 0) row_sum = m == -INFINITY ? 1.0f : z;
-    }
-    __syncthreads();
-    const float z = row_sum;
     float* yr = y + (unsigned long long)blockIdx.x * ev;
-    for (unsigned d = threadIdx.x; d < ev; d += blockDim.x) {
-        float acc = 0.0f;
-        for (unsigned j = 0; j < s; j++) acc = __fmaf_rn(p[j], vb[(unsigned long long)j * ev + d], acc);
-        yr[d] = __fdiv_rn(acc, z);
+    if (threadIdx.x == 0) {
+        run_max = -INFINITY;
+        run_sum = 0.0f;
     }
+    if (s == 0)  // no key: the context is the empty sum
+        for (unsigned d = threadIdx.x; d < ev; d += blockDim.x) yr[d] = 0.0f;
+    __syncthreads();
+    for (unsigned n0 = 0; n0 < s; n0 += TORCH_KV_BLOCK) {
+        const unsigned kb_len = s - n0 < TORCH_KV_BLOCK ? s - n0 : TORCH_KV_BLOCK;
+        if (threadIdx.x < QRT_LANES) {
+            const float bm = lane_reduce<RED_MAX>(HalfWarp(), p + n0, kb_len, 1);
+            if (threadIdx.x == 0) block_max = run_max > bm ? run_max : bm;
+        }
+        __syncthreads();
+        const float m = block_max;
+        const unsigned whole = kb_len / TORCH_LANES * TORCH_LANES;
+        for (unsigned j = threadIdx.x; j < kb_len; j += blockDim.x)
+            if (m == -INFINITY || j < whole) p[n0 + j] = m == -INFINITY ? 0.0f : qrt_exp_u20(__fsub_rn(p[n0 + j], m));
+        __syncthreads();
+        if (m != -INFINITY && threadIdx.x < TORCH_LANES) {
+            float acc = 0.0f;
+            for (unsigned j = threadIdx.x; j < whole; j += TORCH_LANES) acc = __fadd_rn(acc, p[n0 + j]);
+            lanes[threadIdx.x] = acc;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            rescale = 1.0f;
+            if (m != -INFINITY) {
+                for (int half = TORCH_LANES / 2; half >= 1; half /= 2)
+                    for (int i = 0; i < half; i++) lanes[i] = __fadd_rn(lanes[i], lanes[i + half]);
+                float z = lanes[0];
+                for (unsigned j = n0 + whole; j < n0 + kb_len; j++) {
+                    p[j] = __double2float_rn(qrt_exp_double(__fsub_rn(p[j], m)));
+                    z = __fadd_rn(z, p[j]);
+                }
+                rescale = qrt_expf_glibc(__fsub_rn(run_max, m));
+                run_sum = __fmaf_rn(rescale, run_sum, z);
+                run_max = m;
+            }
+        }
+        __syncthreads();
+        const float c = rescale;
+        for (unsigned d = threadIdx.x; d < ev; d += blockDim.x) {
+            const float so_far = n0 > 0 ? __fmul_rn(yr[d], c) : 0.0f;
+            yr[d] = torch_context(p, vb, ev, d, n0, kb_len, so_far, n0 > 0);
+        }
+        __syncthreads();
+    }
+    const float recip = __fdiv_rn(1.0f, run_sum == 0.0f ? 1.0f : run_sum);
+    for (unsigned d = threadIdx.x; d < ev; d += blockDim.x) yr[d] = __fmul_rn(yr[d], recip);
 }

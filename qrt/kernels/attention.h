@@ -4,8 +4,9 @@
  *
  * One order, whatever the CPU, the build or the number of threads (docs/NUMERICS.md, "Matrix product
  * and attention"): every product of a row and a column is one fma chain over k in order, from +0,
- * linear_float's chain; vectors run across the outputs, never across a sum. Callers check shapes; the
- * kernels trust them. Outputs never overlap inputs.
+ * linear_float's chain (attention's context beyond 384 keys a block: two, as torch's sgemm); attention
+ * follows torch 2.13's CPU flash attention step by step. Vectors run across the outputs, never across a
+ * sum. Callers check shapes; the kernels trust them. Outputs never overlap inputs.
  */
 #ifndef QRT_ATTENTION_H
 #define QRT_ATTENTION_H
@@ -24,7 +25,7 @@ typedef struct {
      * head (for is_causal: key j is masked out for query row i when j > i). mask (NULL for none) holds
      * row i's s values at mask + i * mask_stride (uint8 0/1 for QRT_MASK_BOOL, 0 masking out; float32
      * added for QRT_MASK_FLOAT); mask_stride 0 repeats one row. scratch holds
-     * qrt_attention_scratch(s, e) floats. */
+     * qrt_attention_scratch(s, e, ev) floats. */
     void (*attention)(const float* q, const float* k, const float* v, const void* mask, int mask_kind,
                       ptrdiff_t mask_stride, float scale, int causal, ptrdiff_t row0, ptrdiff_t l, ptrdiff_t s,
                       ptrdiff_t e, ptrdiff_t ev, float* y, float* scratch);
@@ -33,8 +34,10 @@ typedef struct {
 /* Query rows an attention call takes at a time at most: its score rows held at once. */
 #define QRT_ATTENTION_ROWS 8
 
-/* Floats of scratch one attention call needs: k transposed, and a tile of score rows. */
-static inline ptrdiff_t qrt_attention_scratch(ptrdiff_t s, ptrdiff_t e) { return e * s + QRT_ATTENTION_ROWS * s; }
+/* Floats of scratch one attention call needs: k transposed, a tile of score rows, and one of partial contexts. */
+static inline ptrdiff_t qrt_attention_scratch(ptrdiff_t s, ptrdiff_t e, ptrdiff_t ev) {
+    return e * s + QRT_ATTENTION_ROWS * (s + ev);
+}
 
 /* The table for the CPUs of a kernel variant: the float ops' choice (float_ops.h). */
 const qrt_attention_ops* qrt_attention_ops_for(const char* kernel_variant);

@@ -8,6 +8,7 @@
  * split gives the same bits; the portable build runs the same fmaf calls one by one.
  */
 #include "attention.h"
+#include "torch_exp.h"
 
 /* A tile: QRT_MM_R rows by QRT_MM_W columns, two vectors a row: 16 accumulators of AVX-512's 32 registers,
  * 12 of AVX2's 16 (more rows per broadcast column; 8 rows on AVX-512 ran L=S=128, E=32 attention heads' two
@@ -100,36 +101,88 @@ static void qrt_matmul(const float* a, const float* b, float* y, ptrdiff_t m, pt
     }
 }
 
-/* Per query row i: t_j = fl(s_j * scale) for the chain s_j = q_i . k_j; then t_j = fl(t_j + mask_j) (float
- * mask), or -inf where a bool mask is 0 or, causal, j > i; m = the max of t; p_j = exp(fl(t_j - m)) (qrt's exp)
- * and Z their sum in the reductions' lane order (float_ops_body.h); y_i = fl(chain_j(p_j v_j) / Z). A row
- * masked out entirely (m = -inf) takes p_j = 0 (exp(-inf), its t_j as they are) and Z = 1: y_i is the chain of
- * 0 * v_j, 0 for finite v, as torch's CPU attention gives (where torch's softmax alone would give NaN). Scores
- * live in a tile of QRT_MM_R rows only; the scaling and the exponentials run over the whole tile in one loop
- * each (a head of 16 keys: one loop's overhead for 8 rows). */
+/* torch's vector width in its softmax (AVX-512's 16 floats): exp_u20 and lane sums on whole vectors of
+ * keys, then exp in double and a running sum over the last s % 16. */
+#define QRT_TORCH_LANES 16
+
+/* exp(t_j - m) of one row of s scores in place, m their max (finite), and their sum, in torch 2.13's
+ * AVX-512 order (_exp_reduce_sum_fusion_kernel): lane l of 16 sums the p_j with j = l mod 16 of the whole
+ * vectors in order from +0, vec_reduce_all folds the lanes as (l, l + 8), (l, l + 4), (l, l + 2),
+ * (l, l + 1); the last s % 16 take exp in double rounded to float (torch's values: the correctly rounded
+ * ones, measured; not this glibc's expf) and are added one by one. */
+static float qrt_torch_exp_sum(float* restrict t, ptrdiff_t s, float m) {
+    const ptrdiff_t whole = s / QRT_TORCH_LANES * QRT_TORCH_LANES;
+    float acc[QRT_TORCH_LANES] = {0};
+    for (ptrdiff_t j = 0; j < whole; j++)
+        t[j] = qrt_exp_u20(t[j] - m);
+    for (ptrdiff_t j = 0; j < whole; j += QRT_TORCH_LANES)
+        for (int l = 0; l < QRT_TORCH_LANES; l++)
+            acc[l] = acc[l] + t[j + l];
+    for (int half = QRT_TORCH_LANES / 2; half >= 1; half /= 2)
+        for (int l = 0; l < half; l++)
+            acc[l] = acc[l] + acc[l + half];
+    float z = acc[0];
+    for (ptrdiff_t j = whole; j < s; j++) {
+        t[j] = (float)qrt_exp_double(t[j] - m);
+        z = z + t[j];
+    }
+    return z;
+}
+
+/* y (+)= the product of rows [0, rows) of a ([rows, k], row stride lda) and b ([k, n]), as torch's sgemm (MKL)
+ * sums its context product (p v): one chain over k from +0 where k <= QRT_TORCH_GEMM_K, else a chain over the
+ * first ceil(k / 2) and one over the rest, each added to y in turn (measured at k = 385 to 512). `add` 0: y is
+ * the first chain. tmp holds rows * n. */
+#define QRT_TORCH_GEMM_K 384
+static void qrt_torch_gemm_rows(const float* a, ptrdiff_t lda, const float* b, float* restrict y, float* restrict tmp,
+                                int rows, ptrdiff_t k, ptrdiff_t n, int add) {
+    const ptrdiff_t half = k > QRT_TORCH_GEMM_K ? (k + 1) / 2 : k;
+    for (int part = 0; part < (half < k ? 2 : 1); part++) {
+        const ptrdiff_t t0 = part ? half : 0, kt = part ? k - half : half;
+        if (!add && !part) {
+            qrt_mm_rows(a, lda, b, n, y, n, rows, kt, n);
+            continue;
+        }
+        qrt_mm_rows(a + t0, lda, b + t0 * n, n, tmp, n, rows, kt, n);
+        for (ptrdiff_t c = 0; c < rows * n; c++)
+            y[c] = y[c] + tmp[c];
+    }
+}
+
+/* Per query row i, torch 2.13's CPU flash attention for float32 (docs/NUMERICS.md): s_j = the chain q_i . k_j
+ * (its sgemm's sums up to E = 384, measured; above, MKL's are not this); t_j = fl(s_j * scale), or fma(s_j, scale, mask_j) with a float mask (its
+ * compiler contracts the product and sum), then -inf where a bool mask is 0 or, causal, j > i. Then over blocks of QRT_TORCH_KV_BLOCK keys in turn, its online softmax: m' = the
+ * larger of the running max m and the block's; p_j = exp(fl(t_j - m')) and their sum z in torch's AVX-512 order
+ * (qrt_torch_exp_sum); c = glibc's expf(fl(m - m')), Z = fma(c, Z, z), the context so far times c (from the
+ * second block on), plus the block's p_j v_j (its sgemm's sums); m = m'. A block whose m' is -inf takes p_j = 0
+ * and leaves the rest. y_i = fl(context * fl(1 / Z)), Z = 0 taken as 1: a row masked out entirely gives the
+ * chain of 0 * v_j, as torch does. Scores live in a tile of QRT_MM_R rows only. */
+#define QRT_TORCH_KV_BLOCK 512
 static void qrt_attention(const float* q, const float* k, const float* v, const void* mask, int mask_kind,
                           ptrdiff_t mask_stride, float scale, int causal, ptrdiff_t row0, ptrdiff_t l, ptrdiff_t s,
                           ptrdiff_t e, ptrdiff_t ev, float* y, float* scratch) {
-    float* restrict kt = scratch;          /* k transposed, [e][s]: the scores' chains run across keys */
-    float* restrict tile = scratch + e * s; /* QRT_MM_R rows of s scores */
+    float* restrict kt = scratch;                        /* k transposed, [e][s]: the scores run across keys */
+    float* restrict tile = kt + e * s;                    /* QRT_MM_R rows of s scores */
+    float* restrict part = tile + QRT_ATTENTION_ROWS * s; /* QRT_MM_R rows of a partial context */
     for (ptrdiff_t d = 0; d < e; d++) /* written in order, read across k's rows (L=S=128, E=32: 1.5x faster) */
         for (ptrdiff_t j = 0; j < s; j++)
             kt[d * s + j] = k[j * e + d];
     for (ptrdiff_t i0 = 0; i0 < l; i0 += QRT_MM_R) {
         const int rows = l - i0 < QRT_MM_R ? (int)(l - i0) : QRT_MM_R;
         const ptrdiff_t cells = rows * s;
-        float z[QRT_MM_R];
-        int dead[QRT_MM_R];
+        float* restrict yi = y + i0 * ev;
+        float run_max[QRT_MM_R], run_sum[QRT_MM_R];
         qrt_mm_rows(q + i0 * e, e, kt, s, tile, s, rows, e, s);
-        for (ptrdiff_t j = 0; j < cells; j++)
-            tile[j] = tile[j] * scale;
+        if (mask_kind != QRT_MASK_FLOAT)
+            for (ptrdiff_t j = 0; j < cells; j++)
+                tile[j] = tile[j] * scale;
         for (int r = 0; r < rows; r++) {
             float* restrict t = tile + r * s;
             const ptrdiff_t i = i0 + r;
             if (mask_kind == QRT_MASK_FLOAT) {
                 const float* restrict add = (const float*)mask + i * mask_stride;
                 for (ptrdiff_t j = 0; j < s; j++)
-                    t[j] = t[j] + add[j];
+                    t[j] = fmaf(t[j], scale, add[j]);
             } else if (mask_kind == QRT_MASK_BOOL) {
                 const unsigned char* restrict keep = (const unsigned char*)mask + i * mask_stride;
                 for (ptrdiff_t j = 0; j < s; j++)
@@ -138,33 +191,39 @@ static void qrt_attention(const float* q, const float* k, const float* v, const 
             if (causal)
                 for (ptrdiff_t j = row0 + i + 1; j < s; j++)
                     t[j] = -INFINITY;
-            float m;
-            qrt_lane_reduce(QRT_RED_MAX, t, s, 1, 1, 0, &m);
-            /* exp(t_j - m) is +0 from -104 down (qrt_exp_full clamps there): those t_j - m are marked +inf, which
-             * no t_j - m <= 0 can be, and their exp, which overflows, set to +0 after. Computing them would make
-             * subnormal intermediates, which cost x86 a microcode assist per vector (a padding mask of finfo.min
-             * over 64 of 128 keys made a head 2x slower). The same bits. A row masked out entirely (every t_j
-             * -inf) takes t_j - 0: all marked. */
-            dead[r] = m == -INFINITY;
-            const float shift = dead[r] ? 0.0f : m;
-            for (ptrdiff_t j = 0; j < s; j++) {
-                const float d = t[j] - shift;
-                t[j] = d <= -104.0f ? INFINITY : d;
+            run_max[r] = -INFINITY;
+            run_sum[r] = 0.0f;
+        }
+        if (s == 0) /* no key: the context is the empty sum */
+            for (ptrdiff_t c = 0; c < rows * ev; c++)
+                yi[c] = 0.0f;
+        for (ptrdiff_t n0 = 0; n0 < s; n0 += QRT_TORCH_KV_BLOCK) {
+            const ptrdiff_t kb = s - n0 < QRT_TORCH_KV_BLOCK ? s - n0 : QRT_TORCH_KV_BLOCK;
+            for (int r = 0; r < rows; r++) {
+                float* restrict t = tile + r * s + n0;
+                float m;
+                qrt_lane_reduce(QRT_RED_MAX, t, kb, 1, 1, 0, &m);
+                m = run_max[r] > m ? run_max[r] : m;
+                if (m == -INFINITY) {
+                    for (ptrdiff_t j = 0; j < kb; j++)
+                        t[j] = 0.0f;
+                    continue;
+                }
+                const float z = qrt_torch_exp_sum(t, kb, m);
+                const float c = qrt_expf_glibc(run_max[r] - m);
+                run_sum[r] = fmaf(c, run_sum[r], z);
+                run_max[r] = m;
+                if (n0 > 0)
+                    for (ptrdiff_t d = 0; d < ev; d++)
+                        yi[r * ev + d] = yi[r * ev + d] * c;
             }
+            qrt_torch_gemm_rows(tile + n0, s, v + n0 * ev, yi, part, rows, kb, ev, n0 > 0);
         }
-        for (ptrdiff_t j = 0; j < cells; j++)
-            tile[j] = qrt_exp_full(tile[j]);
-        for (ptrdiff_t j = 0; j < cells; j++)
-            tile[j] = tile[j] == INFINITY ? 0.0f : tile[j];
         for (int r = 0; r < rows; r++) {
-            qrt_lane_reduce(QRT_RED_SUM, tile + r * s, s, 1, 1, 0, &z[r]);
-            z[r] = dead[r] ? 1.0f : z[r];
-        }
-        float* restrict yi = y + i0 * ev;
-        qrt_mm_rows(tile, s, v, ev, yi, ev, rows, s, ev);
-        for (int r = 0; r < rows; r++)
+            const float recip = 1.0f / (run_sum[r] == 0.0f ? 1.0f : run_sum[r]);
             for (ptrdiff_t d = 0; d < ev; d++)
-                yi[r * ev + d] = yi[r * ev + d] / z[r];
+                yi[r * ev + d] = yi[r * ev + d] * recip;
+        }
     }
 }
 
