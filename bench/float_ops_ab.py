@@ -10,12 +10,12 @@ round's median time per call, in microseconds.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
+
+from harness import ab_builds
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHAPES = [(1, 128, 1536), (32, 128, 1536), (1, 128, 384), (32, 128, 384)]
@@ -64,25 +64,11 @@ def one_round(threads: list[int]) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--build", action="append", required=True, help="NAME=PATH of a checkout built in place")
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--json", help="write the medians here")
-    parser.add_argument("--one-round", action="store_true", help=argparse.SUPPRESS)  # the child process
-    args = parser.parse_args()
-    if args.one_round:
-        print(json.dumps(one_round(args.threads)))
+    parsed = ab_builds(__file__, __doc__, [1, 2], one_round)
+    if parsed is None:  # the child process: it printed its round
         return
+    args, runs = parsed
     builds = dict(b.split("=", 1) for b in args.build)
-    runs: dict[str, list[dict]] = {name: [] for name in builds}
-    for r in range(args.rounds):
-        for name, path in builds.items():
-            env = {**os.environ, "PYTHONPATH": os.path.abspath(path)}
-            cmd = [sys.executable, __file__, "--one-round", "--build", "x=x", "--threads", *map(str, args.threads)]
-            p = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-            runs[name].append(json.loads(p.stdout.strip().splitlines()[-1]))
-            print(f"round {r + 1}/{args.rounds}: {name} done", file=sys.stderr, flush=True)
     ts = [str(t) for t in args.threads]
     print(f"{'case (us per call)':34s}" + "".join(f"{f'{n} {t}thr':>14s}" for t in ts for n in builds))
     summary: dict = {}

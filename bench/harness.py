@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from typing import Callable
 
@@ -112,3 +115,30 @@ def fmt_time(seconds: float) -> str:
 def write_json(path: str, payload: dict) -> None:
     with open(path, "w") as f:
         json.dump(payload, f, indent=1)
+
+
+def ab_builds(script: str, doc: str, default_threads: list[int],
+              one_round: Callable[[list[int]], dict]) -> tuple[argparse.Namespace, dict[str, list[dict]]] | None:
+    """The A/B runner of two or more in-place builds of qrt (--build NAME=PATH): each build runs `script
+    --one-round` in its own process (one_round(threads) -> JSON), the builds alternating round by round so that
+    all see the same machine load. Returns the arguments and name -> each round's results, or None in the child."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build", action="append", required=True, help="NAME=PATH of a checkout built in place")
+    parser.add_argument("--threads", type=int, nargs="+", default=default_threads)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", help="write the medians here")
+    parser.add_argument("--one-round", action="store_true", help=argparse.SUPPRESS)  # the child process
+    args = parser.parse_args()
+    if args.one_round:
+        print(json.dumps(one_round(args.threads)))
+        return None
+    builds = dict(b.split("=", 1) for b in args.build)
+    runs: dict[str, list[dict]] = {name: [] for name in builds}
+    for r in range(args.rounds):
+        for name, path in builds.items():
+            env = {**os.environ, "PYTHONPATH": os.path.abspath(path)}
+            cmd = [sys.executable, script, "--one-round", "--build", "x=x", "--threads", *map(str, args.threads)]
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+            runs[name].append(json.loads(p.stdout.strip().splitlines()[-1]))
+            print(f"round {r + 1}/{args.rounds}: {name} done", file=sys.stderr, flush=True)
+    return args, runs
