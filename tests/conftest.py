@@ -2,6 +2,7 @@
 
 import pytest
 
+import qrt
 from qrt import _kernels as K
 
 RUNNABLE = [name for name, ok in K.kernel_variants().items() if ok]  # the kernel variants this CPU runs
@@ -14,3 +15,15 @@ def variant(request):
     before = K._use_variant(request.param)
     yield request.param
     K._use_variant(before)
+
+
+@pytest.fixture(params=[1, 2, 3], ids=["1thread", "2threads", "3threads"])
+def threads(request):
+    """Run with this many threads, splitting even the smallest call into one task a row: a result must not
+    depend on the split."""
+    before = qrt.get_num_threads()
+    qrt.set_num_threads(request.param)
+    floors = K._set_min_work(1, 1, 1)
+    yield request.param
+    K._set_min_work(*floors)
+    qrt.set_num_threads(before)

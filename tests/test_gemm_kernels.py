@@ -39,17 +39,6 @@ RUNNABLE = [name for name, ok in K.kernel_variants().items() if ok]
 
 
 
-@pytest.fixture(params=[1, 2, 3], ids=["1thread", "2threads", "3threads"])
-def threads(request):
-    """Run with this many threads, splitting even the smallest product."""
-    before = qrt.get_num_threads()
-    qrt.set_num_threads(request.param)
-    floors = K._set_min_work(1, 1, 1)
-    yield request.param
-    K._set_min_work(*floors)
-    qrt.set_num_threads(before)
-
-
 def _u8s8(x, x_zp, w, w_zp):
     m, n = x.shape[0], w.shape[0]
     want = np.empty((m, n), np.int32)

@@ -196,17 +196,6 @@ def _builds() -> dict[str, str]:
 BUILDS = _builds()
 
 
-@pytest.fixture(params=[1, 3], ids=["1thread", "3threads"])
-def threads(request):
-    """With this many threads, splitting even the smallest call into one task a row."""
-    before = qrt.get_num_threads()
-    qrt.set_num_threads(request.param)
-    floors = K._set_min_work(1, 1, 1)
-    yield request.param
-    K._set_min_work(*floors)
-    qrt.set_num_threads(before)
-
-
 def _every_build(tmp_path, op, inputs: dict, attrs: dict | None = None) -> dict[str, np.ndarray]:
     """The op's output under every build (a model loaded under each variant)."""
     out = {}
