@@ -76,3 +76,21 @@ def cell_model_file(path, kind: str, qcell, engine: str | None = None) -> None:
     out = g.node(f"{kind[:3] if kind.startswith('rnn') else kind}_cell_dynamic", ports, attrs, name="cell")
     g.output(*(out if isinstance(out, tuple) else (out,)), as_tuple=kind == "lstm")
     g.save(path)
+
+
+def convert_both_ways(tmp_path, factory: str, shapes: list[str], option: str, ways: tuple[str, str],
+                      **kwargs) -> tuple[bytes, bytes]:
+    """The files tools.convert writes for one checkpoint of factory ("module:function") with option (frontend,
+    quantizer) set each of two ways, in that order; each result must say it took its way."""
+    from tools.convert import convert
+
+    module, _, name = factory.partition(":")
+    ckpt = str(tmp_path / "model.pt")
+    torch.save(getattr(__import__(module), name)().state_dict(), ckpt)
+    out = []
+    for way in ways:
+        path = tmp_path / f"{way}.qrt"
+        result = convert(ckpt, path, model=factory, input_shapes=shapes, **{option: way}, **kwargs)
+        assert getattr(result, option) == way
+        out.append(path.read_bytes())
+    return out[0], out[1]

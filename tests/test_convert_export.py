@@ -15,6 +15,7 @@ import models
 import numpy as np
 import pytest
 import torch
+from qrt_testing import convert_both_ways
 from torch import nn
 from torch.ao.quantization import quantize_dynamic
 
@@ -35,16 +36,7 @@ def calib_npz(tmp_path_factory) -> str:
 
 def _both(tmp_path, factory: str, shapes: list[str], **kwargs) -> tuple[bytes, bytes]:
     """The files the FX and the export front ends write for one checkpoint."""
-    module, _, name = factory.partition(":")
-    ckpt = str(tmp_path / "model.pt")
-    torch.save(getattr(__import__(module), name)().state_dict(), ckpt)
-    out = {}
-    for frontend in ("fx", "export"):
-        path = tmp_path / f"{frontend}.qrt"
-        result = convert(ckpt, path, model=factory, input_shapes=shapes, frontend=frontend, **kwargs)
-        assert result.frontend == frontend
-        out[frontend] = path.read_bytes()
-    return out["fx"], out["export"]
+    return convert_both_ways(tmp_path, factory, shapes, "frontend", ('fx', 'export'), **kwargs)
 
 
 # The converter tests' models (tests/models.py, tests/test_convert_models.py) that both front ends read.

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from qrt_testing import convert_both_ways
 from torch import nn
 
 from tools import qrt_backend
@@ -46,16 +47,7 @@ def _rules(tmp_path, name: str, body: str) -> str:
 
 def _both(tmp_path, factory: str, shapes: list[str], **kwargs) -> tuple[bytes, bytes]:
     """The files the FX and the pt2e flows write for one checkpoint."""
-    module, _, name = factory.partition(":")
-    ckpt = str(tmp_path / "model.pt")
-    torch.save(getattr(__import__(module), name)().state_dict(), ckpt)
-    out = {}
-    for quantizer in ("fx", "pt2e"):
-        path = tmp_path / f"{quantizer}.qrt"
-        result = convert(ckpt, path, model=factory, input_shapes=shapes, quantizer=quantizer, **kwargs)
-        assert result.quantizer == quantizer
-        out[quantizer] = path.read_bytes()
-    return out["fx"], out["pt2e"]
+    return convert_both_ways(tmp_path, factory, shapes, "quantizer", ('fx', 'pt2e'), **kwargs)
 
 
 class FunctionalReLU(nn.Module):
