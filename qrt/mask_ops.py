@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import tensor_moves
 from .cpu.types import Prepare, Step
 from .graph import Node
 from .ops import COMPARISONS
@@ -57,8 +58,7 @@ def implementations(
     size, what)`` raises (or has the run raise) the ValueError for indices outside [0, size)."""
 
     def contiguous(a: Any) -> Any:
-        a = array_library().asarray(a)
-        return a if a.flags.c_contiguous else a.copy()
+        return tensor_moves.contiguous_of(array_library(), a)
 
     def binary(op: str) -> Prepare:
         """A comparison or logical and / or, with numpy broadcasting: bool."""

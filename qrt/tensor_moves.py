@@ -18,13 +18,19 @@ from .graph import Node
 from .ops import flattened, reshaped
 
 
+def contiguous_of(xp: Any, a: Any) -> Any:
+    """a as an array of the library xp (numpy or CuPy) in C order: itself where it already is
+    (xp.ascontiguousarray would make a 0-d array 1-d)."""
+    a = xp.asarray(a)
+    return a if a.flags.c_contiguous else a.copy()
+
+
 def implementations(array_library: Callable[[], Any]) -> dict[str, Prepare]:
     """The ops' preparations over the array library that ``array_library()`` returns (imported when
     a step first runs: CuPy only once a GPU model runs)."""
 
     def contiguous(a: Any) -> Any:
-        a = array_library().asarray(a)
-        return a if a.flags.c_contiguous else a.copy()  # ascontiguousarray would make a 0-d array 1-d
+        return contiguous_of(array_library(), a)
 
     def select(node: Node, c: Mapping[str, np.ndarray]) -> Step:
         dim, index = node.attrs["dim"], node.attrs["index"]

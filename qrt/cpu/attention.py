@@ -15,12 +15,14 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from .. import _kernels as K
+from .. import tensor_moves
 from ..graph import Node
 from .types import Prepare, Step
 
 
-def _contiguous(a: np.ndarray) -> np.ndarray:
-    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+def _flat(a: np.ndarray) -> np.ndarray:
+    """a's elements in C order as one dimension, copied only where a is not contiguous."""
+    return tensor_moves.contiguous_of(np, a).reshape(-1)
 
 
 def broadcast_batch(named: Mapping[str, tuple]) -> tuple:
@@ -126,7 +128,7 @@ def _matmul(node: Node, c: Mapping[str, np.ndarray]) -> Step:
     def step(a, b):
         p = sizes(a.shape, b.shape)
         y = np.empty(p.batch + (p.m, p.n), np.float32)
-        kernel.matmul(_contiguous(a).reshape(-1), p.a_off, _contiguous(b).reshape(-1), p.b_off,
+        kernel.matmul(_flat(a), p.a_off, _flat(b), p.b_off,
                       y.reshape(-1, p.m, p.n), p.k)
         return (y,)
 
@@ -139,12 +141,12 @@ def _attention(node: Node, c: Mapping[str, np.ndarray]) -> Step:
     def step(q, k, v, mask=None):
         h = sizes(q.shape, k.shape, v.shape, None if mask is None else mask.shape)
         if mask is not None:
-            mask = _contiguous(np.broadcast_to(mask, h.repeat) if h.repeat else mask)
+            mask = tensor_moves.contiguous_of(np, np.broadcast_to(mask, h.repeat) if h.repeat else mask)
         y = np.empty(h.batch + (h.lq, h.ev), np.float32)
         kernel.attention(
-            _contiguous(q).reshape(-1), h.q_off, _contiguous(k).reshape(-1), h.k_off, _contiguous(v).reshape(-1),
-            h.v_off, mask, h.m_off, h.stride, default_scale(h.e) if scale is None else np.float32(scale), causal,
-            y.reshape(-1, h.lq, h.ev), h.s, h.e,
+            _flat(q), h.q_off, _flat(k), h.k_off,
+            _flat(v), h.v_off, mask, h.m_off, h.stride,
+            default_scale(h.e) if scale is None else np.float32(scale), causal, y.reshape(-1, h.lq, h.ev), h.s, h.e,
         )
         return (y,)
 

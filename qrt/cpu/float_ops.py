@@ -15,12 +15,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from .. import _kernels as K
+from .. import tensor_moves
 from ..graph import Node
 from .types import Prepare, Step
-
-
-def _contiguous(a: np.ndarray) -> np.ndarray:
-    return a if a.flags.c_contiguous else a.copy()  # np.ascontiguousarray would make a 0-d array 1-d
 
 
 def _view(shape: tuple, start: int, stop: int) -> tuple[int, int, int]:
@@ -42,7 +39,7 @@ def _unary(op: str) -> Prepare:
 
         def step(x):
             y = np.empty(x.shape, np.float32)
-            kernel.unary(name, _contiguous(x).reshape(-1), y.reshape(-1))
+            kernel.unary(name, tensor_moves.contiguous_of(np, x).reshape(-1), y.reshape(-1))
             return (y,)
 
         return step
@@ -71,7 +68,7 @@ def _binary(op: str) -> Prepare:
 
         def step(a, b):
             y = np.empty(_broadcast_shape(a.shape, b.shape), np.float32)
-            kernel.binary(op, _contiguous(a), _contiguous(b), y)
+            kernel.binary(op, tensor_moves.contiguous_of(np, a), tensor_moves.contiguous_of(np, b), y)
             return (y,)
 
         return step
@@ -86,7 +83,7 @@ def _softmax(log: bool) -> Prepare:
         def step(x):
             view = _view(x.shape, dim, dim + 1)
             y = np.empty(x.shape, np.float32)
-            kernel.softmax(log, _contiguous(x).reshape(view), y.reshape(view))
+            kernel.softmax(log, tensor_moves.contiguous_of(np, x).reshape(view), y.reshape(view))
             return (y,)
 
         step.kernel = kernel  # for the execution plan
@@ -110,7 +107,7 @@ def _reduce(mean: bool) -> Prepare:
 
         def step(x):
             if adjacent:
-                view, src = _view(x.shape, dims[0], dims[-1] + 1), _contiguous(x)
+                view, src = _view(x.shape, dims[0], dims[-1] + 1), tensor_moves.contiguous_of(np, x)
             else:
                 kept = [d for d in range(x.ndim) if d not in dims]
                 src = np.ascontiguousarray(x.transpose(kept + dims))
@@ -142,7 +139,7 @@ def _layer_norm(node: Node, c: Mapping[str, np.ndarray]) -> Step:
             )
         rows, n = math.prod(lead), math.prod(tail)
         y = np.empty(x.shape, np.float32)
-        kernel.layer_norm(_contiguous(x).reshape(rows, n), w, b, eps, y.reshape(rows, n))
+        kernel.layer_norm(tensor_moves.contiguous_of(np, x).reshape(rows, n), w, b, eps, y.reshape(rows, n))
         return (y,)
 
     return step
