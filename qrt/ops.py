@@ -535,7 +535,8 @@ OPS: dict[str, OpSpec] = {
         *(
             OpSpec(
                 f"{kind}_{family}",
-                f"a whole {kind.upper()} sequence, {linears}: num_layers, optional bidirectional, time loop compiled",
+                f"a whole {kind.upper()} sequence: num_layers, optional bidirectional, time loop compiled"
+                + ("" if family == "dynamic" else f"; {linears}"),
                 (
                     Port("x", _F32),
                     *(Port(f"{s}0", _F32, optional=True) for s in states),
