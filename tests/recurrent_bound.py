@@ -14,14 +14,16 @@ most twice that. Notation: u = 2^-24, gamma(n) = n u / (1 - n u). For one implem
 - an activation a = act(z) is within L dz + EPS_ACT, L the largest |act'| on [z - dz, z + dz] (sigmoid's
   and tanh's derivatives peak at 0, so L is taken at the point of that interval nearest 0) and EPS_ACT
   the activation's own error: qrt's sigmoid is within 2.5 ulp and tanh 1.35 ulp (docs/NUMERICS.md section 8),
-  torch's within 2 ulp (section 2); 3 ulp of a result in [0.5, 1) covers both, absolutely, on [-1, 1];
+  ATen's within 2 ulp (section 2), oneDNN's (torch's LSTM) taken to be as good; 3 ulp of a result in [0.5, 1)
+  covers them, absolutely, on [-1, 1];
 - products and sums round once each (u |value|), and a product of two inexact factors a~ b~ is within
   |a| e_b + |b| e_a + e_a e_b of a b: so LSTM's c' = f c + i g, h' = o tanh(c') and GRU's
   n = tanh(i_n + r h_n), h' = (h - n) z + n carry their factors' bounds exactly, not to first order.
 
-Each step's bound feeds the next step's e_h (and e_c), each layer's outputs the next layer's e_x. The bound is
-worst-case in every sign, so it grows with the steps (by up to the row sums of |W_hh| times L a step): it is
-tight over the few steps the tests run, and a guarantee, never a guess, over any.
+Each step's bound feeds the next step's e_h (and e_c), each layer's outputs the next layer's e_x. It is a
+guarantee, not an estimate, and loose: gamma(n) S is the worst case of any summation order (400 to 1000 times
+what one step measures), and over T steps it is worst-case in every sign, growing by up to the row sums of
+|W_hh| times L a step. The tests run few steps and print what they measure.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 qrt runs each linear as linear_float's fixed chain of fmas and the gates with its own sigmoid and tanh; torch
 runs MKL's and oneDNN's products (their own orders) and activations of their own. Neither is exact, so the
 tolerance is the bound of tests/recurrent_bound.py, computed per element from the case's exact values: each side
-within it of the exact result, the two within twice it. It is worst-case in every sign, so it is compared on
-few steps, where it stays within about an order of magnitude of what is measured (printed).
+within it of the exact result, the two within twice it. It is a guarantee, far above what is measured (the
+worst case of any summation order, and of every sign over the steps): the tests run few steps and print what
+they measure; docs/NUMERICS.md section 2.1 gives the figures.
 """
 
 from __future__ import annotations
