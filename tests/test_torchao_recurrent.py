@@ -5,8 +5,8 @@ Tolerances: the float layer is held to twice the bound of tests/recurrent_bound.
 it of the exact layer; docs/NUMERICS.md). After it, Int8DynamicActivationInt8WeightConfig's head quantizes its
 input per row, so one last-bit difference there can move a rounding by a whole step: the head is held to
 torchao's bits on qrt's own input to it (tolerance 0, tests/test_torchao.py). Int8WeightOnlyConfig's head is
-linear in its input, so the whole forward is held to the head's reordering bound plus the layer's bound carried
-through |W| (weight_only_bound).
+linear in its input, so the whole forward is held to the head's reordering bound plus the recurrent layers'
+bounds carried through |W| (weight_only_bound).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from recurrent_bound import layer_bound
+from recurrent_bound import layer_bound, step
 from test_torchao import weight_only_bound
 from torch import nn
 from torchao.quantization import Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig, quantize_
@@ -106,16 +106,43 @@ def test_dynamic_model_with_float_recurrent_layer(tmp_path, kind):
     print(f"{kind}: float layer max |qrt - torch| {worst:.3g}")
 
 
-def test_weight_only_model_whole_forward_within_bound(tmp_path):
-    """The whole forward: the head's reordering bound for torch's input, plus the layer's bound through it."""
-    net = _quantized("lstm", Int8WeightOnlyConfig())
-    convert(_saved_program(tmp_path, net), tmp_path / "w.qrt", trust_checkpoint=True)
-    assert [n.op for n in qrt.load(tmp_path / "w.qrt").graph.nodes] == ["lstm_float", "linear_dynamic", "mul", "add"]
-    for batch in (1, 5):
-        x = (np.random.default_rng(batch).standard_normal((batch, 6, 13)) * 2).astype(np.float32)
+class StatefulTagger(nn.Module):
+    """An LSTM from given states, a GRUCell on its last output from a given state, a Linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn, self.cell, self.head = nn.LSTM(5, 7, batch_first=True), nn.GRUCell(7, 6), nn.Linear(6, 3)
+
+    def forward(self, x, h0, c0, hc):
+        y, _ = self.rnn(x, (h0, c0))
+        return self.head(self.cell(y[:, -1], hc))
+
+
+def test_weight_only_model_with_states_and_a_cell_whole_forward_within_bound(tmp_path):
+    """A .pt2 whose recurrent ops take the program's inputs as states (aten.lstm, aten.gru_cell): the whole
+    forward within the head's reordering bound for torch's input to it, plus the recurrent layers' bounds
+    carried through it."""
+    torch.manual_seed(5)
+    net = StatefulTagger().eval()
+    quantize_(net, Int8WeightOnlyConfig())
+    batch = torch.export.Dim("batch")
+    example = (torch.randn(3, 4, 5), torch.randn(1, 3, 7), torch.randn(1, 3, 7), torch.randn(3, 6))
+    ep = torch.export.export(net, example, dynamic_shapes=({0: batch}, {1: batch}, {1: batch}, {0: batch}))
+    torch.export.save(ep, tmp_path / "s.pt2")
+    convert(tmp_path / "s.pt2", tmp_path / "s.qrt", trust_checkpoint=True)
+    ops = [n.op for n in qrt.load(tmp_path / "s.qrt").graph.nodes]
+    assert ops == ["lstm_float", "select", "gru_cell_float", "linear_dynamic", "mul", "add"]
+    w = {f"{what}_{side}": getattr(net.cell, f"{what}_{side}").detach().double().numpy()
+         for what in ("weight", "bias") for side in ("ih", "hh")}
+    rng = np.random.default_rng(6)
+    seen = {}
+    net.head.register_forward_hook(lambda m, a, out: seen.update(h=a[0].numpy()))  # torch's input to the head
+    for b in (1, 5):
+        x, h0, c0, hc = (rng.standard_normal(shape).astype(np.float32)
+                         for shape in ((b, 4, 5), (1, b, 7), (1, b, 7), (b, 6)))
         with torch.no_grad():
-            y = net.rnn(torch.from_numpy(x))[0].numpy()
-            want = net(torch.from_numpy(x)).numpy()
-        _, (e_y, *_) = layer_bound("lstm", net.rnn, x)
-        got = qrt.run(tmp_path / "w.qrt", x)
-        assert np.all(np.abs(got.astype(np.float64) - want) <= weight_only_bound(net.head, y, 2 * e_y))
+            want = net(*map(torch.from_numpy, (x, h0, c0, hc))).numpy()
+        (y, *_), (e_y, *_) = layer_bound("lstm", net.rnn, x, h0, c0)
+        _, e_h, *_ = step("gru", w, y[:, -1], e_y[:, -1], hc.astype(np.float64), np.zeros_like(hc, np.float64))
+        got = qrt.run(tmp_path / "s.qrt", [x, h0, c0, hc])
+        assert np.all(np.abs(got.astype(np.float64) - want) <= weight_only_bound(net.head, seen["h"], 2 * e_h))
