@@ -391,7 +391,8 @@ def build_file(meta: dict, arrays: dict[str, np.ndarray], align: int = qrt.forma
 def plain_file(data: bytes, version: int) -> bytes:
     """A file's model as a version 1, 2 or 3 writer wrote it: packed matrices unpacked to [n, k], their row
     sums dropped, no qrt.packed or qrt.data_checksum, tensors widest first (ties by name) with no gaps, the
-    header padded to a multiple of 8, qrt.data_sha256."""
+    header padded to a multiple of 8, qrt.data_sha256. A later version: the same, with that version's checksum
+    (from version 4 packing is optional)."""
     meta, arrays = stored_arrays(data)
     for name, spec in json.loads(meta.pop(qrt.format.META_PACKED, "{}")).items():
         arrays.pop(spec.get("row_sums"), None)
