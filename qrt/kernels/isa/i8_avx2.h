@@ -18,17 +18,27 @@ typedef __m256i i8_x;
  * vpmaddwd then sums pairs exactly (2 * 255 * 128 < 2^31): lane 2c + h holds column c, k pair h.
  * (vpmaddubsw would saturate the pair sums to int16 with 8-bit activations.) */
 #define I8_LOADW(p) _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(p)))
-#define I8_SETX(word) _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128((int)(word))))
+/* x: a broadcast from memory, then one vpshufb puts byte t in word t of each 64 bits (-1 in the mask: a zero
+ * byte), where a move to a vector, vpmovzxbw and vpbroadcastq took three port-5 shuffles */
+#define I8_SETX(word)                                                                                               \
+    _mm256_shuffle_epi8(_mm256_set1_epi32((int)(word)),                                                         \
+                        _mm256_setr_epi8(0, -1, 1, -1, 2, -1, 3, -1, 0, -1, 1, -1, 2, -1, 3, -1, 0, -1, 1, -1, 2, \
+                                         -1, 3, -1, 0, -1, 1, -1, 2, -1, 3, -1))
 #define I8_DOT(acc, x, w) _mm256_add_epi32((acc), _mm256_madd_epi16((x), (w)))
+/* The exact product from weights widened once per panel slice (gemm_i8.h, I8_WIDE): a plain load each, so a
+ * row's 4 accumulators take one vpmaddwd and one vpaddd per 16 products; 3 rows keep 12 accumulators, x
+ * and the shuffle mask in the registers. */
+#define I8_WIDE 1
+#define I8_WIDE_ROWS 2
+#define I8_WIDE_LOADW(p) _mm256_loadu_si256((const __m256i*)(p))
 /* 4 partial sums back into pair form: (c, 0) per column */
 #define I8_LOADC(p) _mm256_cvtepu32_epi64(_mm_loadu_si128((const __m128i*)(p)))
 #define I8_OFFSET(p, f) _mm256_cvtepu32_epi64(_mm_mullo_epi32(_mm_loadu_si128((const __m128i*)(p)), _mm_set1_epi32(f)))
 #define I8_ADD(a, b) _mm256_add_epi32((a), (b)) /* pair forms add lane by lane */
-QRT_INLINE void I8_STORE(int32_t* out, i8_acc acc) {
-    int32_t pairs[8];
-    _mm256_storeu_si256((__m256i*)pairs, acc);
-    for (int c = 0; c < 4; c++)
-        out[c] = (int32_t)((uint32_t)pairs[2 * c] + (uint32_t)pairs[2 * c + 1]);
+QRT_INLINE void I8_STORE(int32_t* out, i8_acc acc) { /* lane 2c + lane 2c + 1 (wrapping), lanes 0, 2, 4, 6 */
+    const __m256i sums = _mm256_add_epi32(acc, _mm256_srli_epi64(acc, 32));
+    const __m256i even = _mm256_permutevar8x32_epi32(sums, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6));
+    _mm_storeu_si128((__m128i*)out, _mm256_castsi256_si128(even));
 }
 
 /* vpmaddubsw sums two u8 x s8 products into int16 with saturation; with x <= 128 the sum lies in
