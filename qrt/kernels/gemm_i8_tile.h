@@ -69,10 +69,12 @@ QRT_INLINE void T_FINISH(const i8_out* out, ptrdiff_t r, ptrdiff_t col, T_ACC ac
 
 /* c[r][col] = start[col] + sum over the k of groups [g0, g1) of (x[r][t] - I8_XBIAS) * panel column col,
  * for the r < mr rows of one x tile: row r's group g at xtile + g * xs + 4 * r; the panel's strips are
- * ss bytes apart; start is init[col] * f (one row, shared by all rows) or, when init is NULL, c itself
- * (continuing an earlier slice). c rows are I8_NR apart; with out (the last slice), the rows go to out instead. */
+ * ss bytes apart (where T_AT reads them so); start is init[col] * f (one row, shared by all rows) or, when init is
+ * NULL, c itself (continuing an earlier slice). c rows are I8_NR apart; with out (the last slice), the rows go to out
+ * instead. */
 QRT_INLINE void T_TILE(const uint8_t* xtile, ptrdiff_t xs, const int mr, const int8_t* panel, ptrdiff_t ss,
                        ptrdiff_t g0, ptrdiff_t g1, const int32_t* init, int32_t f, int32_t* c, const i8_out* out) {
+    (void)ss;
     static const int32_t zeros[I8_NR];
     const int sums = T_SUMS(mr);
     T_ACC acc[4][T_ROWS][T_NV], start[T_NV];
