@@ -146,7 +146,7 @@ typedef struct {
 #endif
 
 /* Where the ISA's exact product widens each weight in the loop (I8_WIDE: AVX2's vpmovsxbw, a port-5 shuffle for
- * every 4 multiply-adds of a 2-row tile), a flavour that reads a panel's slice widened once into a buffer
+ * every 2 vpmaddwd of a 2-row tile), a flavour that reads a panel's slice widened once into a buffer
  * (i8_widen), shared by all the row tiles of a block: its products take their weights straight from L1. Same
  * sums, same order; only where the weights come from differs. AVX2, 8-bit activations, one thread (shared
  * Sapphire Rapids VM): M=64 K=N=256 100 -> 75 us, M=32 K=64 N=512 39 -> 27 us, M=8 K=N=256 13.1 -> 10.9 us. */
@@ -177,8 +177,8 @@ typedef struct {
 #define T_PREFETCH 0
 #include "gemm_i8_tile.h"
 
-/* Groups [g0, g1) of one strip's packed weights (ss unused: one strip), each byte as an int16 in the same order:
- * what I8_LOADW would make of them, once for every tile that reads them. */
+/* Groups [g0, g1) of one strip's packed weights, each byte as an int16 in the same order: what I8_LOADW would
+ * make of them, once for every tile that reads them. */
 static void i8_widen(const int8_t* strip, ptrdiff_t g0, ptrdiff_t g1, int16_t* wide) {
     const int8_t* w = strip + g0 * QRT_STRIP * 4;
     for (ptrdiff_t t = 0; t < (g1 - g0) * QRT_STRIP * 4; t++)

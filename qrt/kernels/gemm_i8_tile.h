@@ -74,12 +74,12 @@ QRT_INLINE void T_FINISH(const i8_out* out, ptrdiff_t r, ptrdiff_t col, T_ACC ac
  * instead. */
 QRT_INLINE void T_TILE(const uint8_t* xtile, ptrdiff_t xs, const int mr, const int8_t* panel, ptrdiff_t ss,
                        ptrdiff_t g0, ptrdiff_t g1, const int32_t* init, int32_t f, int32_t* c, const i8_out* out) {
-    (void)ss;
     static const int32_t zeros[I8_NR];
     const int sums = T_SUMS(mr);
     T_ACC acc[4][T_ROWS][T_NV], start[T_NV];
     ptrdiff_t g;
     int r, v, s;
+    (void)ss; /* where T_AT has no use for it */
     if (init)
         QRT_UNROLL for (v = 0; v < T_NV; v++)
             start[v] = T_OFFSET(init + v * T_COLS, f);
