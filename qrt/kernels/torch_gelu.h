@@ -13,29 +13,35 @@
 #define QRT_GELU_POLYS 24
 
 /* gelu_erf_minimax_pol's coefficients by degree (0 to 5), polynomials 1 to 24 (the kernel's index 0 is never
- * taken: its index is clamped to [1, 24]); the bits of oneDNN's table */
+ * taken: its index is clamped to [1, 24]); oneDNN's table, exactly (float hex literals) */
 #if defined(__CUDACC__)
 __device__
 #endif
-static const unsigned qrt_gelu_coeffs[6][QRT_GELU_POLYS] = {
-    {0x32827792, 0x3381cc0c, 0x34523d4a, 0x351ac44d, 0x35f36d88, 0x36ee8229, 0x37b8a3bb, 0x3867a213,
-     0x3940033b, 0x3a2a5a1d, 0x3ae35863, 0x3b7828f2, 0x3c08b14b, 0x3c515ed3, 0xbb503236, 0xbd8d8e5e,
-     0xbe8abcd9, 0xbf0c19a2, 0xbeccb328, 0x3e176ced, 0x3f470d99, 0x3f7abb28, 0x3f800000, 0x00000000},
-    {0x3f4c421f, 0x3f4c4207, 0x3f4c41cb, 0x3f4c413b, 0x3f4c3fad, 0x3f4c3a2f, 0x3f4c2d40, 0x3f4c146a,
-     0x3f4bc341, 0x3f4ad08c, 0x3f48f8cf, 0x3f45fac7, 0x3f404e07, 0x3f3b980f, 0x3f48dff3, 0x3f78b21b,
-     0x3fbb0704, 0x40019c32, 0x3fe536d6, 0x3f81331e, 0x3e6c8684, 0x3c98f936, 0x00000000, 0x3f800000},
-    {0x3735e4cf, 0x37f2ff89, 0x388c23be, 0x3917535c, 0x39ab2ab0, 0x3a60fadb, 0x3af9b960, 0x3b6e5491,
-     0x3c0a4ec5, 0x3ca5aa8c, 0x3d2138d9, 0x3d8737d4, 0x3ddfb660, 0x3e0f27ab, 0x3d94004b, 0xbe0efdeb,
-     0xbf1d96c3, 0xbf89db58, 0xbf6d9897, 0xbef69fb8, 0xbdc4f8a8, 0xbbde6422, 0x00000000, 0x00000000},
-    {0xbe084570, 0xbe08639b, 0xbe089837, 0xbe08f409, 0xbe09ab95, 0xbe0b66d0, 0xbe0e400a, 0xbe124df8,
-     0xbe1bde02, 0xbe2f19c9, 0xbe4931bf, 0xbe685fbc, 0xbe89c95f, 0xbe96cbca, 0xbe8044aa, 0xbe0550f2,
-     0x3dcfd6a1, 0x3e94c826, 0x3e79345f, 0x3decec91, 0x3ca46568, 0x3aa1e00a, 0x00000000, 0x00000000},
-    {0x39f097a3, 0x3a5845dc, 0x3ab1fa35, 0x3b0cefb8, 0x3b653ab6, 0x3bcae527, 0x3c221712, 0x3c6c5840,
-     0x3cc0a703, 0x3d1dcc19, 0x3d63656d, 0x3d955907, 0x3dbf9910, 0x3dd53f69, 0x3db7dcef, 0x3d639ebe,
-     0xba6ede48, 0xbd22be69, 0xbd041cf1, 0xbc64f5ab, 0xbb097a32, 0xb8ebf380, 0x00000000, 0x00000000},
-    {0x3c9b6050, 0x3c978d11, 0x3c92e850, 0x3c8d058b, 0x3c848454, 0x3c6cd623, 0x3c4c824b, 0x3c2a7935,
-     0x3be0b390, 0x3b0651ac, 0xbb232f53, 0xbbd42fa0, 0xbc2c5366, 0xbc492c9e, 0xbc2a7aa6, 0xbbd55d04,
-     0xba823a76, 0x3b102aa8, 0x3ae25a7e, 0x3a31f792, 0x38b84375, 0x3689bb5a, 0x00000000, 0x00000000},
+static const float qrt_gelu_coeffs[6][QRT_GELU_POLYS] = {
+    {0x1.04ef24p-26f, 0x1.039818p-24f, 0x1.a47a94p-23f, 0x1.35889ap-21f, 0x1.e6db1p-20f, 0x1.dd0452p-18f,
+     0x1.714776p-16f, 0x1.cf4426p-15f, 0x1.800676p-13f, 0x1.54b43ap-11f, 0x1.c6b0c6p-10f, 0x1.f051e4p-9f,
+     0x1.116296p-7f, 0x1.a2bda6p-7f, -0x1.a0646cp-9f, -0x1.1b1cbcp-4f, -0x1.1579b2p-2f, -0x1.183344p-1f,
+     -0x1.99665p-2f, 0x1.2ed9dap-3f, 0x1.8e1b32p-1f, 0x1.f5765p-1f, 0x1p+0f, 0.0f},
+    {0x1.98843ep-1f, 0x1.98840ep-1f, 0x1.988396p-1f, 0x1.988276p-1f, 0x1.987f5ap-1f, 0x1.98745ep-1f,
+     0x1.985a8p-1f, 0x1.9828d4p-1f, 0x1.978682p-1f, 0x1.95a118p-1f, 0x1.91f19ep-1f, 0x1.8bf58ep-1f,
+     0x1.809c0ep-1f, 0x1.77301ep-1f, 0x1.91bfe6p-1f, 0x1.f16436p-1f, 0x1.760e08p+0f, 0x1.033864p+1f,
+     0x1.ca6dacp+0f, 0x1.02663cp+0f, 0x1.d90d08p-3f, 0x1.31f26cp-6f, 0.0f, 0x1p+0f},
+    {0x1.6bc99ep-17f, 0x1.e5ff12p-16f, 0x1.18477cp-14f, 0x1.2ea6b8p-13f, 0x1.56556p-12f, 0x1.c1f5b6p-11f,
+     0x1.f372cp-10f, 0x1.dca922p-9f, 0x1.149d8ap-7f, 0x1.4b5518p-6f, 0x1.4271b2p-5f, 0x1.0e6fa8p-4f,
+     0x1.bf6ccp-4f, 0x1.1e4f56p-3f, 0x1.280096p-4f, -0x1.1dfbd6p-3f, -0x1.3b2d86p-1f, -0x1.13b6bp+0f,
+     -0x1.db312ep-1f, -0x1.ed3f7p-2f, -0x1.89f15p-4f, -0x1.bcc844p-8f, 0.0f, 0.0f},
+    {-0x1.108aep-3f, -0x1.10c736p-3f, -0x1.11306ep-3f, -0x1.11e812p-3f, -0x1.13572ap-3f, -0x1.16cdap-3f,
+     -0x1.1c8014p-3f, -0x1.249bfp-3f, -0x1.37bc04p-3f, -0x1.5e3392p-3f, -0x1.92637ep-3f, -0x1.d0bf78p-3f,
+     -0x1.1392bep-2f, -0x1.2d9794p-2f, -0x1.008954p-2f, -0x1.0aa1e4p-3f, 0x1.9fad42p-4f, 0x1.29904cp-2f,
+     0x1.f268bep-3f, 0x1.d9d922p-4f, 0x1.48cadp-6f, 0x1.43c014p-10f, 0.0f, 0.0f},
+    {0x1.e12f46p-12f, 0x1.b08bb8p-11f, 0x1.63f46ap-10f, 0x1.19df7p-9f, 0x1.ca756cp-9f, 0x1.95ca4ep-8f,
+     0x1.442e24p-7f, 0x1.d8b08p-7f, 0x1.814e06p-6f, 0x1.3b9832p-5f, 0x1.c6cadap-5f, 0x1.2ab20ep-4f,
+     0x1.7f322p-4f, 0x1.aa7ed2p-4f, 0x1.6fb9dep-4f, 0x1.c73d7cp-5f, -0x1.ddbc9p-11f, -0x1.457cd2p-5f,
+     -0x1.0839e2p-5f, -0x1.c9eb56p-7f, -0x1.12f464p-9f, -0x1.d7e7p-14f, 0.0f, 0.0f},
+    {0x1.36c0ap-6f, 0x1.2f1a22p-6f, 0x1.25d0ap-6f, 0x1.1a0b16p-6f, 0x1.0908a8p-6f, 0x1.d9ac46p-7f,
+     0x1.990496p-7f, 0x1.54f26ap-7f, 0x1.c1672p-8f, 0x1.0ca358p-9f, -0x1.465ea6p-9f, -0x1.a85f4p-8f,
+     -0x1.58a6ccp-7f, -0x1.92593cp-7f, -0x1.54f54cp-7f, -0x1.aaba08p-8f, -0x1.0474ecp-10f, 0x1.20555p-9f,
+     0x1.c4b4fcp-10f, 0x1.63ef24p-11f, 0x1.7086eap-14f, 0x1.1376b4p-18f, 0.0f, 0.0f},
 };
 
 /* The polynomial's row (0 to 23) for |x|'s bits a: the kernel adds 0xc21fffff to the bits, shifts right by 21
@@ -54,12 +60,12 @@ QRT_GATE_FN float qrt_gelu_onednn(float x) {
     const unsigned a = qrt_float_bits(x) & 0x7fffffffu;
     const int i = qrt_gelu_poly(a);
     const float ax = qrt_bits_float(a);
-    float p = qrt_bits_float(qrt_gelu_coeffs[5][i]);
-    p = fmaf(p, ax, qrt_bits_float(qrt_gelu_coeffs[4][i]));
-    p = fmaf(p, ax, qrt_bits_float(qrt_gelu_coeffs[3][i]));
-    p = fmaf(p, ax, qrt_bits_float(qrt_gelu_coeffs[2][i]));
-    p = fmaf(p, ax, qrt_bits_float(qrt_gelu_coeffs[1][i]));
-    p = fmaf(p, ax, qrt_bits_float(qrt_gelu_coeffs[0][i]));
+    float p = qrt_gelu_coeffs[5][i];
+    p = fmaf(p, ax, qrt_gelu_coeffs[4][i]);
+    p = fmaf(p, ax, qrt_gelu_coeffs[3][i]);
+    p = fmaf(p, ax, qrt_gelu_coeffs[2][i]);
+    p = fmaf(p, ax, qrt_gelu_coeffs[1][i]);
+    p = fmaf(p, ax, qrt_gelu_coeffs[0][i]);
     p = qrt_bits_float(qrt_float_bits(p) ^ (qrt_float_bits(x) & 0x80000000u));
     return x * (p + 1.0f) * 0.5f;
 }
