@@ -195,7 +195,7 @@ extern "C" __global__ void layer_norm_f32(const float* x, const float* wt, const
         float* yr = y + (size_t)r * n;
         float m1[QRT_LN_LANES], m2[QRT_LN_LANES];
         const int l = w.lane < QRT_LN_LANES ? (int)w.lane : 0;
-        qrt_ln_lane_moments(xr, n / QRT_LN_LANES, l, l + 1, m1, m2);
+        qrt_ln_lane_moments(xr, n, n / QRT_LN_LANES, 1, l, l + 1, m1, m2);
         float mine1 = m1[l], mine2 = m2[l], mean = 0.0f, rstd = 0.0f;
         for (int k = 0; k < QRT_LN_LANES; k++) {
             m1[k] = __shfl_sync(w.mask, mine1, k, QRT_LANES);

@@ -14,6 +14,7 @@
 #include "common.h"
 #include "float_math.h"
 #include "torch_gelu.h"
+#define QRT_LN_ROWS 4
 #include "torch_layer_norm.h"
 
 #define QRT_LANES 16
@@ -154,7 +155,7 @@ static void qrt_unary(int op, const float* restrict x, float* restrict y, ptrdif
         for (ptrdiff_t i = 0; i < n; i++)
             y[i] = qrt_silu(x[i]);
         break;
-    case QRT_GELU: /* torch's (oneDNN's) polynomials, torch_gelu.h */
+    case QRT_GELU: /* torch's (oneDNN's) polynomials, torch_gelu.h: GCC emulates the table's gathers */
         for (ptrdiff_t i = 0; i < n; i++)
             y[i] = qrt_gelu_onednn(x[i]);
         break;
@@ -348,18 +349,26 @@ static void qrt_sum(int mean, const float* x, float* y, ptrdiff_t outer, ptrdiff
         }
 }
 
-/* torch 2.13's layer_norm (torch_layer_norm.h): each row's Welford moments in 8 lanes (vector code across the
- * lanes), its tail and the lanes' merge scalar, then one fma per output. */
+/* torch 2.13's layer_norm (torch_layer_norm.h): the Welford moments of 4 rows at a time, their 32 lanes as
+ * vector code (one row's 8 alone wait on each step's latency), the tails and lane merges scalar, then one fma
+ * per output. */
 static void qrt_layer_norm(const float* x, const float* w, const float* b, float eps, float* y, ptrdiff_t rows,
                            ptrdiff_t n) {
-    for (ptrdiff_t r = 0; r < rows; r++) {
-        const float* restrict xr = x + r * n;
-        float* restrict yr = y + r * n;
-        float m1[QRT_LN_LANES], m2[QRT_LN_LANES], mean, rstd;
-        qrt_ln_lane_moments(xr, n / QRT_LN_LANES, 0, QRT_LN_LANES, m1, m2);
-        qrt_ln_finish(xr, n, m1, m2, eps, &mean, &rstd);
-        for (ptrdiff_t j = 0; j < n; j++) /* GCC takes w and b's tests out of the loop */
-            yr[j] = qrt_ln_out(xr[j], mean, rstd, w, b, j);
+    for (ptrdiff_t r0 = 0; r0 < rows; r0 += QRT_LN_ROWS) {
+        float m1[QRT_LN_ALL], m2[QRT_LN_ALL];
+        const ptrdiff_t nr = rows - r0 < QRT_LN_ROWS ? rows - r0 : QRT_LN_ROWS;
+        if (nr == QRT_LN_ROWS)
+            qrt_ln_lane_moments(x + r0 * n, n, n / QRT_LN_LANES, QRT_LN_ROWS, 0, QRT_LN_LANES, m1, m2);
+        else
+            qrt_ln_lane_moments(x + r0 * n, n, n / QRT_LN_LANES, (int)nr, 0, QRT_LN_LANES, m1, m2);
+        for (ptrdiff_t r = 0; r < nr; r++) {
+            const float* restrict xr = x + (r0 + r) * n;
+            float* restrict yr = y + (r0 + r) * n;
+            float mean, rstd;
+            qrt_ln_finish(xr, n, m1 + r * QRT_LN_LANES, m2 + r * QRT_LN_LANES, eps, &mean, &rstd);
+            for (ptrdiff_t j = 0; j < n; j++) /* GCC takes w and b's tests out of the loop */
+                yr[j] = qrt_ln_out(xr[j], mean, rstd, w, b, j);
+        }
     }
 }
 

@@ -45,12 +45,15 @@ static const float qrt_gelu_coeffs[6][QRT_GELU_POLYS] = {
 };
 
 /* The polynomial's row (0 to 23) for |x|'s bits a: the kernel adds 0xc21fffff to the bits, shifts right by 21
- * (two mantissa bits per exponent) and clamps to [1, 24]; above 0x1.62b9dcp2 (where erf rounds to 1) it takes
- * polynomial 23, the constant 1; NaN stays on 24, which gives NaN. */
+ * (two mantissa bits per exponent) and clamps to [1, 24]; above 0x1.62b9dcp2 (where erf rounds to 1, inf
+ * included) it takes polynomial 23, the constant 1; NaN stays on 24, which gives NaN. In integer arithmetic and
+ * bit selects: GCC vectorises the loop around it only so (a ?: makes it split the table's loads). */
 QRT_GATE_FN int qrt_gelu_poly(unsigned a) {
-    int i = a < 0x3de00001u ? 1 : (int)((a - 0x3de00001u) >> 21);
-    i = i < 1 ? 1 : (i > QRT_GELU_POLYS ? QRT_GELU_POLYS : i);
-    return (qrt_bits_float(0x40b15ceeu) < qrt_bits_float(a) ? 23 : i) - 1;
+    int i = (int)((a > 0x3de00001u ? a - 0x3de00001u : 0u) >> 21);
+    i = i < 1 ? 1 : i;
+    i = i > QRT_GELU_POLYS ? QRT_GELU_POLYS : i;
+    const int one = -(int)((a > 0x40b15ceeu) & (a <= 0x7f800000u));
+    return ((i & ~one) | (23 & one)) - 1;
 }
 
 /* x (1 + erf(x / sqrt(2))) / 2: p = the polynomial in |x| (Horner, one fma a step), its sign set to x's,
@@ -60,8 +63,7 @@ QRT_GATE_FN float qrt_gelu_onednn(float x) {
     const unsigned a = qrt_float_bits(x) & 0x7fffffffu;
     const int i = qrt_gelu_poly(a);
     const float ax = qrt_bits_float(a);
-    float p = qrt_gelu_coeffs[5][i];
-    p = fmaf(p, ax, qrt_gelu_coeffs[4][i]);
+    float p = fmaf(qrt_gelu_coeffs[5][i], ax, qrt_gelu_coeffs[4][i]);
     p = fmaf(p, ax, qrt_gelu_coeffs[3][i]);
     p = fmaf(p, ax, qrt_gelu_coeffs[2][i]);
     p = fmaf(p, ax, qrt_gelu_coeffs[1][i]);
