@@ -23,11 +23,10 @@ import platform
 import numpy as np
 import pytest
 import torch
-from test_ops_float import U, _model, _same_bits, _ulp, _under
+from test_ops_float import TORCH_LN_FMA, U, _model, _same_bits, _ulp, _under
 
 F = torch.nn.functional
 RNG = np.random.default_rng(57)
-TORCH_LN_FMA = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
 
 
 def _onednn_runs_avx512() -> bool:
