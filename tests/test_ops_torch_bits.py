@@ -5,8 +5,8 @@
   `default` capability (CPUs without AVX2) compiles the same code without fma, and is held to the bound of
   test_ops_float.py's test_layer_norm instead. Checked bit for bit at row lengths that reach every part of its
   order: the scalar tail alone (n < 8), one to many chunks of 16 vectors of 8 (8 to 70000: cascades up to 10
-  levels deep), BERT's rows of 384 and 1536, eps 1e-12 and 1e-5, with and without weight and bias, rows far
-  from 0 and of wide range, rows holding infinities, NaN and signed zeros.
+  levels deep), BERT's rows of 384 and 1536, eps 1e-12 and 1e-5, with and without weight and bias; rows far
+  from 0, of wide range, and holding infinities, NaN and signed zeros at the sizes that reach each part.
 - gelu: torch hands float tensors of two or more elements to oneDNN, whose kernel on AVX-512 CPUs is the one qrt
   computes (checked on all 2^32 floats once, see qrt/kernels/torch_gelu.h; here on every float within 2^12 ulps of
   each of its switches of polynomial, subnormals, infinities, NaN, the largest floats and 2^20 random bit
@@ -81,12 +81,13 @@ def _rows(rows: int, n: int, kind: str) -> np.ndarray:
 
 LN_SIZES = [1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 100, 127, 128, 129, 136, 255, 256, 257, 384, 385, 1000, 1536, 2049,
             4099]
+LN_FEW = [3, 8, 17, 128, 129, 257, 384, 2049]  # tail only, one vector, one chunk, two, a cascade, BERT, a tail
 
 
 @pytest.mark.skipif(not TORCH_LN_FMA, reason="torch's layer_norm kernel without fma here (test_ops_float's bound)")
 @pytest.mark.parametrize("kind", ["normal", "offset", "wide", "special"])
 def test_layer_norm_is_torchs(tmp_path, kind, every_build):
-    sizes = LN_SIZES + ([70000] if kind == "normal" else [])
+    sizes = LN_SIZES + [70000] if kind == "normal" else LN_FEW
     for n in sizes:
         x = _rows(5 if n < 10000 else 2, n, kind)
         w, b = RNG.standard_normal((2, n)).astype(np.float32)
