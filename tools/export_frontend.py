@@ -35,7 +35,7 @@ from torch.export.graph_signature import InputKind
 
 from . import lower_masks, pt2e, qrt_backend, torchao_frontend
 from . import shapes as qshapes
-from .layers import Layer, LinearLayer
+from .layers import EmbeddingLayer, Layer, LinearLayer, RNNCellLayer, SequenceLayer, StubLayer
 from .lower import TIED_DIMS
 from .lower_ops import FUNCTIONS, LoweringError
 
@@ -162,27 +162,64 @@ class _LinearStandIn(nn.Module):
         return torch.relu(y) if self.relu else y
 
 
+class _StubStandIn(nn.Module):
+    """A float QuantStub / DeQuantStub: the tensor as it is, through one ATen op (a copy) that marks the call."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+
+_FLOAT_CELLS = {"rnn_cell": nn.RNNCell, "lstm_cell": nn.LSTMCell, "gru_cell": nn.GRUCell}
+_FLOAT_SEQUENCES = {"lstm": nn.LSTM, "gru": nn.GRU}  # torch.ao quantizes no nn.RNN
+
+
+def _float_stand_in(module: nn.Module, layer: Layer | None) -> nn.Module | None:
+    """A float module taking and returning tensors of the shapes the quantized module does (its weights
+    zeros), or None where there is none. Recurrent ones are torch's own classes, so that their calls'
+    signatures are kept (tuples) as a float model's are."""
+    if isinstance(layer, LinearLayer):
+        return _LinearStandIn(layer)
+    if isinstance(layer, StubLayer):
+        return _StubStandIn()
+    if isinstance(layer, RNNCellLayer):
+        extra = {"nonlinearity": layer.nonlinearity} if layer.pattern == "rnn_cell" else {}
+        return _FLOAT_CELLS[layer.pattern](layer.ih_weight.values.shape[1], layer.hh_weight.values.shape[1], **extra)
+    if isinstance(layer, SequenceLayer):
+        first = layer.directions[0]
+        return _FLOAT_SEQUENCES[layer.pattern](
+            first.ih_weight.values.shape[1], first.hh_weight.values.shape[1], layer.num_layers,
+            batch_first=layer.batch_first, bidirectional=layer.bidirectional)
+    if isinstance(layer, EmbeddingLayer) and layer.pattern == "embedding":
+        return nn.Embedding(layer.weight.shape[0], layer.dim)
+    if isinstance(layer, EmbeddingLayer):
+        # torch's 4-bit bag returns a padded width: the stand-in returns the width the module does
+        width = module(torch.zeros(1, 1, dtype=torch.int64)).shape[-1]
+        return nn.EmbeddingBag(layer.weight.shape[0], width, mode="sum")
+    return None
+
+
 def stand_in(model: nn.Module) -> tuple[nn.Module, dict[str, nn.Module]]:
     """A copy of model with float stand-ins for its quantized modules, and path -> the quantized module."""
     quantized: dict[str, nn.Module] = {}
+    stand_ins: dict[str, nn.Module] = {}
     for name, m in model.named_modules():
         if not name or not type(m).__module__.startswith(qrt_backend.QUANTIZED_PACKAGES):
             continue
         if any(name.startswith(p + ".") for p in quantized):
             continue
-        layer = qrt_backend.describe(m)
-        if not isinstance(layer, LinearLayer) or layer.mode != "dynamic":
+        float_module = _float_stand_in(m, qrt_backend.describe(m))
+        if float_module is None:
             raise ExportError(
-                f"module {name!r} ({type(m).__module__}.{type(m).__qualname__}): the export front end takes "
-                "torch.ao's dynamic Linear modules (quantize_dynamic) only; use --frontend fx"
+                f"module {name!r} ({type(m).__module__}.{type(m).__qualname__}): the export front end has no "
+                "float stand-in for it; use --frontend fx"
             )
-        quantized[name] = m
+        quantized[name], stand_ins[name] = m, float_module.eval()
     if not quantized:
         return model, {}
     copy = _shallow_copy(model)
-    for name, m in quantized.items():
+    for name, float_module in stand_ins.items():
         parent, _, attr = name.rpartition(".")
-        setattr(copy.get_submodule(parent) if parent else copy, attr, _LinearStandIn(qrt_backend.describe(m)))
+        setattr(copy.get_submodule(parent) if parent else copy, attr, float_module)
     return copy, quantized
 
 
