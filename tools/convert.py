@@ -436,7 +436,7 @@ def _free_inside_modules(gm: torch.fx.GraphModule, specs: list[qshapes.Spec], na
         return specs  # the marked search reports it
     flat = [leaf for spec, name in zip(specs, names) for _, leaf in qshapes.leaves(spec, name)]
     for leaf, d in sorted(qshapes.free_dims_of(runs)):
-        if flat[leaf].dims[d].free:
+        if flat[leaf].dims[d].free or flat[leaf].dims[d].candidate:
             continue
         resized = {leaf: tuple(2 * n + 3 if i == d else n for i, n in enumerate(flat[leaf].shape))}
         other = [qshapes.Leaf(tuple(qshapes.Dim(n) for n in resized.get(i, f.shape)), f.dtype)
@@ -447,7 +447,7 @@ def _free_inside_modules(gm: torch.fx.GraphModule, specs: list[qshapes.Spec], na
             same = False
         if same:
             dims = list(flat[leaf].dims)
-            dims[d] = qshapes.Dim(dims[d].size, True)
+            dims[d] = qshapes.Dim(dims[d].size, candidate=True)
             flat[leaf] = qshapes.Leaf(tuple(dims), flat[leaf].dtype)
     return _regroup(specs, flat)
 

@@ -565,8 +565,10 @@ def is_prequantized(model: nn.Module) -> bool:
 
 
 def mark_free(specs: Sequence[qshapes.Spec], names: Sequence[str], ep: ExportedProgram, free_dims: str) -> list:
-    """The specs with the dimensions torch.export kept dynamic marked free ("auto"), or the marked ones
-    checked ("marked"): a dimension declared free that torch.export fixed is an error naming it."""
+    """The specs with the dimensions torch.export kept dynamic marked candidates ("auto": free where the
+    runs find them free, as the FX front end's search would; torch.export keeps a dimension dynamic under
+    guards, x.size(1) <= 10, that fix it for qrt), or the marked ones checked ("marked"): a dimension
+    declared free that torch.export fixed is an error naming it."""
     user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
     vals = {n.name: n.meta["val"] for n in ep.graph.nodes if n.op == "placeholder"}
     shapes = iter(vals[u].shape for u in user)
@@ -583,7 +585,7 @@ def mark_free(specs: Sequence[qshapes.Spec], names: Sequence[str], ep: ExportedP
                         f"input {leaf_name!r} dimension {d} is declared free ({leaf}), but torch.export "
                         f"fixes it to {int(shape[d])}"
                     )
-                dims.append(qshapes.Dim(dim.size, dynamic if free_dims == "auto" else dim.free))
+                dims.append(qshapes.Dim(dim.size, dim.free, free_dims == "auto" and dynamic and not dim.free))
             flat[i] = qshapes.Leaf(tuple(dims), leaf.dtype)
         out.append(rebuild(spec, iter(flat.values())))
     return out
