@@ -67,8 +67,9 @@ def export(model: nn.Module, specs: Sequence[qshapes.Spec]) -> ExportedProgram:
     """torch.export of model on examples of specs, every dimension free to vary (Dim.AUTO).
 
     Recurrent modules return tuples: their calls' signatures are kept (ep.module_call_graph), which
-    says which nodes are their inputs and outputs, in which structure. A module called more than
-    once cannot keep one: then the export goes without and the raise names the module."""
+    says which nodes are their inputs and outputs, in which structure. A module called again with
+    arguments of another structure cannot keep one: then the export goes without, and the raise reads
+    each call from its ATen op."""
     dynamic = tuple(_dynamic_shapes(s) for s in specs)
     tuples = tuple(name for name, m in model.named_modules() if isinstance(m, _TUPLE_MODULES))
     first_error = None
@@ -235,7 +236,7 @@ def _shallow_copy(model: nn.Module) -> nn.Module:
 # ------------------------------------------------------------ raising the ATen graph
 
 
-def _leaf_key(node: torch.fx.Node, leaves: set[str]) -> tuple[str, str] | None:
+def _leaf_key(node: torch.fx.Node, leaves: Any) -> tuple[str, str] | None:
     """(stack key, module path) of the outermost leaf module the node runs in, or None."""
     for key, (path, _) in (node.meta.get("nn_module_stack") or {}).items():
         if path in leaves:
@@ -297,7 +298,8 @@ class _Raiser:
         self.consts: dict[str, torch.Tensor] = {}
         self.errors: list[str] = []
         self.q = pt2e.QDQ(self)
-        self.signatures = {e.fqn: e.signature for e in ep.module_call_graph if e.fqn in leaves and e.signature}
+        self.signatures = {e.fqn: e.signature for e in ep.module_call_graph
+                           if e.fqn.partition("@")[0] in leaves and e.signature}
 
     def const_attr(self, name: str, value: torch.Tensor) -> torch.fx.Node:
         if name not in self.root:
@@ -345,7 +347,7 @@ class _Raiser:
                 fields.add(node)
         self._inputs(nodes)
         groups = self._groups(nodes)
-        inside = {n for _, members in groups.values() for n in members}
+        inside = {n for _, members, _ in groups.values() for n in members}
         for node in nodes:
             if node.name in self.consts:
                 self.env[node] = pt2e.Constant(node.name, self.consts[node.name])
@@ -377,54 +379,54 @@ class _Raiser:
         args_spec = self.ep.call_spec.in_spec.child(0)
         structure = pytree.tree_unflatten(list(range(args_spec.num_leaves)), args_spec)
         for name, arg in zip(self.names, structure):
-            self._unpack(arg, self.graph.placeholder(name), user)
+            self._unpack(pytree.tree_map(user.__getitem__, arg), self.graph.placeholder(name))
 
-    def _unpack(self, structure: Any, value: torch.fx.Node, nodes: list[torch.fx.Node]) -> None:
-        """value holds a tuple shaped as structure, whose leaf i is nodes[i]: each one a getitem of it."""
-        if isinstance(structure, int):
-            self.env[nodes[structure]] = value
-            return
-        for k, child in enumerate(structure):
-            self._unpack(child, self.function(operator.getitem, (value, k), {}), nodes)
+    def _unpack(self, structure: Any, value: torch.fx.Node) -> None:
+        """value holds a tuple shaped as structure, whose leaves are nodes of the program (None where
+        nothing reads that item): each one a getitem of it."""
+        if isinstance(structure, torch.fx.Node):
+            self.env[structure] = value
+        elif structure is not None:
+            for k, child in enumerate(structure):
+                self._unpack(child, self.function(operator.getitem, (value, k), {}))
 
-    def _groups(self, nodes: list[torch.fx.Node]) -> dict[torch.fx.Node, tuple[str, list[torch.fx.Node]]]:
-        """Each leaf-module call's output node (its first, for a kept signature) -> (module path, the
-        call's nodes)."""
-        calls: dict[str, tuple[str, list[torch.fx.Node]]] = {}
-        for node in nodes:
-            if node.op == "call_function" and node.name not in self.consts:
-                found = _leaf_key(node, set(self.leaves))
-                if found is not None:
-                    calls.setdefault(found[0], (found[1], []))[1].append(node)
+    def _groups(self, nodes: list[torch.fx.Node]) -> dict[torch.fx.Node, tuple[str, list[torch.fx.Node], Any]]:
+        """Each leaf-module call's first output node -> (module path, the call's nodes, its arguments and
+        results as the module takes and returns them: (args, results) over program nodes, None for a module
+        of one tensor in and out)."""
         out = {}
-        for path, members in calls.values():
+        for fqn, (path, members) in module_calls([n for n in nodes if n.name not in self.consts], self.leaves).items():
             inside = set(members)
             leaving = [n for n in members if any(u not in inside for u in n.users)]
-            if not leaving and path not in self.signatures:
+            if not leaving:
                 continue  # a call whose result nothing reads: its ATen ops are raised one by one, and dropped
-            if path in self.signatures:
-                out[leaving[0]] = (path, members)
-                continue
-            # A recurrent module returns a tuple: without its kept signature, which part is which is unknown.
-            if len(leaving) != 1 or isinstance(self.leaves[path], _TUPLE_MODULES):
+            sig = self.signatures.get(fqn)
+            call = self._kept(sig) if sig is not None else self._derived(path, members)
+            if call is None and len(leaving) != 1:
                 what = f"{type(self.leaves[path]).__module__}.{type(self.leaves[path]).__qualname__}"
                 raise ExportError(
-                        f"module {path!r} ({what}) returns a tuple; the export front end lowers modules "
-                    "returning one tensor, and recurrent modules called once (use --frontend fx)"
+                    f"module {path!r} ({what}) returns a tuple; the export front end lowers modules "
+                    "returning one tensor, and recurrent modules (use --frontend fx)"
                 )
-            out[leaving[0]] = (path, members)
+            out[leaving[0]] = (path, members, call)
         return out
 
-    def _call_leaf(self, out: torch.fx.Node, path: str, members: list[torch.fx.Node]) -> None:
-        sig = self.signatures.get(path)
-        if sig is not None:  # the call's arguments and results as the module takes and returns them
-            by_name = {n.name: n for n in self.ep.graph.nodes}
-            ins = [self.env[by_name[a.name]] for a in sig.inputs]
-            args = pytree.tree_unflatten(ins, sig.in_spec)[0]
-            call = self.module(path, self.leaves[path], [_tuples(a) for a in args])
-            structure = pytree.tree_unflatten(list(range(len(sig.outputs))), sig.out_spec)
-            self._unpack(structure, call, [by_name[o.name] for o in sig.outputs])
-            return
+    def _kept(self, sig: Any) -> tuple[Any, Any]:
+        """(arguments, results) of a call from its signature, which torch.export kept."""
+        by_name = {n.name: n for n in self.ep.graph.nodes}
+        args = pytree.tree_unflatten([by_name[a.name] for a in sig.inputs], sig.in_spec)[0]
+        return args, pytree.tree_unflatten([by_name[o.name] for o in sig.outputs], sig.out_spec)
+
+    def _derived(self, path: str, members: list[torch.fx.Node]) -> tuple[Any, Any] | None:
+        """(arguments, results) of a recurrent module's call whose signature torch.export could not keep (the
+        module is called again with other arguments: (x), then (x, (h, c))), from its one ATen op (aten.lstm,
+        aten.lstm_cell, ...): the tensors it reads from outside are the arguments, in order; the op's items,
+        after what the module does to each alone (a batch_first transpose), the results. None for a module
+        that is not recurrent (or returns one tensor)."""
+        return derived_call(path, self.leaves[path], members, self._outer_tensors(members))
+
+    def _outer_tensors(self, members: list[torch.fx.Node]) -> list[torch.fx.Node]:
+        """The tensors a call's nodes read from outside it, in order, weights aside."""
         inside = set(members)
         args: list[torch.fx.Node] = []
         for n in members:
@@ -435,7 +437,15 @@ class _Raiser:
                 tensor = isinstance(a.meta.get("val"), torch.Tensor)
                 if tensor and a not in inside and a.name not in self.consts and a not in args:
                     args.append(a)
-        self.env[out] = self.module(path, self.leaves[path], [self.env[a] for a in args])
+        return args
+
+    def _call_leaf(self, out: torch.fx.Node, path: str, members: list[torch.fx.Node], call: Any) -> None:
+        if call is None:
+            self.env[out] = self.module(path, self.leaves[path], [self.env[a] for a in self._outer_tensors(members)])
+            return
+        args, results = call
+        value = self.module(path, self.leaves[path], [_tuples(self.value(a)) for a in args])
+        self._unpack(results, value)
 
     def _call(self, node: torch.fx.Node) -> Any:
         op = node.target
@@ -509,6 +519,67 @@ class _Raiser:
 
 def _tuples(v: Any) -> Any:
     return tuple(_tuples(i) for i in v) if isinstance(v, (list, tuple)) else v
+
+
+# How a recurrent module's call is shaped: its arguments by how many tensors it is given (indices into
+# them), and its result over the items of its ATen op (aten.lstm returns output, h_n, c_n).
+_CALL_SHAPES = {
+    "lstm": ({1: (0,), 3: (0, (1, 2))}, (0, (1, 2))),
+    "sequence": ({1: (0,), 2: (0, 1)}, (0, 1)),
+    "lstm_cell": ({1: (0,), 3: (0, (1, 2))}, (0, 1)),
+}
+
+
+def _call_kind(module: nn.Module) -> str | None:
+    """A key of _CALL_SHAPES for a recurrent module returning a tuple (float, or torch.ao's), else None."""
+    if isinstance(module, nn.RNNBase):
+        return "lstm" if isinstance(module, nn.LSTM) else "sequence"
+    if isinstance(module, nn.LSTMCell):
+        return "lstm_cell"
+    if not type(module).__module__.startswith(qrt_backend.QUANTIZED_PACKAGES):
+        return None
+    layer = qrt_backend.describe(module)
+    if isinstance(layer, SequenceLayer):
+        return "lstm" if layer.pattern == "lstm" else "sequence"
+    return "lstm_cell" if isinstance(layer, RNNCellLayer) and layer.pattern == "lstm_cell" else None
+
+
+def module_calls(nodes: Sequence[torch.fx.Node], paths: Any) -> dict[str, tuple[str, list[torch.fx.Node]]]:
+    """Each call of the modules at paths (the outermost, where they nest) -> (its path, its call_function
+    nodes), by the call's name in ep.module_call_graph: the path for the first call, path@1, path@2, ... for
+    later ones, as torch.export also tells them apart in the nodes' nn_module_stack."""
+    calls: dict[str, tuple[str, list[torch.fx.Node]]] = {}
+    for node in nodes:
+        found = _leaf_key(node, paths) if node.op == "call_function" else None
+        if found is not None:
+            key, path = found
+            calls.setdefault(path + (key[key.rindex("@"):] if "@" in key else ""), (path, []))[1].append(node)
+    return calls
+
+
+def derived_call(path: str, module: nn.Module, members: list[torch.fx.Node],
+                 inputs: list[torch.fx.Node]) -> tuple[Any, Any] | None:
+    """(arguments, results) over graph nodes of one call of a recurrent module whose signature torch.export did
+    not keep, from its nodes (members) and the tensors they read from outside (inputs, in order); None for a
+    module that does not return a tuple. Raises ExportError where the inputs cannot be told apart."""
+    kind = _call_kind(module)
+    if kind is None:
+        return None
+    arg_shapes, result_shape = _CALL_SHAPES[kind]
+    if len(inputs) not in arg_shapes:
+        raise ExportError(f"module {path!r} is called with {len(inputs)} distinct tensors; a call of it is read "
+                          f"with {' or '.join(map(str, arg_shapes))} (use --frontend fx)")
+    inside = set(members)
+    items = {n.args[1]: last_of(n, inside) for n in members if n.target is operator.getitem and n.args[0] in inside}
+    return pytree.tree_map(inputs.__getitem__, arg_shapes[len(inputs)]), pytree.tree_map(items.get, result_shape)
+
+
+def last_of(node: torch.fx.Node, inside: set) -> torch.fx.Node:
+    """An item of a module's op as the module returns it: after the ops the module applies to it alone
+    (a batch_first LSTM's transpose)."""
+    while len(node.users) == 1 and next(iter(node.users)) in inside:
+        node = next(iter(node.users))
+    return node
 
 
 def raise_program(
