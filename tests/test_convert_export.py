@@ -1,7 +1,9 @@
 """The torch.export front end (tools/export_frontend.py): the converter's test models through both
-front ends write the same file, byte for byte; what only torch.export reads (a model torch.fx cannot
-trace, a .pt2 program) converts; the front end is named on the command line, and torch's deprecation
-warnings are not shown. pt2e's Q/DQ programs are tests/test_convert_pt2e.py's.
+front ends write the same file, byte for byte (float models from a factory, and models saved whole:
+quantized by torch.ao, dynamic or eager static, or float); a recurrent module called twice converts through
+both front ends and both quantizers; what only torch.export reads (a model torch.fx cannot trace, a .pt2
+program) converts; the front end is named on the command line, and torch's deprecation warnings are not
+shown. pt2e's Q/DQ programs are tests/test_convert_pt2e.py's.
 """
 
 from __future__ import annotations
@@ -212,6 +214,26 @@ def test_recurrent_module_called_twice(tmp_path, factory, shapes):
     got = model.run(args)
     for g, w in zip(got if isinstance(got, (tuple, list)) else [got], torch.utils._pytree.tree_leaves(expected)):
         assert g.shape == tuple(w.shape) and np.abs(g - w.numpy()).max() <= 2e-2
+
+
+class SharedState(models.TwiceLSTM):
+    """The second call's h and c one tensor: torch.export keeps no signature (the calls differ), and its ATen
+    op's inputs cannot say which argument that tensor was."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, (h, _) = self.lstm(x)
+        y, _ = self.lstm(self.proj(y), (h, h))
+        return self.head(y)
+
+
+@pytest.mark.parametrize("frontend, quantizer, use",
+                         [("export", "fx", "--frontend fx"), ("fx", "pt2e", "--quantizer fx")])
+def test_recurrent_call_that_cannot_be_read_is_named(tmp_path, frontend, quantizer, use):
+    torch.save(SharedState().state_dict(), tmp_path / "m.pt")
+    with pytest.raises(ConvertError, match=rf"module 'lstm' is called with 2 distinct tensors; .*\(use {use}\)"):
+        convert(tmp_path / "m.pt", tmp_path / "m.qrt", model="test_convert_export:SharedState", input_shapes=["2,5,6"],
+                frontend=frontend, quantizer=quantizer)
+    assert not (tmp_path / "m.qrt").exists()
 
 
 class Untraceable(nn.Module):

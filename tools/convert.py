@@ -411,11 +411,14 @@ def _export(net: nn.Module, specs: list[qshapes.Spec], names: Sequence[str], fre
     tried = [_default_dtype(s, "float32") for s in specs]
     try:
         ep, gm = exported(tried)
-    except export_frontend.ExportError:
+    except export_frontend.ExportError as as_float:
         if all(_default_dtype(s, "int64") == s for s in specs):
             raise
         tried = [_default_dtype(s, "int64") for s in specs]
-        ep, gm = exported(tried)
+        try:
+            ep, gm = exported(tried)
+        except export_frontend.ExportError as as_ids:  # both said why: which one applies is the user's to tell
+            raise export_frontend.ExportError(f"{as_float}; with int64 inputs (token ids): {as_ids}") from None
     resolved = _resolve(gm, specs)
     if resolved != tried:
         ep, gm = exported(resolved)

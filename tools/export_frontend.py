@@ -423,7 +423,10 @@ class _Raiser:
         aten.lstm_cell, ...): the tensors it reads from outside are the arguments, in order; the op's items,
         after what the module does to each alone (a batch_first transpose), the results. None for a module
         that is not recurrent (or returns one tensor)."""
-        return derived_call(path, self.leaves[path], members, self._outer_tensors(members))
+        try:
+            return derived_call(path, self.leaves[path], members, self._outer_tensors(members))
+        except ExportError as e:
+            raise ExportError(f"{e} (use --frontend fx)") from None
 
     def _outer_tensors(self, members: list[torch.fx.Node]) -> list[torch.fx.Node]:
         """The tensors a call's nodes read from outside it, in order, weights aside."""
@@ -568,7 +571,7 @@ def derived_call(path: str, module: nn.Module, members: list[torch.fx.Node],
     arg_shapes, result_shape = _CALL_SHAPES[kind]
     if len(inputs) not in arg_shapes:
         raise ExportError(f"module {path!r} is called with {len(inputs)} distinct tensors; a call of it is read "
-                          f"with {' or '.join(map(str, arg_shapes))} (use --frontend fx)")
+                          f"with {' or '.join(map(str, arg_shapes))}, each argument its own tensor")
     inside = set(members)
     items = {n.args[1]: last_of(n, inside) for n in members if n.target is operator.getitem and n.args[0] in inside}
     return pytree.tree_map(inputs.__getitem__, arg_shapes[len(inputs)]), pytree.tree_map(items.get, result_shape)

@@ -246,11 +246,14 @@ def _keep_whole(gm: torch.fx.GraphModule, ep: Any, model: nn.Module, paths: tupl
             try:
                 call = export_frontend.derived_call(path, module, members, outer)
             except export_frontend.ExportError as e:
-                raise FrontEndError(str(e)) from None
+                raise FrontEndError(f"{e} (use --quantizer fx)") from None
             kwargs = {}
             if call is None:  # a cell returning one tensor
                 args, structure = outer, 0
                 outputs = [n for n in members if any(u not in inside for u in n.users)]
+                if len(outputs) != 1:
+                    raise FrontEndError(f"module {path!r} ({type(module).__name__}): its call's result cannot be "
+                                        "told apart (use --quantizer fx)")
             else:
                 args, results = call
                 outputs, spec = pytree.tree_flatten(results)
