@@ -175,9 +175,9 @@ _FLOAT_SEQUENCES = {"lstm": nn.LSTM, "gru": nn.GRU}  # torch.ao quantizes no nn.
 
 
 def _float_stand_in(module: nn.Module, layer: Layer | None) -> nn.Module | None:
-    """A float module taking and returning tensors of the shapes the quantized module does (its weights
-    zeros), or None where there is none. Recurrent ones are torch's own classes, so that their calls'
-    signatures are kept (tuples) as a float model's are."""
+    """A float module taking and returning tensors of the shapes the quantized module does (only its shapes
+    matter, not its weights), or None where there is none. Recurrent ones are torch's own classes, so that
+    their calls' signatures are kept (tuples) as a float model's are."""
     if isinstance(layer, LinearLayer):
         return _LinearStandIn(layer)
     if isinstance(layer, StubLayer):
