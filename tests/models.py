@@ -157,3 +157,39 @@ def make_step_lstm() -> StepLSTM:
 def make_step_gru() -> StepGRU:
     torch.manual_seed(8)
     return StepGRU()
+
+
+class TwiceLSTM(nn.Module):
+    """One nn.LSTM called twice, the second time from the first call's state: (x), then (y, (h, c))."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(6, 8, batch_first=True)
+        self.proj = nn.Linear(8, 6)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, (h, c) = self.lstm(x)
+        y, _ = self.lstm(self.proj(y), (h, c))
+        return self.head(y)
+
+
+class TwiceCell(nn.Module):
+    """One nn.LSTMCell stepped twice: two inputs, one state."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell = nn.LSTMCell(5, 7)
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> tuple:
+        return self.cell(b, self.cell(a, (h, c)))
+
+
+def make_twice_lstm() -> TwiceLSTM:
+    torch.manual_seed(9)
+    return TwiceLSTM()
+
+
+def make_twice_cell() -> TwiceCell:
+    torch.manual_seed(10)
+    return TwiceCell()

@@ -411,11 +411,14 @@ def _export(net: nn.Module, specs: list[qshapes.Spec], names: Sequence[str], fre
     tried = [_default_dtype(s, "float32") for s in specs]
     try:
         ep, gm = exported(tried)
-    except export_frontend.ExportError:
+    except export_frontend.ExportError as as_float:
         if all(_default_dtype(s, "int64") == s for s in specs):
             raise
         tried = [_default_dtype(s, "int64") for s in specs]
-        ep, gm = exported(tried)
+        try:
+            ep, gm = exported(tried)
+        except export_frontend.ExportError as as_ids:  # both said why: which one applies is the user's to tell
+            raise export_frontend.ExportError(f"{as_float}; with int64 inputs (token ids): {as_ids}") from None
     resolved = _resolve(gm, specs)
     if resolved != tried:
         ep, gm = exported(resolved)
@@ -436,7 +439,7 @@ def _free_inside_modules(gm: torch.fx.GraphModule, specs: list[qshapes.Spec], na
         return specs  # the marked search reports it
     flat = [leaf for spec, name in zip(specs, names) for _, leaf in qshapes.leaves(spec, name)]
     for leaf, d in sorted(qshapes.free_dims_of(runs)):
-        if flat[leaf].dims[d].free:
+        if flat[leaf].dims[d].free or flat[leaf].dims[d].candidate:
             continue
         resized = {leaf: tuple(2 * n + 3 if i == d else n for i, n in enumerate(flat[leaf].shape))}
         other = [qshapes.Leaf(tuple(qshapes.Dim(n) for n in resized.get(i, f.shape)), f.dtype)
@@ -447,7 +450,7 @@ def _free_inside_modules(gm: torch.fx.GraphModule, specs: list[qshapes.Spec], na
             same = False
         if same:
             dims = list(flat[leaf].dims)
-            dims[d] = qshapes.Dim(dims[d].size, True)
+            dims[d] = qshapes.Dim(dims[d].size, candidate=True)
             flat[leaf] = qshapes.Leaf(tuple(dims), flat[leaf].dtype)
     return _regroup(specs, flat)
 

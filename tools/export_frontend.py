@@ -35,7 +35,7 @@ from torch.export.graph_signature import InputKind
 
 from . import lower_masks, pt2e, qrt_backend, recurrent_program, torchao_frontend
 from . import shapes as qshapes
-from .layers import Layer, LinearLayer
+from .layers import EmbeddingLayer, Layer, LinearLayer, RNNCellLayer, SequenceLayer, StubLayer
 from .lower import TIED_DIMS
 from .lower_ops import FUNCTIONS, LoweringError
 
@@ -67,8 +67,9 @@ def export(model: nn.Module, specs: Sequence[qshapes.Spec]) -> ExportedProgram:
     """torch.export of model on examples of specs, every dimension free to vary (Dim.AUTO).
 
     Recurrent modules return tuples: their calls' signatures are kept (ep.module_call_graph), which
-    says which nodes are their inputs and outputs, in which structure. A module called more than
-    once cannot keep one: then the export goes without and the raise names the module."""
+    says which nodes are their inputs and outputs, in which structure. A module called again with
+    arguments of another structure cannot keep one: then the export goes without, and the raise reads
+    each call from its ATen op."""
     dynamic = tuple(_dynamic_shapes(s) for s in specs)
     tuples = tuple(name for name, m in model.named_modules() if isinstance(m, _TUPLE_MODULES))
     first_error = None
@@ -162,27 +163,64 @@ class _LinearStandIn(nn.Module):
         return torch.relu(y) if self.relu else y
 
 
+class _StubStandIn(nn.Module):
+    """A float QuantStub / DeQuantStub: the tensor as it is, through one ATen op (a copy) that marks the call."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+
+_FLOAT_CELLS = {"rnn_cell": nn.RNNCell, "lstm_cell": nn.LSTMCell, "gru_cell": nn.GRUCell}
+_FLOAT_SEQUENCES = {"lstm": nn.LSTM, "gru": nn.GRU}  # torch.ao quantizes no nn.RNN
+
+
+def _float_stand_in(module: nn.Module, layer: Layer | None) -> nn.Module | None:
+    """A float module taking and returning tensors of the shapes the quantized module does (only its shapes
+    matter, not its weights), or None where there is none. Recurrent ones are torch's own classes, so that
+    their calls' signatures are kept (tuples) as a float model's are."""
+    if isinstance(layer, LinearLayer):
+        return _LinearStandIn(layer)
+    if isinstance(layer, StubLayer):
+        return _StubStandIn()
+    if isinstance(layer, RNNCellLayer):
+        extra = {"nonlinearity": layer.nonlinearity} if layer.pattern == "rnn_cell" else {}
+        return _FLOAT_CELLS[layer.pattern](layer.ih_weight.values.shape[1], layer.hh_weight.values.shape[1], **extra)
+    if isinstance(layer, SequenceLayer):
+        first = layer.directions[0]
+        return _FLOAT_SEQUENCES[layer.pattern](
+            first.ih_weight.values.shape[1], first.hh_weight.values.shape[1], layer.num_layers,
+            batch_first=layer.batch_first, bidirectional=layer.bidirectional)
+    if isinstance(layer, EmbeddingLayer) and layer.pattern == "embedding":
+        return nn.Embedding(layer.weight.shape[0], layer.dim)
+    if isinstance(layer, EmbeddingLayer):
+        # torch's 4-bit bag returns a padded width: the stand-in returns the width the module does
+        width = module(torch.zeros(1, 1, dtype=torch.int64)).shape[-1]
+        return nn.EmbeddingBag(layer.weight.shape[0], width, mode="sum")
+    return None
+
+
 def stand_in(model: nn.Module) -> tuple[nn.Module, dict[str, nn.Module]]:
     """A copy of model with float stand-ins for its quantized modules, and path -> the quantized module."""
     quantized: dict[str, nn.Module] = {}
+    stand_ins: dict[str, nn.Module] = {}
     for name, m in model.named_modules():
         if not name or not type(m).__module__.startswith(qrt_backend.QUANTIZED_PACKAGES):
             continue
         if any(name.startswith(p + ".") for p in quantized):
             continue
-        layer = qrt_backend.describe(m)
-        if not isinstance(layer, LinearLayer) or layer.mode != "dynamic":
+        float_module = _float_stand_in(m, qrt_backend.describe(m))
+        if float_module is None:
             raise ExportError(
-                f"module {name!r} ({type(m).__module__}.{type(m).__qualname__}): the export front end takes "
-                "torch.ao's dynamic Linear modules (quantize_dynamic) only; use --frontend fx"
+                f"module {name!r} ({type(m).__module__}.{type(m).__qualname__}): the export front end has no "
+                "float stand-in for it; use --frontend fx"
             )
-        quantized[name] = m
+        quantized[name], stand_ins[name] = m, float_module.eval()
     if not quantized:
         return model, {}
     copy = _shallow_copy(model)
-    for name, m in quantized.items():
+    for name, float_module in stand_ins.items():
         parent, _, attr = name.rpartition(".")
-        setattr(copy.get_submodule(parent) if parent else copy, attr, _LinearStandIn(qrt_backend.describe(m)))
+        setattr(copy.get_submodule(parent) if parent else copy, attr, float_module)
     return copy, quantized
 
 
@@ -198,7 +236,7 @@ def _shallow_copy(model: nn.Module) -> nn.Module:
 # ------------------------------------------------------------ raising the ATen graph
 
 
-def _leaf_key(node: torch.fx.Node, leaves: set[str]) -> tuple[str, str] | None:
+def _leaf_key(node: torch.fx.Node, leaves: Any) -> tuple[str, str] | None:
     """(stack key, module path) of the outermost leaf module the node runs in, or None."""
     for key, (path, _) in (node.meta.get("nn_module_stack") or {}).items():
         if path in leaves:
@@ -260,7 +298,8 @@ class _Raiser:
         self.consts: dict[str, torch.Tensor] = {}
         self.errors: list[str] = []
         self.q = pt2e.QDQ(self)
-        self.signatures = {e.fqn: e.signature for e in ep.module_call_graph if e.fqn in leaves and e.signature}
+        self.signatures = {e.fqn: e.signature for e in ep.module_call_graph
+                           if e.fqn.partition("@")[0] in leaves and e.signature}
 
     def const_attr(self, name: str, value: torch.Tensor) -> torch.fx.Node:
         if name not in self.root:
@@ -308,7 +347,7 @@ class _Raiser:
                 fields.add(node)
         self._inputs(nodes)
         groups = self._groups(nodes)
-        inside = {n for _, members in groups.values() for n in members}
+        inside = {n for _, members, _ in groups.values() for n in members}
         for node in nodes:
             if node.name in self.consts:
                 self.env[node] = pt2e.Constant(node.name, self.consts[node.name])
@@ -340,54 +379,57 @@ class _Raiser:
         args_spec = self.ep.call_spec.in_spec.child(0)
         structure = pytree.tree_unflatten(list(range(args_spec.num_leaves)), args_spec)
         for name, arg in zip(self.names, structure):
-            self._unpack(arg, self.graph.placeholder(name), user)
+            self._unpack(pytree.tree_map(user.__getitem__, arg), self.graph.placeholder(name))
 
-    def _unpack(self, structure: Any, value: torch.fx.Node, nodes: list[torch.fx.Node]) -> None:
-        """value holds a tuple shaped as structure, whose leaf i is nodes[i]: each one a getitem of it."""
-        if isinstance(structure, int):
-            self.env[nodes[structure]] = value
-            return
-        for k, child in enumerate(structure):
-            self._unpack(child, self.function(operator.getitem, (value, k), {}), nodes)
+    def _unpack(self, structure: Any, value: torch.fx.Node) -> None:
+        """value holds a tuple shaped as structure, whose leaves are nodes of the program (None where
+        nothing reads that item): each one a getitem of it."""
+        if isinstance(structure, torch.fx.Node):
+            self.env[structure] = value
+        elif structure is not None:
+            for k, child in enumerate(structure):
+                self._unpack(child, self.function(operator.getitem, (value, k), {}))
 
-    def _groups(self, nodes: list[torch.fx.Node]) -> dict[torch.fx.Node, tuple[str, list[torch.fx.Node]]]:
-        """Each leaf-module call's output node (its first, for a kept signature) -> (module path, the
-        call's nodes)."""
-        calls: dict[str, tuple[str, list[torch.fx.Node]]] = {}
-        for node in nodes:
-            if node.op == "call_function" and node.name not in self.consts:
-                found = _leaf_key(node, set(self.leaves))
-                if found is not None:
-                    calls.setdefault(found[0], (found[1], []))[1].append(node)
+    def _groups(self, nodes: list[torch.fx.Node]) -> dict[torch.fx.Node, tuple[str, list[torch.fx.Node], Any]]:
+        """Each leaf-module call's first output node -> (module path, the call's nodes, its arguments and
+        results as the module takes and returns them: (args, results) over program nodes, None for a module
+        of one tensor in and out)."""
         out = {}
-        for path, members in calls.values():
+        for fqn, (path, members) in module_calls([n for n in nodes if n.name not in self.consts], self.leaves).items():
             inside = set(members)
             leaving = [n for n in members if any(u not in inside for u in n.users)]
-            if not leaving and path not in self.signatures:
+            if not leaving:
                 continue  # a call whose result nothing reads: its ATen ops are raised one by one, and dropped
-            if path in self.signatures:
-                out[leaving[0]] = (path, members)
-                continue
-            # A recurrent module returns a tuple: without its kept signature, which part is which is unknown.
-            if len(leaving) != 1 or isinstance(self.leaves[path], _TUPLE_MODULES):
+            sig = self.signatures.get(fqn)
+            call = self._kept(sig) if sig is not None else self._derived(path, members)
+            if call is None and len(leaving) != 1:
                 what = f"{type(self.leaves[path]).__module__}.{type(self.leaves[path]).__qualname__}"
                 raise ExportError(
-                        f"module {path!r} ({what}) returns a tuple; the export front end lowers modules "
-                    "returning one tensor, and recurrent modules called once (use --frontend fx)"
+                    f"module {path!r} ({what}) returns a tuple; the export front end lowers modules "
+                    "returning one tensor, and recurrent modules (use --frontend fx)"
                 )
-            out[leaving[0]] = (path, members)
+            out[leaving[0]] = (path, members, call)
         return out
 
-    def _call_leaf(self, out: torch.fx.Node, path: str, members: list[torch.fx.Node]) -> None:
-        sig = self.signatures.get(path)
-        if sig is not None:  # the call's arguments and results as the module takes and returns them
-            by_name = {n.name: n for n in self.ep.graph.nodes}
-            ins = [self.env[by_name[a.name]] for a in sig.inputs]
-            args = pytree.tree_unflatten(ins, sig.in_spec)[0]
-            call = self.module(path, self.leaves[path], [_tuples(a) for a in args])
-            structure = pytree.tree_unflatten(list(range(len(sig.outputs))), sig.out_spec)
-            self._unpack(structure, call, [by_name[o.name] for o in sig.outputs])
-            return
+    def _kept(self, sig: Any) -> tuple[Any, Any]:
+        """(arguments, results) of a call from its signature, which torch.export kept."""
+        by_name = {n.name: n for n in self.ep.graph.nodes}
+        args = pytree.tree_unflatten([by_name[a.name] for a in sig.inputs], sig.in_spec)[0]
+        return args, pytree.tree_unflatten([by_name[o.name] for o in sig.outputs], sig.out_spec)
+
+    def _derived(self, path: str, members: list[torch.fx.Node]) -> tuple[Any, Any] | None:
+        """(arguments, results) of a recurrent module's call whose signature torch.export could not keep (the
+        module is called again with other arguments: (x), then (x, (h, c))), from its one ATen op (aten.lstm,
+        aten.lstm_cell, ...): the tensors it reads from outside are the arguments, in order; the op's items,
+        after what the module does to each alone (a batch_first transpose), the results. None for a module
+        that is not recurrent (or returns one tensor)."""
+        try:
+            return derived_call(path, self.leaves[path], members, self._outer_tensors(members))
+        except ExportError as e:
+            raise ExportError(f"{e} (use --frontend fx)") from None
+
+    def _outer_tensors(self, members: list[torch.fx.Node]) -> list[torch.fx.Node]:
+        """The tensors a call's nodes read from outside it, in order, weights aside."""
         inside = set(members)
         args: list[torch.fx.Node] = []
         for n in members:
@@ -398,7 +440,15 @@ class _Raiser:
                 tensor = isinstance(a.meta.get("val"), torch.Tensor)
                 if tensor and a not in inside and a.name not in self.consts and a not in args:
                     args.append(a)
-        self.env[out] = self.module(path, self.leaves[path], [self.env[a] for a in args])
+        return args
+
+    def _call_leaf(self, out: torch.fx.Node, path: str, members: list[torch.fx.Node], call: Any) -> None:
+        if call is None:
+            self.env[out] = self.module(path, self.leaves[path], [self.env[a] for a in self._outer_tensors(members)])
+            return
+        args, results = call
+        value = self.module(path, self.leaves[path], [_tuples(self.value(a)) for a in args])
+        self._unpack(results, value)
 
     def _call(self, node: torch.fx.Node) -> Any:
         op = node.target
@@ -479,6 +529,67 @@ def _tuples(v: Any) -> Any:
     return tuple(_tuples(i) for i in v) if isinstance(v, (list, tuple)) else v
 
 
+# How a recurrent module's call is shaped: its arguments by how many tensors it is given (indices into
+# them), and its result over the items of its ATen op (aten.lstm returns output, h_n, c_n).
+_CALL_SHAPES = {
+    "lstm": ({1: (0,), 3: (0, (1, 2))}, (0, (1, 2))),
+    "sequence": ({1: (0,), 2: (0, 1)}, (0, 1)),
+    "lstm_cell": ({1: (0,), 3: (0, (1, 2))}, (0, 1)),
+}
+
+
+def _call_kind(module: nn.Module) -> str | None:
+    """A key of _CALL_SHAPES for a recurrent module returning a tuple (float, or torch.ao's), else None."""
+    if isinstance(module, nn.RNNBase):
+        return "lstm" if isinstance(module, nn.LSTM) else "sequence"
+    if isinstance(module, nn.LSTMCell):
+        return "lstm_cell"
+    if not type(module).__module__.startswith(qrt_backend.QUANTIZED_PACKAGES):
+        return None
+    layer = qrt_backend.describe(module)
+    if isinstance(layer, SequenceLayer):
+        return "lstm" if layer.pattern == "lstm" else "sequence"
+    return "lstm_cell" if isinstance(layer, RNNCellLayer) and layer.pattern == "lstm_cell" else None
+
+
+def module_calls(nodes: Sequence[torch.fx.Node], paths: Any) -> dict[str, tuple[str, list[torch.fx.Node]]]:
+    """Each call of the modules at paths (the outermost, where they nest) -> (its path, its call_function
+    nodes), by the call's name in ep.module_call_graph: the path for the first call, path@1, path@2, ... for
+    later ones, as torch.export also tells them apart in the nodes' nn_module_stack."""
+    calls: dict[str, tuple[str, list[torch.fx.Node]]] = {}
+    for node in nodes:
+        found = _leaf_key(node, paths) if node.op == "call_function" else None
+        if found is not None:
+            key, path = found
+            calls.setdefault(path + (key[key.rindex("@"):] if "@" in key else ""), (path, []))[1].append(node)
+    return calls
+
+
+def derived_call(path: str, module: nn.Module, members: list[torch.fx.Node],
+                 inputs: list[torch.fx.Node]) -> tuple[Any, Any] | None:
+    """(arguments, results) over graph nodes of one call of a recurrent module whose signature torch.export did
+    not keep, from its nodes (members) and the tensors they read from outside (inputs, in order); None for a
+    module that does not return a tuple. Raises ExportError where the inputs cannot be told apart."""
+    kind = _call_kind(module)
+    if kind is None:
+        return None
+    arg_shapes, result_shape = _CALL_SHAPES[kind]
+    if len(inputs) not in arg_shapes:
+        raise ExportError(f"module {path!r} is called with {len(inputs)} distinct tensors; a call of it is read "
+                          f"with {' or '.join(map(str, arg_shapes))}, each argument its own tensor")
+    inside = set(members)
+    items = {n.args[1]: last_of(n, inside) for n in members if n.target is operator.getitem and n.args[0] in inside}
+    return pytree.tree_map(inputs.__getitem__, arg_shapes[len(inputs)]), pytree.tree_map(items.get, result_shape)
+
+
+def last_of(node: torch.fx.Node, inside: set) -> torch.fx.Node:
+    """An item of a module's op as the module returns it: after the ops the module applies to it alone
+    (a batch_first LSTM's transpose)."""
+    while len(node.users) == 1 and next(iter(node.users)) in inside:
+        node = next(iter(node.users))
+    return node
+
+
 def raise_program(
     ep: ExportedProgram,
     names: Sequence[str],
@@ -533,8 +644,10 @@ def is_prequantized(model: nn.Module) -> bool:
 
 
 def mark_free(specs: Sequence[qshapes.Spec], names: Sequence[str], ep: ExportedProgram, free_dims: str) -> list:
-    """The specs with the dimensions torch.export kept dynamic marked free ("auto"), or the marked ones
-    checked ("marked"): a dimension declared free that torch.export fixed is an error naming it."""
+    """The specs with the dimensions torch.export kept dynamic marked candidates ("auto": free where the
+    runs find them free, as the FX front end's search would; torch.export keeps a dimension dynamic under
+    guards, x.size(1) <= 10, that fix it for qrt), or the marked ones checked ("marked"): a dimension
+    declared free that torch.export fixed is an error naming it."""
     user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
     vals = {n.name: n.meta["val"] for n in ep.graph.nodes if n.op == "placeholder"}
     shapes = iter(vals[u].shape for u in user)
@@ -551,7 +664,7 @@ def mark_free(specs: Sequence[qshapes.Spec], names: Sequence[str], ep: ExportedP
                         f"input {leaf_name!r} dimension {d} is declared free ({leaf}), but torch.export "
                         f"fixes it to {int(shape[d])}"
                     )
-                dims.append(qshapes.Dim(dim.size, dynamic if free_dims == "auto" else dim.free))
+                dims.append(qshapes.Dim(dim.size, dim.free, free_dims == "auto" and dynamic and not dim.free))
             flat[i] = qshapes.Leaf(tuple(dims), leaf.dtype)
         out.append(rebuild(spec, iter(flat.values())))
     return out

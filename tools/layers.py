@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+import torch
 from torch import nn
 
 
@@ -105,5 +106,17 @@ class EmbeddingLayer:
         return {"weight": self.weight, "weight_scale": self.scale, "weight_bias": self.bias}
 
 
-Layer = LinearLayer | RNNCellLayer | SequenceLayer | EmbeddingLayer
+@dataclass(frozen=True)
+class StubLayer:
+    """Eager mode's QuantStub / DeQuantStub after torch.ao's convert: pattern "quantize" (float -> quantized
+    at the stub's observed ``scale`` / ``zero_point``, as torch.quantize_per_tensor) or "dequantize" (at the
+    input's own qparams: no fields)."""
+
+    pattern: str
+    scale: float | None = None
+    zero_point: int | None = None
+    dtype: torch.dtype | None = None
+
+
+Layer = LinearLayer | RNNCellLayer | SequenceLayer | EmbeddingLayer | StubLayer
 Describe = Callable[[nn.Module], "Layer | None"]

@@ -29,7 +29,7 @@ from torch.nn.modules.dropout import _DropoutNd
 
 from qrt.ops import layer_prefix
 
-from .layers import EmbeddingLayer, LinearLayer, RNNCellLayer, SequenceLayer
+from .layers import EmbeddingLayer, LinearLayer, RNNCellLayer, SequenceLayer, StubLayer
 
 if TYPE_CHECKING:
     from .lower import Lowerer
@@ -340,6 +340,16 @@ def _dequantize(lw: Lowerer, node: torch.fx.Node, x: Any) -> Any:
     if isinstance(x, PendingLinear):
         raise LoweringError("a static Linear's output is dequantized unquantized")
     return x  # dequantize of a float tensor is the identity
+
+
+@lowers(patterns=("quantize",))
+def _quant_stub(lw: Lowerer, node: torch.fx.Node, layer: StubLayer, x: Any) -> Quant:
+    return _quantize(lw, node, x, layer.scale, layer.zero_point, layer.dtype)
+
+
+@lowers(patterns=("dequantize",))
+def _dequant_stub(lw: Lowerer, node: torch.fx.Node, layer: StubLayer, x: Any) -> Any:
+    return _dequantize(lw, node, x)
 
 
 # ------------------------------------------------------------ identities

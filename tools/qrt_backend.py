@@ -70,7 +70,7 @@ from torch.ao.quantization.observer import (
 from torch.ao.quantization.quantize_fx import convert_fx, convert_to_reference_fx, prepare_fx
 from torch.ao.quantization.utils import get_qparam_dict
 
-from .layers import EmbeddingLayer, Layer, LinearLayer, QWeight, RNNCellLayer, SequenceLayer
+from .layers import EmbeddingLayer, Layer, LinearLayer, QWeight, RNNCellLayer, SequenceLayer, StubLayer
 from .rules import PatternRule, Rules
 
 BACKEND_NAME = "qrt"
@@ -548,6 +548,10 @@ def describe(module: nn.Module) -> Layer | None:
         return _sequence(module, "rnn", lambda suffix: _dynamic_cell(next(cells), "rnn_cell", name))
     if isinstance(module, nnq.Embedding):  # nnq.EmbeddingBag too, a subclass
         return _embedding(module, name)
+    if isinstance(module, nnq.Quantize):
+        return StubLayer("quantize", float(module.scale), int(module.zero_point), module.dtype)
+    if isinstance(module, nnq.DeQuantize):
+        return StubLayer("dequantize")
     return None
 
 

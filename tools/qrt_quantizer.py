@@ -224,38 +224,46 @@ def _recurrent_paths(model: nn.Module) -> tuple[str, ...]:
 
 
 def _keep_whole(gm: torch.fx.GraphModule, ep: Any, model: nn.Module, paths: tuple[str, ...]) -> None:
-    """Each recurrent module's nodes replaced by one call_module of the float module (pt2e annotates
-    none of them): its arguments and results as its kept call signature says, or for a cell returning
-    one tensor, the tensors it reads from outside in their order (as the export front end calls it)."""
+    """Each call of a recurrent module replaced by one call_module of the float module (pt2e annotates none
+    of them): its arguments and results as its kept call signature says, or as its ATen op says (a module
+    called again with arguments of another structure keeps none; export_frontend.derived_call), or for a
+    cell returning one tensor, the tensors it reads from outside in their order (as the export front end
+    calls it)."""
     by_name = {n.name: n for n in gm.graph.nodes}
-    signatures = {e.fqn: e.signature for e in ep.module_call_graph if e.fqn in paths and e.signature}
-    for path in paths:
-        members = [n for n in gm.graph.nodes
-                   if path in [p for p, _ in (n.meta.get("nn_module_stack") or {}).values()]]
-        if not members:
-            continue
+    signatures = {e.fqn: e.signature for e in ep.module_call_graph if e.signature}
+    for fqn, (path, members) in export_frontend.module_calls(list(gm.graph.nodes), set(paths)).items():
         inside = set(members)
-        sig = signatures.get(path)
+        module = model.get_submodule(path)
+        sig = signatures.get(fqn)
         if sig is not None:
             outputs = [by_name[o.name] for o in sig.outputs]
             args, kwargs = pytree.tree_unflatten([by_name[i.name] for i in sig.inputs], sig.in_spec)
             structure = pytree.tree_unflatten(list(range(len(outputs))), sig.out_spec)
         else:
-            outputs = [n for n in members if any(u not in inside for u in n.users)]
-            if len(outputs) != 1 or not isinstance(model.get_submodule(path), nn.RNNCellBase):
-                raise FrontEndError(
-                    f"module {path!r} ({type(model.get_submodule(path)).__name__}) is called more than once; "
-                    "the pt2e path keeps recurrent modules called once whole (use --quantizer fx)"
-                )
-            args = [a for n in members for a in n.all_input_nodes
-                    if a not in inside and isinstance(a.meta.get("val"), torch.Tensor) and a.op != "get_attr"]
-            args, kwargs, structure = list(dict.fromkeys(args)), {}, 0
+            # (a size read is no argument; an earlier call's result, made here, has no "val")
+            outer = list(dict.fromkeys(a for n in members for a in n.all_input_nodes if a not in inside
+                                       and not isinstance(a.meta.get("val"), torch.SymInt) and a.op != "get_attr"))
+            try:
+                call = export_frontend.derived_call(path, module, members, outer)
+            except export_frontend.ExportError as e:
+                raise FrontEndError(f"{e} (use --quantizer fx)") from None
+            kwargs = {}
+            if call is None:  # a cell returning one tensor
+                args, structure = outer, 0
+                outputs = [n for n in members if any(u not in inside for u in n.users)]
+                if len(outputs) != 1:
+                    raise FrontEndError(f"module {path!r} ({type(module).__name__}): its call's result cannot be "
+                                        "told apart (use --quantizer fx)")
+            else:
+                args, results = call
+                outputs, spec = pytree.tree_flatten(results)
+                structure = pytree.tree_unflatten(list(range(len(outputs))), spec)
         with gm.graph.inserting_before(members[0]):
-            call = gm.graph.call_module(path, tuple(_tuples(args)), {k: _tuples(v) for k, v in kwargs.items()})
-        _replace_outputs(gm, call, structure, outputs, by_name)
+            call_node = gm.graph.call_module(path, tuple(_tuples(args)), {k: _tuples(v) for k, v in kwargs.items()})
+        _replace_outputs(gm, call_node, structure, outputs, by_name)
         for n in reversed(members):
             gm.graph.erase_node(n)
-        _set_module(gm, path, _Whole(model.get_submodule(path)))
+        _set_module(gm, path, _Whole(module))
     for n in list(gm.graph.nodes):  # the recurrent modules' parameters, read by the module now
         if n.op == "get_attr" and not n.users:
             gm.graph.erase_node(n)
@@ -281,33 +289,26 @@ def _restore_signatures(program: Any, ep: Any, paths: tuple[str, ...]) -> None:
     user's arguments, in order), its outputs the items of the op's result, in order."""
     first = {e.fqn: e.signature for e in ep.module_call_graph if e.signature}
     params = {s.arg.name for s in program.graph_signature.input_specs if s.kind != InputKind.USER_INPUT}
+    calls = export_frontend.module_calls(list(program.graph.nodes), set(paths))
     for entry in program.module_call_graph:
         sig = first.get(entry.fqn)
-        if entry.fqn not in paths or entry.signature is not None or sig is None:
+        if entry.fqn not in calls or entry.signature is not None or sig is None:
             continue
-        members = [n for n in program.graph.nodes
-                   if entry.fqn in [p for p, _ in (n.meta.get("nn_module_stack") or {}).values()]]
+        members = calls[entry.fqn][1]
         inside = set(members)
         inputs = list(dict.fromkeys(a for n in members for a in n.all_input_nodes
                                     if a not in inside and a.name not in params
                                     and isinstance(a.meta.get("val"), torch.Tensor)))
         items = sorted((n for n in members if n.target is operator.getitem and n.args[0] in inside),
                        key=lambda n: n.args[1])
-        outputs = [_last_of(n, inside) for n in items] if items else [n for n in members if n.users.keys() - inside]
+        outputs = ([export_frontend.last_of(n, inside) for n in items] if items
+                   else [n for n in members if n.users.keys() - inside])
         if len(inputs) != len(sig.inputs) or len(outputs) != len(sig.outputs):
             raise FrontEndError(f"module {entry.fqn!r}: its call cannot be found again after pt2e "
                                 "(use --quantizer fx)")
         entry.signature = dataclasses.replace(
             sig, inputs=[TensorArgument(n.name) for n in inputs], outputs=[TensorArgument(n.name) for n in outputs]
         )
-
-
-def _last_of(node: torch.fx.Node, inside: set) -> torch.fx.Node:
-    """An item of the module's op as the module returns it: after the ops the module applies to it alone
-    (a batch_first LSTM's transpose)."""
-    while len(node.users) == 1 and next(iter(node.users)) in inside:
-        node = next(iter(node.users))
-    return node
 
 
 def _tuples(v: Any) -> Any:
@@ -319,8 +320,9 @@ def _replace_outputs(gm: torch.fx.GraphModule, value: torch.fx.Node, structure: 
     """Uses of outputs[i] read the leaf i of value (shaped as structure) instead; by_name (the names of the
     first export's nodes, which later signatures name) follows."""
     if isinstance(structure, int):
-        outputs[structure].replace_all_uses_with(value)
-        by_name[outputs[structure].name] = value
+        if outputs[structure] is not None:  # None: an item nothing reads
+            outputs[structure].replace_all_uses_with(value)
+            by_name[outputs[structure].name] = value
         return
     for k, child in enumerate(structure):
         with gm.graph.inserting_after(value):

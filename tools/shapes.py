@@ -9,8 +9,8 @@ a dtype) or a tuple of entries (an LSTM's ``(h, c)``). In text::
     (2,1,200),(2,1,200) a tuple of two tensors; tuples nest: ((1,8),(1,8)),(1,4)
 
 Which dimensions are free is found by running the model: at the example sizes, then with one
-dimension at another size (example + 1), and, for dimensions that fail alone, together with the
-other dimensions of the same example size (a batch shared by x and h only changes together). A
+dimension at another size (2n + 3 for an example size n), and, for dimensions that fail alone, together
+with the other dimensions of the same example size (a batch shared by x and h only changes together). A
 dimension is free when the model runs and every node keeps its rank and dtype. The runs'
 shapes are what the lowering later reads (a reshape's 0 / -1, sizes used as values).
 """
@@ -41,6 +41,7 @@ class SpecError(ValueError):
 class Dim:
     size: int  # the example size
     free: bool = False  # declared free ("50?"); otherwise the search decides (or, with "marked", fixed)
+    candidate: bool = False  # searched with "marked" too, fixed where refuted (one torch.export keeps dynamic)
 
     def __str__(self) -> str:
         return f"{self.size}{'?' if self.free else ''}"
@@ -347,7 +348,7 @@ def search(
         (i, d)
         for i, (_, leaf) in enumerate(flat)
         for d, dim in enumerate(leaf.dims)
-        if dim.free or free_dims == "auto"
+        if dim.free or dim.candidate or free_dims == "auto"
     ]
     # dimensions known to be one size (torch.export gave them one symbol) change together, never alone
     groups = {c: g for g in tied for c in g if g <= set(candidates)}
@@ -391,7 +392,7 @@ def search(
         name, spec = flat[leaf]
         raise SpecError(
             f"input {name!r} dimension {d} is declared free ({spec}), but the model does not run when it "
-            f"changes from {spec.dims[d].size} to {spec.dims[d].size + 1}: {failed[declared[0]]}"
+            f"changes from {spec.dims[d].size} to {2 * spec.dims[d].size + 3}: {failed[declared[0]]}"
         )
     return runs
 
