@@ -15,11 +15,13 @@ for the whole model:
   in that linear's call, on its output while it is in cache; a quantize that undoes a dequantize
   with the same parameters is dropped when every representable value survives the round trip
   unchanged (checked exhaustively at build); flatten, reshape, squeeze and unsqueeze are a new shape
-  over the same bytes.
+  over the same bytes; an attention reads q, k and v through the permute (0, 2, 1, 3) that makes
+  heads of a [B, L, H, E] array, in place, and writes its context through the one that undoes it
+  (a transformer's copies between the linears' layout and the heads' are not made).
 - **Native steps** for quantize and dequantize, the linears, the cells, whole sequences (every layer
   and direction of an rnn/lstm/gru_dynamic in one step, K.SequenceStep, on the arena), and the glue
   of the recurrent models: embedding, select and slice (a copy of strided blocks), softmax and
-  log_softmax, relu, add.
+  log_softmax, relu, add, attention.
 - **Fallback.** Any other op runs its Python step inside the program, which takes the GIL back for
   that step only; so every model keeps working.
 
@@ -60,14 +62,17 @@ SLOT_INPUT, SLOT_CONST, SLOT_ARENA, SLOT_FRESH, SLOT_OBJECT = 1, 2, 3, 4, 5
     PS_EMBEDDING,
     PS_SOFTMAX,
     PS_COPY,
+    PS_ATTENTION,
     PS_FALLBACK,
-) = range(1, 16)
+) = range(1, 17)
 _QCODE = {"uint8": 0, "int8": 1, "int32": 2}
 _CELLS = {"rnn_cell_dynamic", "lstm_cell_dynamic", "gru_cell_dynamic"}
 _SEQUENCES = {"rnn_dynamic", "lstm_dynamic", "gru_dynamic"}
 # ops whose output is their input's bytes under another shape (the plan's values are C-contiguous)
 _VIEWS = {"flatten", "reshape", "squeeze", "unsqueeze"}
 _ALIGN = 64
+# the permute between a linear's [B, L, H * E] output viewed as [B, L, H, E] and attention's [B, H, L, E]
+_HEADS_PERM = [0, 2, 1, 3]
 
 
 def build_plan(graph: Graph, tensors: Mapping[str, np.ndarray], steps: Sequence[Callable]) -> Plan:
@@ -117,6 +122,15 @@ class Plan:
     def __repr__(self) -> str:
         fused = sum(1 for _ in self._relu_of) + sum(1 for n in self.graph.nodes if self._folded(n))
         return f"Plan({len(self.graph.nodes)} nodes, {fused} fused, {self._executor.program_count()} programs)"
+
+    def profile(self, inputs: list[np.ndarray], repeats: int = 20) -> list[tuple[str, str, float]]:
+        """Where a call's time goes: (node name, op, seconds) of each step of the compiled program for these
+        inputs (flat, as run() takes them; compiled first if new), the median of `repeats` calls. A step that
+        runs several nodes (a fused ReLU) is named by its first. Empty where these shapes have no program."""
+        if not self._executor.has_program(tuple(a.shape for a in inputs)):
+            self.run(inputs)
+        steps = self._executor.profile(list(inputs), repeats) or []
+        return [(self.graph.nodes[i].name, self.graph.nodes[i].op, t) for i, t in steps]
 
     def stream(self, state: Mapping[str, str] | None = None) -> Stream:
         """A stateful stepper of this model (see Stream)."""
@@ -226,15 +240,20 @@ class Plan:
         if any(isinstance(a, np.ndarray) and a.size == 0 for a in env.values()):
             return None
         nodes = self.graph.nodes
-        native = [self._native(i, env) for i in range(len(nodes))]
+        heads = self._attention_steps(env)
+        fused = self._fused | {j for step in heads.values() for j in step.pop("fused")}
+        native = [heads.get(i) or self._native(i, env, fused) for i in range(len(nodes))]
+        writes = {**{j: nodes[r].outputs[0] for j, r in self._relu_of.items()},
+                  **{i: step["y"] for i, step in heads.items()}}
+        step_reads = {i: [step[p] for p in ("a", "b", "c", "d") if p in step] for i, step in heads.items()}
         # the storage of each root value
         inputs, outputs = set(self._input_names), set(self._output_names)
         kind: dict[str, int] = {}
         producer: dict[str, int] = {}
         for i, node in enumerate(nodes):
-            if i in self._fused:
+            if i in fused:
                 continue
-            outs = [nodes[self._relu_of[i]].outputs[0]] if i in self._relu_of else node.outputs
+            outs = [writes[i]] if i in writes else node.outputs
             for v in outs:
                 if v in self._alias:
                     continue
@@ -260,9 +279,9 @@ class Plan:
         last = len(nodes)
         end: dict[str, int] = {self._root(v): last for v in outputs}
         for i in reversed(range(len(nodes))):
-            if i in self._fused:
+            if i in fused:
                 continue
-            reads = [self._root(v) for v in self._args[i]]
+            reads = [self._root(v) for v in step_reads.get(i, self._args[i])]
             for r in reads:
                 end[r] = max(end.get(r, i), i)
             if not native[i]:
@@ -274,14 +293,14 @@ class Plan:
         arena: list[tuple[str, int, int, int]] = []  # (root or scratch name, start, end, nbytes)
         native_reads: set[str] = set()
         for i, node in enumerate(nodes):
-            if i in self._fused:
+            if i in fused:
                 continue
             if native[i]:
                 step = native[i]
                 if step["op"] == 0:  # an alias: nothing to run
                     continue
                 step["node"] = i
-                for port in ("a", "b", "c"):
+                for port in ("a", "b", "c", "d"):
                     if port in step:
                         native_reads.add(self._root(step[port]))
                         step[port] = slot(step[port])
@@ -342,11 +361,65 @@ class Plan:
             }
         )
 
-    def _native(self, i: int, env: dict[str, np.ndarray]) -> dict | None:
-        """The executor step of node i at the shapes of env, or None for the fallback."""
+    def _attention_steps(self, env: dict[str, np.ndarray]) -> dict[int, dict]:
+        """The attention nodes that run natively at the shapes of env, by node: each one's executor step, with
+        "fused": the permutes it makes unnecessary. An attention reads q, k or v in place where it is a
+        permute (0, 2, 1, 3) of a rank-4 array, and writes its context where a permute (0, 2, 1, 3) would read it
+        (its only use), into that permute's output; such a permute runs no more when every use is folded."""
+        nodes, outputs = self.graph.nodes, set(self._output_names)
+
+        def heads_permute(v: str) -> int | None:
+            j = self._producer.get(v)
+            if j is None or nodes[j].op != "permute" or list(nodes[j].attrs["perm"]) != _HEADS_PERM:
+                return None
+            if self.graph.nodes[self._producer.get(self._root(nodes[j].inputs["x"]), j)].op == "attention":
+                return None  # maybe the context permute of an attention writing through it: never made
+            x = env.get(nodes[j].inputs["x"])
+            return j if isinstance(x, np.ndarray) and x.ndim == 4 and x.dtype == np.float32 else None
+
+        found: dict[int, dict] = {}
+        read_in_place: dict[int, list[int]] = {}  # permute -> attention nodes reading through it
+        for i, node in enumerate(nodes):
+            native = getattr(self._steps[i], "native", None)  # qrt.cpu.attention's native_attention
+            mask = node.inputs.get("mask")
+            if node.op != "attention" or native is None or any(v in self._consts for v in self._args[i]):
+                continue
+            if any(env[node.inputs[p]].dtype != np.float32 for p in "qkv"):
+                continue
+            sources = [heads_permute(node.inputs[p]) for p in "qkv"]
+            out = node.outputs[0]
+            uses = self._uses.get(out, [])
+            after = uses[0] if len(uses) == 1 and out not in outputs else None
+            if after is not None and (nodes[after].op != "permute" or list(nodes[after].attrs["perm"]) != _HEADS_PERM
+                                      or env[out].ndim != 4):
+                after = None
+            shapes = [env[node.inputs[p]].shape for p in "qkv"]
+            kernel_step = native(*shapes, None if mask is None else env[mask],
+                                 tuple(j is not None for j in sources) + (after is not None,))
+            if kernel_step is None:
+                continue
+            step = {"op": PS_ATTENTION, "kernel": kernel_step, "fused": [] if after is None else [after],
+                    "y": out if after is None else nodes[after].outputs[0]}
+            for port, p, j in zip("abc", "qkv", sources):
+                step[port] = node.inputs[p] if j is None else nodes[j].inputs["x"]
+                if j is not None:
+                    read_in_place.setdefault(j, []).append(i)
+            if mask is not None:
+                step["d"] = mask
+            found[i] = step
+        for j, readers in read_in_place.items():
+            v = nodes[j].outputs[0]
+            if v not in outputs and all(u in found and nodes[u].inputs.get("mask") != v for u in self._uses.get(v, [])):
+                found[readers[0]]["fused"].append(j)
+        return found
+
+    def _native(self, i: int, env: dict[str, np.ndarray], fused: set[int]) -> dict | None:
+        """The executor step of node i at the shapes of env, or None for the fallback (fused: the nodes
+        another step runs)."""
         node = self.graph.nodes[i]
         op, c = node.op, {p: self._consts[v] for p, v in node.inputs.items() if v in self._consts}
-        if op in _VIEWS or i in self._fused:
+        if op in _VIEWS or i in fused:
+
             return {"op": 0}  # nothing to run: an alias
         if any(v in self._consts for v in self._args[i]):  # a stored tensor at a run-time port: rare
             return None
