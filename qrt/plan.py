@@ -11,6 +11,11 @@ for the whole model:
   are fresh arrays each call; intermediate buffers are reused.
 - **Threads.** A program's buffers come in sets taken from a pool for the length of one call, so
   several threads may run one model at once; each holds its own set.
+- **Values fixed by the shapes.** A node whose run-time operands are stored tensors, values fixed by
+  the shapes, or operands it reads only the shape of (arange's x, expand's like) gives the same
+  result on every call with these shapes (a transformer's position ids, token types, the causal part
+  of its mask): its output from the first call is kept in the program as a stored tensor, and the
+  node runs no more.
 - **Fusion that keeps the bits.** A ReLU whose input is a linear's (dynamic or float) only use runs
   in that linear's call, on its output while it is in cache; a quantize that undoes a dequantize
   with the same parameters is dropped when every representable value survives the round trip
@@ -40,7 +45,7 @@ import numpy as np
 from . import _kernels as K
 from .graph import Graph, check_input, nest
 from .interpreter import Interpreter
-from .ops import QUANT_DTYPES, channel_view, rounds_first
+from .ops import OPS, QUANT_DTYPES, channel_view, rounds_first
 
 MAX_PROGRAMS = 32  # input shape sets whose programs are kept (a free sequence length makes many)
 
@@ -240,8 +245,10 @@ class Plan:
         if any(isinstance(a, np.ndarray) and a.size == 0 for a in env.values()):
             return None
         nodes = self.graph.nodes
+        static = self._fixed_by_shapes(env)
         heads = self._attention_steps(env)
         fused = self._fused | {j for step in heads.values() for j in step.pop("fused")}
+        fused |= {self._producer[v] for v in static}
         native = [heads.get(i) or self._native(i, env, fused) for i in range(len(nodes))]
         writes = {**{j: nodes[r].outputs[0] for j, r in self._relu_of.items()},
                   **{i: step["y"] for i, step in heads.items()}}
@@ -338,7 +345,7 @@ class Plan:
             if k == SLOT_INPUT:
                 info: Any = self._input_names.index(r)
             elif k == SLOT_CONST:
-                info = np.ascontiguousarray(self._consts[r])
+                info = np.ascontiguousarray(static[r] if r in static else self._consts[r])
             elif k == SLOT_ARENA:
                 info = offsets[r]
             else:
@@ -360,6 +367,21 @@ class Plan:
                 "outputs": out_specs,
             }
         )
+
+    def _fixed_by_shapes(self, env: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The values fixed by the input shapes (see the module docstring), as env holds them, by name: the
+        outputs of nodes run in Python (not views, not already fused) whose every run-time operand is a stored
+        tensor, such a value, or read for its shape only."""
+        fixed: dict[str, np.ndarray] = {}
+        for i, node in enumerate(self.graph.nodes):
+            if i in self._fused or node.op in _VIEWS or any(v not in env for v in node.outputs):
+                continue
+            shape_only = {p.name for p in OPS[node.op].inputs if p.shape_only}
+            if all(self._root(v) in self._consts or self._root(v) in fixed or p in shape_only
+                   for p, v in node.inputs.items()):
+                for v in node.outputs:
+                    fixed[v] = env[v]
+        return fixed
 
     def _attention_steps(self, env: dict[str, np.ndarray]) -> dict[int, dict]:
         """The attention nodes that run natively at the shapes of env, by node: each one's executor step, with

@@ -839,3 +839,23 @@ def test_threads_share_a_sequence_model(tmp_path):
         t.join()
     assert errors == []
     assert kws._plan._executor.handed_back == 0
+
+
+def test_values_fixed_by_the_shapes_are_kept(tmp_path):
+    """Nodes that read stored tensors, values fixed by the shapes, or only an input's shape (arange's x,
+    expand's like) run once, at the call that compiles a program for these shapes; each set of shapes
+    keeps its own values; nodes reading an input's values still run on every call."""
+    g = GraphBuilder()
+    x = g.input("x", "float32", [None, None])
+    positions = g.node("cast", {"x": g.node("arange", {"x": x}, {"dim": 1})}, {"dtype": "float32"}, name="pos")
+    offset = g.node("expand", {"x": np.float32([[0.5]]), "like": x}, {"shape": [-1, -1], "like_dims": [0, 1]},
+                    name="offset")
+    shifted = g.node("add", {"a": g.node("add", {"a": x, "b": positions}), "b": offset})
+    g.output(shifted, g.node("cast", {"x": x}, {"dtype": "int32"}, name="read"))
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    for shape in ((2, 5), (3, 7), (2, 5)):
+        inputs = [_x(*shape)]
+        _check(model, plan, inputs)
+        ran = plan._executor.fallback_steps((shape,))  # in Python: the broadcast add and the cast of x's values
+        assert ran == ["node 'add_3' (add)", "node 'read' (cast)"]
