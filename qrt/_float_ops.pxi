@@ -162,8 +162,11 @@ cdef class FloatOps:
         if n == 0:
             return
         with nogil:
-            run_float(self.ops, FLOAT_UNARY, code, &x[0], &y[0], NULL, NULL, 0, n, 1, 1,
-                      float_parts(n, n * unary_cost(code)))
+            self.unary_into(code, &x[0], &y[0], n)
+
+    cdef void unary_into(self, int code, const float* x, float* y, Py_ssize_t n) noexcept nogil:
+        """unary() on raw pointers (also the execution plan's step), code a value of UNARY_OPS, n > 0."""
+        run_float(self.ops, FLOAT_UNARY, code, x, y, NULL, NULL, 0, n, 1, 1, float_parts(n, n * unary_cost(code)))
 
     def binary(self, str op, a, b, y) -> None:
         """y = a op b, numpy broadcasting; a, b, y contiguous float32 arrays, y of the broadcast shape."""
@@ -246,5 +249,9 @@ cdef class FloatOps:
         if bias is not None:
             b = &bias[0]
         with nogil:
-            run_float(self.ops, FLOAT_LAYER_NORM, 0, &x[0, 0], &y[0, 0], w, b, eps, rows, n, 1,
-                      float_parts(rows, rows * n))
+            self.layer_norm_into(&x[0, 0], w, b, eps, &y[0, 0], rows, n)
+
+    cdef void layer_norm_into(self, const float* x, const float* w, const float* b, float eps, float* y,
+                              Py_ssize_t rows, Py_ssize_t n) noexcept nogil:
+        """layer_norm() on raw pointers (also the execution plan's step; w, b NULL for none), rows * n > 0."""
+        run_float(self.ops, FLOAT_LAYER_NORM, 0, x, y, w, b, eps, rows, n, 1, float_parts(rows, rows * n))

@@ -29,6 +29,8 @@ cdef enum:
     PS_SOFTMAX
     PS_COPY
     PS_ATTENTION
+    PS_UNARY
+    PS_LAYER_NORM
     PS_FALLBACK
 
 cdef enum:
@@ -54,6 +56,7 @@ cdef struct plan_step:
     int32_t zp
     PyObject* kernel  # borrowed: the program keeps it
     const float* fvec
+    const float* fvec2  # PS_LAYER_NORM: the bias (fvec the weight), NULL for none
     const double* dvec
     const int32_t* ivec
 
@@ -136,6 +139,10 @@ cdef int run_native(const plan_step* s, void** P) noexcept nogil:
         (<FloatOps>s.kernel).softmax_into(s.dtype, <const float*>P[s.a], <float*>P[s.y], s.outer, s.ch, s.inner)
     elif s.op == PS_COPY:
         copy_blocks(s, <const char*>P[s.a], <char*>P[s.y])
+    elif s.op == PS_UNARY:  # dtype: the function's code (UNARY_OPS)
+        (<FloatOps>s.kernel).unary_into(s.dtype, <const float*>P[s.a], <float*>P[s.y], s.n)
+    elif s.op == PS_LAYER_NORM:  # scale: eps
+        (<FloatOps>s.kernel).layer_norm_into(<const float*>P[s.a], s.fvec, s.fvec2, s.scale, <float*>P[s.y], s.m, s.n)
     elif s.op == PS_ATTENTION:
         err = (<AttentionStep>s.kernel).run(<const float*>P[s.a], <const float*>P[s.b], <const float*>P[s.c],
                                             slot_or_null(P, s.d), <float*>P[s.y])
@@ -341,6 +348,8 @@ cdef class PlanProgram:
                 st.kernel = <PyObject*>d["kernel"]
             if "fvec" in d:
                 st.fvec = <const float*>cnp.PyArray_DATA(self._keep(d["fvec"], np.float32))
+            if "fvec2" in d:
+                st.fvec2 = <const float*>cnp.PyArray_DATA(self._keep(d["fvec2"], np.float32))
             if "dvec" in d:
                 st.dvec = <const double*>cnp.PyArray_DATA(self._keep(d["dvec"], np.float64))
             if "ivec" in d:

@@ -26,7 +26,7 @@ for the whole model:
 - **Native steps** for quantize and dequantize, the linears, the cells, whole sequences (every layer
   and direction of an rnn/lstm/gru_dynamic in one step, K.SequenceStep, on the arena), and the glue
   of the recurrent models: embedding, select and slice (a copy of strided blocks), softmax and
-  log_softmax, relu, add, attention.
+  log_softmax, relu, add, the float functions (gelu, sigmoid, ...), layer_norm, attention.
 - **Fallback.** Any other op runs its Python step inside the program, which takes the GIL back for
   that step only; so every model keeps working.
 
@@ -68,8 +68,10 @@ SLOT_INPUT, SLOT_CONST, SLOT_ARENA, SLOT_FRESH, SLOT_OBJECT = 1, 2, 3, 4, 5
     PS_SOFTMAX,
     PS_COPY,
     PS_ATTENTION,
+    PS_UNARY,
+    PS_LAYER_NORM,
     PS_FALLBACK,
-) = range(1, 17)
+) = range(1, 19)
 _QCODE = {"uint8": 0, "int8": 1, "int32": 2}
 _CELLS = {"rnn_cell_dynamic", "lstm_cell_dynamic", "gru_cell_dynamic"}
 _SEQUENCES = {"rnn_dynamic", "lstm_dynamic", "gru_dynamic"}
@@ -509,6 +511,22 @@ class Plan:
                     "view": channel_view(x.shape, node.attrs["dim"]), "kernel": kernel}
         if op in ("select", "slice"):
             return _copy_step(node, x)
+        step = self._steps[i]
+        if getattr(step, "unary", None) is not None and kernel is not None and x.dtype == np.float32:
+            return {"op": PS_UNARY, "a": node.inputs["x"], "y": out, "n": x.size, "dtype": K.UNARY_OPS[step.unary],
+                    "kernel": kernel}
+        if op == "layer_norm" and kernel is not None and x.dtype == np.float32:
+            k = node.attrs["normalized_dims"]
+            stored = next((c[p].shape for p in ("weight", "bias") if p in c), None)
+            if stored is not None and x.shape[x.ndim - k :] != stored:
+                return None  # the step says what is wrong
+            n = math.prod(x.shape[x.ndim - k :])
+            ln = {"op": PS_LAYER_NORM, "a": node.inputs["x"], "y": out, "m": x.size // n, "n": n,
+                  "scale": float(node.attrs["eps"]), "kernel": kernel}
+            for port, field in (("weight", "fvec"), ("bias", "fvec2")):
+                if port in c:
+                    ln[field] = c[port].reshape(-1)
+            return ln
         return None
 
     def _sequence(self, i: int, env: dict[str, np.ndarray]) -> dict | None:

@@ -859,3 +859,21 @@ def test_values_fixed_by_the_shapes_are_kept(tmp_path):
         _check(model, plan, inputs)
         ran = plan._executor.fallback_steps((shape,))  # in Python: the broadcast add and the cast of x's values
         assert ran == ["node 'add_3' (add)", "node 'read' (cast)"]
+
+
+def test_float_functions_and_layer_norm_run_natively(tmp_path):
+    """gelu (both forms), the other float functions and layer_norm (with and without weight and bias, over one
+    and two dimensions) are native steps: the per-node path's bits, nothing run in Python."""
+    g = GraphBuilder()
+    x = g.input("x", "float32", [None, None, 6, 5])
+    y = g.node("layer_norm", {"x": x, "weight": _x(6, 5), "bias": _x(6, 5)}, {"normalized_dims": 2, "eps": 1e-5})
+    y = g.node("gelu", {"x": y}, {"approximate": "none"})
+    y = g.node("gelu", {"x": y}, {"approximate": "tanh"})
+    y = g.node("layer_norm", {"x": g.node("sigmoid", {"x": y}), "weight": _x(5)}, {"normalized_dims": 1})
+    y = g.node("layer_norm", {"x": g.node("silu", {"x": y})}, {"normalized_dims": 1, "eps": 0.5})
+    g.output(g.node("tanh", {"x": y}))
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    for shape in ((1, 3, 6, 5), (4, 7, 6, 5)):
+        _check(model, plan, [_x(*shape) * 3])
+        assert plan._executor.fallback_steps((shape,)) == []

@@ -42,6 +42,7 @@ def _unary(op: str) -> Prepare:
             kernel.unary(name, tensor_moves.contiguous_of(np, x).reshape(-1), y.reshape(-1))
             return (y,)
 
+        step.kernel, step.unary = kernel, name  # for the execution plan
         return step
 
     return prepare
@@ -142,6 +143,7 @@ def _layer_norm(node: Node, c: Mapping[str, np.ndarray]) -> Step:
         kernel.layer_norm(tensor_moves.contiguous_of(np, x).reshape(rows, n), w, b, eps, y.reshape(rows, n))
         return (y,)
 
+    step.kernel = kernel  # for the execution plan
     return step
 
 
