@@ -31,6 +31,8 @@ cdef enum:
     PS_ATTENTION
     PS_UNARY
     PS_LAYER_NORM
+    PS_BINARY
+    PS_SUM
     PS_FALLBACK
 
 cdef enum:
@@ -143,6 +145,11 @@ cdef int run_native(const plan_step* s, void** P) noexcept nogil:
         (<FloatOps>s.kernel).unary_into(s.dtype, <const float*>P[s.a], <float*>P[s.y], s.n)
     elif s.op == PS_LAYER_NORM:  # scale: eps
         (<FloatOps>s.kernel).layer_norm_into(<const float*>P[s.a], s.fvec, s.fvec2, s.scale, <float*>P[s.y], s.m, s.n)
+    elif s.op == PS_BINARY:
+        (<BinaryStep>s.kernel).run(<const float*>P[s.a], <const float*>P[s.b], <float*>P[s.y])
+    elif s.op == PS_SUM:  # dtype: 1 for mean
+        (<FloatOps>s.kernel).sum_into(s.dtype, <const float*>P[s.a] if s.ch else NULL, <float*>P[s.y], s.outer, s.ch,
+                                      s.inner)
     elif s.op == PS_ATTENTION:
         err = (<AttentionStep>s.kernel).run(<const float*>P[s.a], <const float*>P[s.b], <const float*>P[s.c],
                                             slot_or_null(P, s.d), <float*>P[s.y])

@@ -26,7 +26,8 @@ for the whole model:
 - **Native steps** for quantize and dequantize, the linears, the cells, whole sequences (every layer
   and direction of an rnn/lstm/gru_dynamic in one step, K.SequenceStep, on the arena), and the glue
   of the recurrent models: embedding, select and slice (a copy of strided blocks), softmax and
-  log_softmax, relu, add, the float functions (gelu, sigmoid, ...), layer_norm, attention.
+  log_softmax, relu, the float arithmetic (add, sub, mul, div, broadcasting) and functions (gelu,
+  sigmoid, ...), sum and mean over adjacent dimensions, layer_norm, attention.
 - **Fallback.** Any other op runs its Python step inside the program, which takes the GIL back for
   that step only; so every model keeps working.
 
@@ -70,8 +71,10 @@ SLOT_INPUT, SLOT_CONST, SLOT_ARENA, SLOT_FRESH, SLOT_OBJECT = 1, 2, 3, 4, 5
     PS_ATTENTION,
     PS_UNARY,
     PS_LAYER_NORM,
+    PS_BINARY,
+    PS_SUM,
     PS_FALLBACK,
-) = range(1, 19)
+) = range(1, 21)
 _QCODE = {"uint8": 0, "int8": 1, "int32": 2}
 _CELLS = {"rnn_cell_dynamic", "lstm_cell_dynamic", "gru_cell_dynamic"}
 _SEQUENCES = {"rnn_dynamic", "lstm_dynamic", "gru_dynamic"}
@@ -512,6 +515,18 @@ class Plan:
         if op in ("select", "slice"):
             return _copy_step(node, x)
         step = self._steps[i]
+        if getattr(step, "binary", None) is not None and kernel is not None:
+            a, b = (self._value(env, node.inputs[p]) for p in ("a", "b"))
+            y = env[out]
+            if a.dtype == b.dtype == np.float32 and y.ndim:
+                return {"op": PS_BINARY, "a": node.inputs["a"], "b": node.inputs["b"], "y": out,
+                        "kernel": K.BinaryStep(kernel, step.binary, a.shape, b.shape, y.shape)}
+        if getattr(step, "sum_dims", None) is not None and kernel is not None and x.dtype == np.float32:
+            dims = step.sum_dims
+            if dims == list(range(dims[0], dims[-1] + 1)) and env[out].size:
+                return {"op": PS_SUM, "a": node.inputs["x"], "y": out, "dtype": int(op == "mean"), "kernel": kernel,
+                        "view": (math.prod(x.shape[: dims[0]]), math.prod(x.shape[dims[0] : dims[-1] + 1]),
+                                 math.prod(x.shape[dims[-1] + 1 :]))}
         if getattr(step, "unary", None) is not None and kernel is not None and x.dtype == np.float32:
             return {"op": PS_UNARY, "a": node.inputs["x"], "y": out, "n": x.size, "dtype": K.UNARY_OPS[step.unary],
                     "kernel": kernel}

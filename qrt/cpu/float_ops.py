@@ -72,6 +72,7 @@ def _binary(op: str) -> Prepare:
             kernel.binary(op, tensor_moves.contiguous_of(np, a), tensor_moves.contiguous_of(np, b), y)
             return (y,)
 
+        step.kernel, step.binary = kernel, op  # for the execution plan
         return step
 
     return prepare
@@ -121,6 +122,7 @@ def _reduce(mean: bool) -> Prepare:
             kernel.sum(mean, src.reshape(view), y.reshape(view[0], view[2]))
             return (y,)
 
+        step.kernel, step.sum_dims = kernel, dims  # for the execution plan
         return step
 
     return prepare
