@@ -136,7 +136,10 @@ cdef int set_binary(binary_job* j, const qrt_float_ops* ops, int code, tuple a, 
     while j.k < rank - 1 and y[j.k] == 1:  # the dimensions before k are 1 in a, b and y
         j.k += 1
     j.units = y[j.k] if rank else 1
-    j.y_step = size // j.units if j.units else 0
+    j.y_step = j.a_step = j.b_step = 0
+    if size == 0:  # nothing to run (units may be 0)
+        return 0
+    j.y_step = size // j.units
     j.a_step = 0 if rank == 0 or j.a_shape[j.k] == 1 else a_size // j.units
     j.b_step = 0 if rank == 0 or j.b_shape[j.k] == 1 else b_size // j.units
     j.parts = float_parts(j.units, size)
