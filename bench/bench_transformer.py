@@ -224,7 +224,8 @@ def profile(cache: str, repeats: int) -> None:
         ids, mask = token_windows(tok, batch, tokens)
         for n in counts:
             qrt.set_num_threads(n)
-            (call,) = time_calls([lambda: model.run((ids, mask))], min_time=0.05, repeats=max(repeats // 10, 3))
+            (call,) = time_calls([lambda ids=ids, mask=mask: model.run((ids, mask))], min_time=0.05,
+                                 repeats=max(repeats // 10, 3))
             steps = model._plan.profile([ids, mask], repeats)
             ran = model._plan._executor.fallback_steps((ids.shape, mask.shape))
             by_op: dict = collections.defaultdict(lambda: [0, 0.0])

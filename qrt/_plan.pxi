@@ -33,6 +33,7 @@ cdef enum:
     PS_LAYER_NORM
     PS_BINARY
     PS_SUM
+    PS_MASK
     PS_FALLBACK
 
 cdef enum:
@@ -150,6 +151,8 @@ cdef int run_native(const plan_step* s, void** P) noexcept nogil:
     elif s.op == PS_SUM:  # dtype: 1 for mean
         (<FloatOps>s.kernel).sum_into(s.dtype, <const float*>P[s.a] if s.ch else NULL, <float*>P[s.y], s.outer, s.ch,
                                       s.inner)
+    elif s.op == PS_MASK:
+        (<MaskStep>s.kernel).run(<const char*>P[s.a], <const char*>slot_or_null(P, s.b), <char*>P[s.y])
     elif s.op == PS_ATTENTION:
         err = (<AttentionStep>s.kernel).run(<const float*>P[s.a], <const float*>P[s.b], <const float*>P[s.c],
                                             slot_or_null(P, s.d), <float*>P[s.y])

@@ -27,7 +27,8 @@ for the whole model:
   and direction of an rnn/lstm/gru_dynamic in one step, K.SequenceStep, on the arena), and the glue
   of the recurrent models: embedding, select and slice (a copy of strided blocks), softmax and
   log_softmax, relu, the float arithmetic (add, sub, mul, div, broadcasting) and functions (gelu,
-  sigmoid, ...), sum and mean over adjacent dimensions, layer_norm, attention.
+  sigmoid, ...), sum and mean over adjacent dimensions, layer_norm, attention, and the mask ops cast,
+  logical_and / logical_or, expand and clamp.
 - **Fallback.** Any other op runs its Python step inside the program, which takes the GIL back for
   that step only; so every model keeps working.
 
@@ -73,13 +74,15 @@ SLOT_INPUT, SLOT_CONST, SLOT_ARENA, SLOT_FRESH, SLOT_OBJECT = 1, 2, 3, 4, 5
     PS_LAYER_NORM,
     PS_BINARY,
     PS_SUM,
+    PS_MASK,
     PS_FALLBACK,
-) = range(1, 21)
+) = range(1, 22)
 _QCODE = {"uint8": 0, "int8": 1, "int32": 2}
 _CELLS = {"rnn_cell_dynamic", "lstm_cell_dynamic", "gru_cell_dynamic"}
 _SEQUENCES = {"rnn_dynamic", "lstm_dynamic", "gru_dynamic"}
 # ops whose output is their input's bytes under another shape (the plan's values are C-contiguous)
 _VIEWS = {"flatten", "reshape", "squeeze", "unsqueeze"}
+_MASK_STEPS = {"cast", "logical_and", "logical_or", "expand", "clamp"}  # K.MaskStep
 _ALIGN = 64
 # the permute between a linear's [B, L, H * E] output viewed as [B, L, H, E] and attention's [B, H, L, E]
 _HEADS_PERM = [0, 2, 1, 3]
@@ -514,6 +517,8 @@ class Plan:
                     "view": channel_view(x.shape, node.attrs["dim"]), "kernel": kernel}
         if op in ("select", "slice"):
             return _copy_step(node, x)
+        if op in _MASK_STEPS:
+            return _mask_step(node, env)
         step = self._steps[i]
         if getattr(step, "binary", None) is not None and kernel is not None:
             a, b = (self._value(env, node.inputs[p]) for p in ("a", "b"))
@@ -563,6 +568,35 @@ class Plan:
         if has_cell:
             step["y3"] = node.outputs[2]
         return step
+
+
+def _mask_step(node, env: dict[str, np.ndarray]) -> dict | None:
+    """cast, logical_and / logical_or, expand, clamp at the shapes of env (K.MaskStep), or None for the fallback:
+    a cast, a clamp or operands it does not run, shapes the op rejects (the step says why)."""
+    y = env[node.outputs[0]]
+    ports = ["x"] if node.op in ("cast", "expand", "clamp") else ["a", "b"]
+    operands = [env[node.inputs[p]] for p in ports]
+    try:
+        if node.op == "expand":
+            kernel = K.MaskStep("expand", y.shape, [operands[0].shape], operands[0].itemsize)
+        elif node.op == "cast":
+            kernel = K.MaskStep("cast", y.shape, [operands[0].shape], operands[0].itemsize, operands[0].dtype.name,
+                                y.dtype.name)
+        elif node.op == "clamp":
+            if operands[0].dtype != np.float32 or y.dtype != np.float32:
+                return None
+            lo, hi = (None if node.attrs[k] is None else float(np.float32(node.attrs[k])) for k in ("min", "max"))
+            kernel = K.MaskStep("clamp", y.shape, [operands[0].shape], 4, lo=lo, hi=hi)
+        elif all(a.dtype == np.bool_ for a in operands) and y.dtype == np.bool_:
+            kernel = K.MaskStep(node.op, y.shape, [a.shape for a in operands], 1)
+        else:
+            return None
+    except (ValueError, KeyError):
+        return None
+    step = {"op": PS_MASK, "kernel": kernel, "a": node.inputs[ports[0]], "y": node.outputs[0]}
+    if len(ports) == 2:
+        step["b"] = node.inputs["b"]
+    return step
 
 
 def _copy_step(node, x: np.ndarray) -> dict:

@@ -895,3 +895,35 @@ def test_broadcast_arithmetic_and_sums_run_natively(tmp_path, op):
         inputs = [_x(n, 5, 1, 3), _x(4, 1), _x(3)]
         _check(model, plan, inputs)
         assert plan._executor.fallback_steps(tuple(a.shape for a in inputs)) == []
+
+
+def test_mask_ops_run_natively(tmp_path):
+    """cast (integers and bools to bool, float32 and int64, float32 to bool), logical_and / logical_or with
+    broadcasting either way, expand (to a larger rank, along middle dimensions) and clamp (NaN kept) are native
+    steps with the per-node path's bits; a clamp at a bound of 0 (numpy's maximum may give either zero) and a
+    cast to int32 (which may wrap) run in Python."""
+    g = GraphBuilder()
+    ids = g.input("ids", "int64", [None, None])
+    x = g.input("x", "float32", [None, None])
+    small = g.input("small", "int32", [None, 1])
+    keep = g.node("cast", {"x": ids}, {"dtype": "bool"})
+    wide = g.node("logical_and", {"a": g.node("unsqueeze", {"x": keep}, {"dim": 1}),
+                                  "b": g.node("cast", {"x": x}, {"dtype": "bool"})})  # [n, n, s]
+    either = g.node("logical_or", {"a": g.node("cast", {"x": small}, {"dtype": "bool"}), "b": keep})
+    spread = g.node("expand", {"x": g.node("unsqueeze", {"x": x}, {"dim": 1}), "like": x},
+                    {"shape": [-1, 3, -1], "like_dims": [None, None, 1]})
+    g.output(wide, g.node("cast", {"x": either}, {"dtype": "float32"}),
+             g.node("cast", {"x": ids}, {"dtype": "float32"}), g.node("cast", {"x": small}, {"dtype": "int64"}), spread,
+             g.node("clamp", {"x": x}, {"min": -0.5, "max": 0.75}), g.node("clamp", {"x": x}, {"min": 0.125}),
+             g.node("clamp", {"x": x}, {"min": 0.0}, name="at_zero"), g.node("cast", {"x": ids}, {"dtype": "int32"},
+                                                                          name="to_int"))
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    for n, s in ((1, 5), (3, 17)):
+        x = _x(n, s)
+        x[0, :3] = [np.nan, 0.0, -0.0]
+        ids = RNG.integers(-2, 3, (n, s)) * (1 << 40)  # beyond float32's 24 bits: the cast rounds
+        inputs = [ids, x, RNG.integers(0, 2, (n, 1)).astype(np.int32)]
+        _check(model, plan, inputs)
+        ran = plan._executor.fallback_steps(tuple(a.shape for a in inputs))
+        assert ran == ["node 'at_zero' (clamp)", "node 'to_int' (cast)"]
