@@ -7,8 +7,8 @@ Both run the same exact int8 product; they differ in the epilogue (docs/NUMERICS
 layers' multiply-then-add goes through the int32 buffer where x86's fma is fused into the tile's registers
 on the VNNI and dotprod variants, and the static layers add an int32 bias. And in the activations: qnnpack's
 dynamic layers quantize over 0..255, so on the avx2 variant they take the exact product, not the faster
-7-bit one x86's reduce_range allows (measured on a shared 2-core Xeon VM, one thread: about 2x at M=64 K=N=256 on avx2,
-within the machine's noise, +-15%, on avx512-vnni).
+7-bit one x86's reduce_range allows (measured on a shared 2-core Xeon VM, one thread: about 1.6x at M=64 K=N=256 on
+avx2, 1.3-1.7x at M=1, docs/PERFORMANCE.md; within the machine's noise, +-15%, on avx512-vnni).
 """
 
 from __future__ import annotations

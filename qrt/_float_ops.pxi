@@ -25,8 +25,10 @@ cdef extern from "float_ops.h" nogil:
 cdef extern from "float_math.h" nogil:
     float qrt_sigmoid_full(float x)
     float qrt_silu(float x)
-    float qrt_gelu(float x)
     float qrt_gelu_tanh(float x)
+
+cdef extern from "torch_gelu.h" nogil:
+    float qrt_gelu_onednn(float x)
 
 UNARY_OPS = {"sigmoid": QRT_SIGMOID, "tanh": QRT_TANH, "silu": QRT_SILU, "gelu": QRT_GELU,
              "gelu_tanh": QRT_GELU_TANH, "sqrt": QRT_SQRT, "rsqrt": QRT_RSQRT}
@@ -171,7 +173,7 @@ cdef class BinaryStep:
 
 
 def float_unary_oracle(str op, const float[::1] x, float[::1] y) -> None:
-    """y = op(x) for op in sigmoid, tanh, silu, gelu, gelu_tanh by float_math.h's scalar functions, one element at
+    """y = op(x) for op in sigmoid, tanh, silu, gelu, gelu_tanh by the scalar functions (float_math.h, torch_gelu.h), one element at
     a time (the GPU's code, and the oracle that FloatOps.unary's vector loops must equal bit for bit), for tests."""
     cdef int code = UNARY_OPS[op]
     cdef Py_ssize_t i, n = x.shape[0]
@@ -186,7 +188,7 @@ def float_unary_oracle(str op, const float[::1] x, float[::1] y) -> None:
             elif code == QRT_SILU:
                 y[i] = qrt_silu(x[i])
             elif code == QRT_GELU:
-                y[i] = qrt_gelu(x[i])
+                y[i] = qrt_gelu_onednn(x[i])
             else:
                 y[i] = qrt_gelu_tanh(x[i])
 

@@ -882,13 +882,14 @@ cdef class DynamicLinear:
     on aarch64 does (the zero point added after rounding), and y = fl(fl(acc) * fl(s_x * s_w[n])) + bias[n];
     per_row (torchao's Int8Tensor linear): one symmetric int8 scale s_x[m] per row (quantize_rows) and
     y = fl(fl(fl(acc) * s_x[m]) * s_w[n]) + bias[n]. float16 weights: applied
-    with the fp16 kernel's accumulation order (PackedFloat), on either engine.
+    with the fp16 kernel's accumulation order (PackedFloat), on either engine; float32 weights (the float
+    recurrent ops' linears): the same chains over the float32 values, linear_float's product.
     """
     cdef readonly Py_ssize_t out_features, in_features
     cdef readonly bint is_int8, qnnpack, per_row
     cdef bint reduce_range
     cdef PackedS8 w8
-    cdef PackedFloat w16
+    cdef PackedFloat wf  # float16 or float32 weights
     cdef object arrays  # keeps the buffers below alive
     cdef const float* scale
     cdef const float* bias
@@ -910,7 +911,7 @@ cdef class DynamicLinear:
             fv = s
             self.scale = &fv[0] if n else NULL
         else:
-            self.w16 = PackedFloat(weight)
+            self.wf = PackedFloat(weight, half=weight.dtype != np.float32)
         if bias is not None:
             b = np.ascontiguousarray(bias, dtype=np.float32)
             keep.append(b)
@@ -953,7 +954,7 @@ cdef class DynamicLinear:
         if m == 0 or self.out_features == 0:
             return 0
         if not self.is_int8:
-            err = self.w16.gemm(p.x + row * self.in_features, m, self.bias, y)
+            err = self.wf.gemm(p.x + row * self.in_features, m, self.bias, y)
             if err == 0 and relu:
                 relu_to(y, y, m * self.out_features)
             return err

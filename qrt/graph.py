@@ -17,7 +17,7 @@ import numpy as np
 
 from .errors import FormatError
 from .layout import PackedMatrix
-from .ops import MAX_DIM, MAX_RANK, OPS, ValueInfo
+from .ops import FLOAT_RECURRENT_OPS, MAX_DIM, MAX_RANK, OPS, ValueInfo
 
 # float64 exists only as stored per-channel scales (format version 2): no op takes a float64 run-time value,
 # so a model input may not be float64. int64 is a run-time dtype only (embedding indices, tensor ops), and so is
@@ -39,6 +39,7 @@ OP_SINCE = dict.fromkeys(
      "cast", "clamp", "sqrt", "rsqrt", "arange", "expand", "index_select", "gather"),
     7,
 )
+OP_SINCE.update(dict.fromkeys(FLOAT_RECURRENT_OPS, 8))  # recurrent layers kept in float32
 INPUT_DTYPE_SINCE = {"bool": 7}
 
 

@@ -22,11 +22,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from .graph import Graph, Node, ValueSpec
+from .ops import SEQUENCE_OPS
 
 MAX_RANDOM_BYTES = 1 << 30  # random_inputs refuses more per input: a file's fixed dimensions could ask for any size
 
-# Ops that take a whole sequence; their x's time axis is 0, or 1 when batch_first.
-SEQUENCE_OPS = ("rnn_dynamic", "lstm_dynamic", "gru_dynamic")
 # Ops whose output keeps the leading dimensions of the given input port, so a time axis stays where it
 # is through them (token ids -> embedding -> lstm, features -> linear -> gru).
 _KEEPS_LEADING_DIMS = {
@@ -118,7 +117,7 @@ def time_axes(graph: Graph) -> dict[str, int]:
     inputs = {s.name for s in graph.inputs}
     axes = {}
     for node in graph.nodes:
-        if node.op not in SEQUENCE_OPS:
+        if node.op not in SEQUENCE_OPS:  # x's time axis is 0, or 1 when batch_first
             continue
         value = node.inputs["x"]
         while value in producer and producer[value].op in _KEEPS_LEADING_DIMS:

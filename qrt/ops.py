@@ -436,6 +436,25 @@ _SEQUENCE_ATTRS = (
     Attr("batch_first", bool, default=False),
 )
 
+
+def _float_weight_ports(prefix: str = "", optional: bool = False) -> tuple[Port, ...]:
+    return (
+        Port(f"{prefix}weight", _F32, optional=optional, const=True, packed=True),
+        Port(f"{prefix}bias", _F32, optional=True, const=True),
+    )
+
+
+# The recurrent op families: name suffix, one linear's weight ports, the family's attributes, what its linears
+# are. "float" (format version 8): a recurrent layer kept in float32, each linear linear_float's product.
+_RECURRENT_FAMILIES = (
+    ("dynamic", _dynamic_weight_ports, (_REDUCE_RANGE, _ENGINE), "both linears dynamic"),
+    ("float", _float_weight_ports, (), "both linears float32 (linear_float's product)"),
+)
+RECURRENT_KINDS = tuple(kind for kind, *_ in _RECURRENT)
+CELL_OPS = frozenset(f"{k}_cell_{f}" for f, *_ in _RECURRENT_FAMILIES for k in RECURRENT_KINDS)
+SEQUENCE_OPS = frozenset(f"{k}_{f}" for f, *_ in _RECURRENT_FAMILIES for k in RECURRENT_KINDS)
+FLOAT_RECURRENT_OPS = tuple(sorted(op for op in CELL_OPS | SEQUENCE_OPS if op.endswith("_float")))
+
 OPS: dict[str, OpSpec] = {
     op.name: op
     for op in (
@@ -499,24 +518,26 @@ OPS: dict[str, OpSpec] = {
         ),
         *(
             OpSpec(
-                f"{kind}_cell_dynamic",
-                f"one {kind.upper()} step in torch's gate order, both linears dynamic: {doc}",
+                f"{kind}_cell_{family}",
+                f"one {kind.upper()} step in torch's gate order, {linears}: {doc}",
                 (
                     Port("x", _F32),
                     *(Port(s, _F32) for s in states),
-                    *_dynamic_weight_ports("ih_"),
-                    *_dynamic_weight_ports("hh_"),
+                    *weight_ports("ih_"),
+                    *weight_ports("hh_"),
                 ),
                 tuple(f"{s}_next" for s in states),
                 _check_cell(gates, states),
-                attrs + (_REDUCE_RANGE, _ENGINE),
+                attrs + family_attrs,
             )
+            for family, weight_ports, family_attrs, linears in _RECURRENT_FAMILIES
             for kind, gates, states, attrs, doc in _RECURRENT
         ),
         *(
             OpSpec(
-                f"{kind}_dynamic",
-                f"a whole {kind.upper()} sequence: num_layers, optional bidirectional, time loop compiled",
+                f"{kind}_{family}",
+                f"a whole {kind.upper()} sequence: num_layers, optional bidirectional, time loop compiled"
+                + ("" if family == "dynamic" else f"; {linears}"),
                 (
                     Port("x", _F32),
                     *(Port(f"{s}0", _F32, optional=True) for s in states),
@@ -525,13 +546,14 @@ OPS: dict[str, OpSpec] = {
                         for n in range(MAX_LAYERS)
                         for reverse in (False, True)
                         for side in ("ih_", "hh_")
-                        for port in _dynamic_weight_ports(layer_prefix(n, reverse) + side, optional=True)
+                        for port in weight_ports(layer_prefix(n, reverse) + side, optional=True)
                     ),
                 ),
                 ("y",) + tuple(f"{s}_n" for s in states),
                 _check_sequence(gates, states),
-                attrs + _SEQUENCE_ATTRS + (_REDUCE_RANGE, _ENGINE),
+                attrs + _SEQUENCE_ATTRS + family_attrs,
             )
+            for family, weight_ports, family_attrs, linears in _RECURRENT_FAMILIES
             for kind, gates, states, attrs, doc in _RECURRENT
         ),
         OpSpec(

@@ -24,11 +24,11 @@ for the whole model:
   heads of a [B, L, H, E] array, in place, and writes its context through the one that undoes it
   (a transformer's copies between the linears' layout and the heads' are not made).
 - **Native steps** for quantize and dequantize, the linears, the cells, whole sequences (every layer
-  and direction of an rnn/lstm/gru_dynamic in one step, K.SequenceStep, on the arena), and the glue
-  of the recurrent models: embedding, select and slice (a copy of strided blocks), softmax and
-  log_softmax, relu, the float arithmetic (add, sub, mul, div, broadcasting) and functions (gelu,
-  sigmoid, ...), sum and mean over adjacent dimensions, layer_norm, attention, and the mask ops cast,
-  logical_and / logical_or, expand and clamp.
+  and direction of an rnn/lstm/gru sequence op, dynamic or float, in one step, K.SequenceStep, on the
+  arena), and the glue of the recurrent models: embedding, select and slice (a copy of strided
+  blocks), softmax and log_softmax, relu, the float arithmetic (add, sub, mul, div, broadcasting) and
+  functions (gelu, sigmoid, ...), sum and mean over adjacent dimensions, layer_norm, attention, and the
+  mask ops cast, logical_and / logical_or, expand and clamp.
 - **Fallback.** Any other op runs its Python step inside the program, which takes the GIL back for
   that step only; so every model keeps working.
 
@@ -47,7 +47,7 @@ import numpy as np
 from . import _kernels as K
 from .graph import Graph, check_input, nest
 from .interpreter import Interpreter
-from .ops import OPS, QUANT_DTYPES, channel_view, rounds_first
+from .ops import CELL_OPS, OPS, QUANT_DTYPES, SEQUENCE_OPS, channel_view, rounds_first
 
 MAX_PROGRAMS = 32  # input shape sets whose programs are kept (a free sequence length makes many)
 
@@ -78,8 +78,6 @@ SLOT_INPUT, SLOT_CONST, SLOT_ARENA, SLOT_FRESH, SLOT_OBJECT = 1, 2, 3, 4, 5
     PS_FALLBACK,
 ) = range(1, 22)
 _QCODE = {"uint8": 0, "int8": 1, "int32": 2}
-_CELLS = {"rnn_cell_dynamic", "lstm_cell_dynamic", "gru_cell_dynamic"}
-_SEQUENCES = {"rnn_dynamic", "lstm_dynamic", "gru_dynamic"}
 # ops whose output is their input's bytes under another shape (the plan's values are C-contiguous)
 _VIEWS = {"flatten", "reshape", "squeeze", "unsqueeze"}
 _MASK_STEPS = {"cast", "logical_and", "logical_or", "expand", "clamp"}  # K.MaskStep
@@ -492,7 +490,7 @@ class Plan:
                 if bias is not None:
                     step["fvec"] = bias
             return step
-        if op in _CELLS and kernel is not None:
+        if op in CELL_OPS and kernel is not None:
             has_c = "c" in node.inputs
             h = node.inputs["h"]
             rows = x.shape[0] * kernel.hidden * (4 if op.startswith("lstm") else 3 if op.startswith("gru") else 1)
@@ -505,7 +503,7 @@ class Plan:
             a, b = (self._value(env, node.inputs[p]) for p in ("a", "b"))
             if a.shape == b.shape and a.dtype == b.dtype == np.float32:
                 return {"op": PS_ADD, "a": node.inputs["a"], "b": node.inputs["b"], "y": out, "n": a.size}
-        if op in _SEQUENCES:
+        if op in SEQUENCE_OPS:
             return self._sequence(i, env)
         if op == "embedding" and kernel is not None:
             indices = env[node.inputs["indices"]]
@@ -558,7 +556,7 @@ class Plan:
             return None
         x = values[0]
         steps, batch = (x.shape[1], x.shape[0]) if node.attrs["batch_first"] else x.shape[:2]
-        has_cell = node.op == "lstm_dynamic"
+        has_cell = node.op.startswith("lstm")
         kernel = K.SequenceStep(runs, has_cell, node.attrs["batch_first"], steps, batch)
         step = {"op": PS_SEQUENCE, "a": node.inputs["x"], "y": node.outputs[0], "y2": node.outputs[1],
                 "kernel": kernel, "s0": kernel.scratch_bytes}
@@ -752,7 +750,7 @@ def _cell_states(g: Graph) -> dict[str, str]:
     outputs = {s.name for s in g.outputs}
     state: dict[str, str] = {}
     for node in g.nodes:
-        if node.op in _CELLS:
+        if node.op in CELL_OPS:
             for port, out in zip(("h", "c"), node.outputs):
                 v = node.inputs.get(port)
                 if v in inputs and out in outputs:

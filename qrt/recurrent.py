@@ -1,10 +1,10 @@
-"""Whole-sequence recurrent ops (rnn/lstm/gru_dynamic), shared by the CPU and GPU backends.
+"""Whole-sequence recurrent ops (rnn/lstm/gru, _dynamic and _float), shared by the CPU and GPU backends.
 
-A backend brings its array module and its ``Recurrent(kind, ih, hh)``: one
-direction of one layer, with ``.hidden`` and ``.sequence(x, y, y_offset,
-reverse, h, c)`` running that direction's time loop (h and c hold the initial
-state on entry and the final one on return). Layers, directions,
-``batch_first`` and the states are arranged here, once.
+A backend brings its array module, the op family's ``linear(consts, prefix)`` (dynamic quantized, or
+float32) and its ``Recurrent(kind, ih, hh)``: one direction of one layer, with ``.hidden`` and
+``.sequence(x, y, y_offset, reverse, h, c)`` running that direction's time loop (h and c hold the
+initial state on entry and the final one on return). Layers, directions, ``batch_first`` and the
+states are arranged here, once.
 """
 
 from __future__ import annotations
@@ -25,17 +25,17 @@ def layer_runs(
     attrs: Mapping[str, Any],
     consts: Mapping[str, Any],
     make_recurrent: Callable[[str, Any, Any], Any],
-    dynamic_linear: Callable[[Mapping[str, Any], bool, str], Any],
+    linear: Callable[[Mapping[str, Any], str], Any],
 ) -> list[list[Any]]:
     """One Recurrent per layer and direction, weights prepared once."""
-    rr, dirs = attrs["reduce_range"], 2 if attrs["bidirectional"] else 1
+    dirs = 2 if attrs["bidirectional"] else 1
     kind = recurrent_kind(op_kind, attrs)
     return [
         [
             make_recurrent(
                 kind,
-                dynamic_linear(consts, rr, layer_prefix(n, d == 1) + "ih_"),
-                dynamic_linear(consts, rr, layer_prefix(n, d == 1) + "hh_"),
+                linear(consts, layer_prefix(n, d == 1) + "ih_"),
+                linear(consts, layer_prefix(n, d == 1) + "hh_"),
             )
             for d in range(dirs)
         ]

@@ -27,3 +27,18 @@ def threads(request):
     yield request.param
     K._set_min_work(*floors)
     qrt.set_num_threads(before)
+
+
+@pytest.fixture
+def every_build() -> dict:
+    """Runs the body under each float-op build this CPU runs: the kernel variant picks it at prepare time."""
+    builds = {}
+    for name, ok in K.kernel_variants().items():
+        before = K._use_variant(name) if ok else None
+        try:
+            if ok:
+                builds.setdefault(K.FloatOps().name, name)
+        finally:
+            if ok:
+                K._use_variant(before)
+    return builds

@@ -153,18 +153,26 @@ def _op_models() -> dict[str, GraphBuilder]:
                 f"{prefix}weight_zero_point": np.zeros(rows, np.int32),
                 f"{prefix}bias": rng.standard_normal(rows).astype(np.float32)}
 
-    for kind, gates, states in (("rnn", 1, ("h",)), ("lstm", 4, ("h", "c")), ("gru", 3, ("h",))):
+    def flt(prefix: str, rows: int, cols: int, with_bias: bool) -> dict:
+        return {f"{prefix}weight": rng.standard_normal((rows, cols)).astype(np.float32)} | (
+            {f"{prefix}bias": rng.standard_normal(rows).astype(np.float32)} if with_bias else {})
+
+    recurrent = (("rnn", 1, ("h",)), ("lstm", 4, ("h", "c")), ("gru", 3, ("h",)))
+    for family, kind, gates, states in ((f, *r) for f in ("dynamic", "float") for r in recurrent):
         hidden = 3
-        if f"{kind}_cell_dynamic" in OPS:
+        # dynamic: int8 and float16 weight sets; float (version 8): float32, with and without bias
+        weights = dyn if family == "dynamic" else flt
+        family_attrs = {"reduce_range": False} if family == "dynamic" else {}
+        if f"{kind}_cell_{family}" in OPS:
             b = GraphBuilder()
             ins = {"x": b.input("x", "float32", [None, 4])}
             ins.update({st: b.input(st, "float32", [None, hidden]) for st in states})
-            ins.update(dyn("ih_", gates * hidden, 4, True) | dyn("hh_", gates * hidden, hidden, kind != "gru"))
-            attrs = {"reduce_range": False} | ({"nonlinearity": "relu"} if kind == "rnn" else {})
-            out = b.node(f"{kind}_cell_dynamic", ins, attrs)
+            ins.update(weights("ih_", gates * hidden, 4, True) | weights("hh_", gates * hidden, hidden, kind != "gru"))
+            attrs = family_attrs | ({"nonlinearity": "relu"} if kind == "rnn" else {})
+            out = b.node(f"{kind}_cell_{family}", ins, attrs)
             b.output(*(out if isinstance(out, tuple) else (out,)))
-            models[f"{kind}_cell_dynamic"] = b
-        if f"{kind}_dynamic" in OPS:
+            models[f"{kind}_cell_{family}"] = b
+        if f"{kind}_{family}" in OPS:
             # rnn: one layer; lstm: two layers, bidirectional; gru: batch first with an initial state
             layers, dirs, batch_first = {"rnn": (1, 1, False), "lstm": (2, 2, False), "gru": (1, 1, True)}[kind]
             b = GraphBuilder()
@@ -175,13 +183,13 @@ def _op_models() -> dict[str, GraphBuilder]:
             for n in range(layers):
                 for d in range(dirs):
                     prefix = f"l{n}_{'reverse_' if d else ''}"
-                    ins.update(dyn(prefix + "ih_", gates * hidden, n_in, True))
-                    ins.update(dyn(prefix + "hh_", gates * hidden, hidden, n % 2 == 0))
+                    ins.update(weights(prefix + "ih_", gates * hidden, n_in, True))
+                    ins.update(weights(prefix + "hh_", gates * hidden, hidden, n % 2 == 0))
                 n_in = dirs * hidden
-            out = b.node(f"{kind}_dynamic", ins, {"num_layers": layers, "bidirectional": dirs == 2,
-                                                  "batch_first": batch_first})
+            out = b.node(f"{kind}_{family}", ins, {"num_layers": layers, "bidirectional": dirs == 2,
+                                                   "batch_first": batch_first})
             b.output(*out)
-            models[f"{kind}_dynamic"] = b
+            models[f"{kind}_{family}"] = b
 
     # ---- tensor ops and embeddings (helper A1): int64 inputs, free dims checked at run time,
     # stored int32 indices and offsets (random run-time indices would mostly be out of range).
@@ -383,7 +391,8 @@ def build_file(meta: dict, arrays: dict[str, np.ndarray], align: int = qrt.forma
 def plain_file(data: bytes, version: int) -> bytes:
     """A file's model as a version 1, 2 or 3 writer wrote it: packed matrices unpacked to [n, k], their row
     sums dropped, no qrt.packed or qrt.data_checksum, tensors widest first (ties by name) with no gaps, the
-    header padded to a multiple of 8, qrt.data_sha256."""
+    header padded to a multiple of 8, qrt.data_sha256. A later version: the same, with that version's checksum
+    (from version 4 packing is optional)."""
     meta, arrays = stored_arrays(data)
     for name, spec in json.loads(meta.pop(qrt.format.META_PACKED, "{}")).items():
         arrays.pop(spec.get("row_sums"), None)

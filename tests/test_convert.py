@@ -497,14 +497,28 @@ def test_rules_keep_float_layer(tmp_path, mlp_ckpt):
     print(f"linear_float vs torch: max |diff| {np.abs(got - expected).max():.3g}")
 
 
-def test_rules_keep_float_layer_qrt_cannot_run(tmp_path):
-    """An LSTM has no float op in qrt: keeping it in float is refused, naming that module only."""
+def test_rules_keep_recurrent_layer_in_float(tmp_path):
+    """An LSTM kept in float runs as lstm_float: h_n within twice the bound of tests/recurrent_bound.py of torch's
+    float LSTM; the dynamic head, fed qrt's h_n, gives quantize_dynamic's bits (fed torch's, a last-bit difference
+    in h_n may move its input quantization by a step)."""
+    from recurrent_bound import layer_bound
+
     ckpt = tmp_path / "lstm.pt"
     torch.save(models.make_lstm_classifier().state_dict(), ckpt)
     rules = _rules_file(tmp_path / "float.py", "float-rnn", {"rnn": "float"})
-    with pytest.raises(ConvertError, match=r"module 'rnn' \(torch.nn.modules.rnn.LSTM\)") as e:
-        convert(ckpt, tmp_path / "m.qrt", model="models:make_lstm_classifier", input_shapes=["1,5,12"], rules=rules)
-    assert "head" not in str(e.value) and "getitem" not in str(e.value) and not (tmp_path / "m.qrt").exists()
+    convert(ckpt, tmp_path / "m.qrt", model="models:make_lstm_classifier", input_shapes=["1,5,12"], rules=rules)
+    assert [n.op for n in qrt.load(tmp_path / "m.qrt").graph.nodes] == ["lstm_float", "linear_dynamic"]
+    want = quantize_dynamic(models.make_lstm_classifier().eval(), {"head": default_dynamic_qconfig})
+    assert type(want.rnn) is nn.LSTM
+    x = inputs(np.random.default_rng(12), 3, 5, 12)
+    logits, h_n = qrt.run(tmp_path / "m.qrt", x)
+    _, (_, e_h, _) = layer_bound("lstm", want.rnn, x)
+    with torch.no_grad():
+        _, (want_h, _) = want.rnn(torch.from_numpy(x))
+        head = want.head(torch.from_numpy(h_n)).numpy()
+    assert np.all(np.abs(h_n.astype(np.float64) - want_h.numpy()) <= 2 * e_h)
+    np.testing.assert_array_equal(logits, head)
+
     missing = _rules_file(tmp_path / "missing.py", "missing", {"decoder": "per-channel"})
     with pytest.raises(ConvertError, match="module 'decoder', which the model does not have"):
         convert(ckpt, tmp_path / "m.qrt", model="models:make_lstm_classifier", input_shapes=["1,5,12"], rules=missing)

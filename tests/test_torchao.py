@@ -186,7 +186,7 @@ class MLP(nn.Module):
 
 class RecurrentTagger(nn.Module):
     """A ReLU Elman RNN over 5 steps written with Linears (what torchao quantizes: an nn.RNN/GRU/LSTM it leaves
-    float, which qrt does not run), then a Linear head on the last state. ReLU, not tanh: qrt's tanh and
+    float, tests/test_torchao_recurrent.py), then a Linear head on the last state. ReLU, not tanh: qrt's tanh and
     torch's differ in the last bit on some inputs, and this test is about the Linears."""
 
     def __init__(self) -> None:
@@ -304,22 +304,3 @@ def test_per_tensor_weights(tmp_path):
     with torch.no_grad():
         expected = m(torch.from_numpy(x)).numpy()
     np.testing.assert_array_equal(qrt.run(tmp_path / "pt.qrt", {"x": x}), expected)
-
-
-class GRUTagger(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.rnn, self.head = nn.GRU(13, 24, batch_first=True), nn.Linear(24, 7)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.rnn(x)[0])
-
-
-def test_float_recurrent_layer_left_by_torchao_is_refused_by_name(tmp_path):
-    """torchao quantizes the head only; the float nn.GRU is a module qrt does not run: named, no file."""
-    net = quantized(GRUTagger, Int8DynamicActivationInt8WeightConfig())
-    assert describe_linear(net.head).mode == DYNAMIC
-    torch.save(net.state_dict(), tmp_path / "gru.pt")
-    with pytest.raises(ConvertError, match=r"module 'rnn' \(torch.nn.modules.rnn.GRU\)"):
-        convert(tmp_path / "gru.pt", tmp_path / "g.qrt", model=f"{__name__}:GRUTagger", input_shapes=["2,5,13"])
-    assert not (tmp_path / "g.qrt").exists()

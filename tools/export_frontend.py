@@ -33,7 +33,7 @@ from torch import nn
 from torch.export import Dim, ExportedProgram
 from torch.export.graph_signature import InputKind
 
-from . import lower_masks, pt2e, qrt_backend, torchao_frontend
+from . import lower_masks, pt2e, qrt_backend, recurrent_program, torchao_frontend
 from . import shapes as qshapes
 from .layers import Layer, LinearLayer
 from .lower import TIED_DIMS
@@ -412,6 +412,11 @@ class _Raiser:
         args, kwargs = self.value(node.args), self.value(node.kwargs)
         if name in _SKIPPED:
             return None
+        if recurrent_program.is_zero_state(node):
+            return recurrent_program.ZERO_STATE
+        if recurrent_program.is_recurrent(node):  # a saved program's: called as its module again
+            path, module, call = recurrent_program.rebuild(node, args)
+            return recurrent_program.results(self, self.module(path, module, call), name)
         if name == "linear":
             return self.q.linear(node, args)
         if op is operator.getitem and isinstance(args[0], pt2e.Marker):

@@ -1099,4 +1099,5 @@ def _sequence(lw: Lowerer, node: torch.fx.Node, layer: SequenceLayer, input: Any
     return (y, tuple(final) if kind == "lstm" else final[0])
 
 
-from . import lower_masks  # noqa: E402,F401  (comparisons, masks, casts, norms: registers its lowerings)
+# registering their lowerings: recurrent modules kept in float; comparisons, masks, casts, norms
+from . import lower_float_recurrent, lower_masks  # noqa: E402,F401

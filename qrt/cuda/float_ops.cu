@@ -14,13 +14,15 @@
 #pragma nv_diag_suppress 177
 #include "../kernels/float_math.h"
 #pragma nv_diag_default 177
+#include "../kernels/torch_gelu.h"
+#include "../kernels/torch_layer_norm.h"
 
 #define QRT_LANES 16
 #define QRT_BLOCK 256
 
 enum { UN_RELU, UN_SIGMOID, UN_TANH, UN_SILU, UN_GELU, UN_GELU_TANH, UN_SQRT, UN_RSQRT };
 enum { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV };
-enum { RED_SUM, RED_MAX, RED_SUM_SQUARES };
+enum { RED_SUM, RED_MAX };
 
 template <int OP>
 __device__ __forceinline__ float unary_fn(float x) {
@@ -28,7 +30,7 @@ __device__ __forceinline__ float unary_fn(float x) {
     if (OP == UN_SIGMOID) return qrt_sigmoid_full(x);
     if (OP == UN_TANH) return qrt_tanh(x);
     if (OP == UN_SILU) return qrt_silu(x);
-    if (OP == UN_GELU) return qrt_gelu(x);
+    if (OP == UN_GELU) return qrt_gelu_onednn(x);
     // IEEE round-to-nearest square root and division whatever nvcc's flags: the CPU's sqrtf and 1.0f / sqrtf
     if (OP == UN_SQRT) return __fsqrt_rn(x);
     if (OP == UN_RSQRT) return __fdiv_rn(1.0f, __fsqrt_rn(x));
@@ -100,7 +102,6 @@ QRT_BINARY_ENTRY(div, BIN_DIV)
 template <int OP>
 __device__ __forceinline__ float combine(float acc, float v) {
     if (OP == RED_MAX) return (v > acc || v != v) ? v : acc;
-    if (OP == RED_SUM_SQUARES) return __fadd_rn(acc, __fmul_rn(v, v));
     return __fadd_rn(acc, v);
 }
 
@@ -183,25 +184,26 @@ extern "C" __global__ void log_softmax_f32(const float* x, float* y, unsigned ou
     softmax_rows<1>(x, y, outer, n, inner);
 }
 
-// Rows of n values, two passes: mu = fl(sum / n); d_j = fl(x_j - mu) (stored in y);
-// var = fl(sum(d_j^2) / n); r = fl(1 / fl(sqrt(fl(var + eps)))); y_j = fl(fl(fl(d_j * r) * w_j) + b_j),
-// w and b each skipped when null. n >= 1.
+// torch 2.13's layer_norm (torch_layer_norm.h), a row per half-warp: lanes 0-7 run the 8 Welford lanes of the
+// CPU's vector part (each its own lane, as the CPU's vector code does), lane 0 gathers them (shuffles) and runs
+// the tail and the lane merge, then all 16 write the outputs. w and b each skipped when null. n >= 1.
 extern "C" __global__ void layer_norm_f32(const float* x, const float* wt, const float* b, float eps, float* y,
                                           unsigned rows, unsigned n) {
     const HalfWarp w;
-    const float count = (float)n;
     for (unsigned r = w.first; r < rows; r += w.step) {
-        const float* xr = x + r * n;
-        float* yr = y + r * n;
-        const float mu = __fdiv_rn(lane_reduce<RED_SUM>(w, xr, n, 1), count);
-        for (unsigned j = w.lane; j < n; j += QRT_LANES) yr[j] = __fsub_rn(xr[j], mu);
-        const float var = lane_reduce<RED_SUM_SQUARES>(w, yr, n, 1);
-        const float rstd = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(var, count), eps)));
-        for (unsigned j = w.lane; j < n; j += QRT_LANES) {
-            float v = __fmul_rn(yr[j], rstd);
-            if (wt) v = __fmul_rn(v, wt[j]);
-            if (b) v = __fadd_rn(v, b[j]);
-            yr[j] = v;
+        const float* xr = x + (size_t)r * n;
+        float* yr = y + (size_t)r * n;
+        float m1[QRT_LN_LANES], m2[QRT_LN_LANES];
+        const int l = w.lane < QRT_LN_LANES ? (int)w.lane : 0;
+        qrt_ln_lane_moments(xr, n, n / QRT_LN_LANES, 1, l, l + 1, m1, m2);
+        float mine1 = m1[l], mine2 = m2[l], mean = 0.0f, rstd = 0.0f;
+        for (int k = 0; k < QRT_LN_LANES; k++) {
+            m1[k] = __shfl_sync(w.mask, mine1, k, QRT_LANES);
+            m2[k] = __shfl_sync(w.mask, mine2, k, QRT_LANES);
         }
+        if (w.lane == 0) qrt_ln_finish(xr, n, m1, m2, eps, &mean, &rstd);
+        mean = __shfl_sync(w.mask, mean, 0, QRT_LANES);
+        rstd = __shfl_sync(w.mask, rstd, 0, QRT_LANES);
+        for (unsigned j = w.lane; j < n; j += QRT_LANES) yr[j] = qrt_ln_out(xr[j], mean, rstd, wt, b, j);
     }
 }

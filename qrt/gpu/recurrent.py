@@ -4,20 +4,21 @@ The gates run the CPU's own sigmoid and tanh (qrt/kernels/gate_math.h compiled a
 qrt/cuda/gates.cuh), so both backends give the same bits. Layers and directions are arranged once
 for both backends (qrt/recurrent.py). A sequence with int8 W_hh runs as one persistent kernel
 (qrt/cuda/rnn_persistent.cu) where its slice of W_hh fits each block's shared memory, else as a
-loop of launches.
+loop of launches. The float ops (``*_float``) run the same gates and loops over float32 linears in
+the CPU's fixed fma order (linear_chain.cu's linear_f32, as linear_float).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from ..cpu.types import Prepare, Step
 from ..graph import Node
 from ..recurrent import layer_runs, recurrent_kind, run_sequence
-from .linear import DynamicLinearInt8, dynamic_linear
+from .linear import ChainLinear, DynamicLinearInt8, dynamic_linear
 from .quantize import quantize_dynamic_pair
 from .runtime import (
     add_check,
@@ -243,26 +244,42 @@ class Recurrent:
             gate_update(self.kind, gi, gh, h, c, h, c, y[t, :, y_offset : y_offset + hidden])
 
 
-def _rnn_cell_dynamic(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-    rr = node.attrs["reduce_range"]
-    cell = RNNCell(dynamic_linear(c, rr, "ih_"), dynamic_linear(c, rr, "hh_"), node.attrs["nonlinearity"] == "relu")
-
-    def step(x, h):
-        if x.shape[0] != h.shape[0]:
-            raise ValueError(f"x has batch {x.shape[0]} but h has batch {h.shape[0]}")
-        return (cell(dev(x, np.float32), dev(h, np.float32)),)
-
-    return step
+# (consts, attrs) -> linear(consts, prefix) for the weight set at prefix ('ih_', 'l0_reverse_hh_', ...): the
+# op family's linears, dynamic quantized or float32 (linear_float's chains, as the CPU's K.DynamicLinear)
+Linears = Callable[[Mapping[str, Any]], Callable[[Mapping[str, np.ndarray], str], Any]]
 
 
-def _cell(op_kind: str) -> Prepare:
-    """lstm/gru_cell_dynamic: one step, states in and new states out."""
+def _dynamic(attrs: Mapping[str, Any]) -> Callable[[Mapping[str, np.ndarray], str], Any]:
+    return lambda c, prefix: dynamic_linear(c, attrs["reduce_range"], prefix)
+
+
+def _float(attrs: Mapping[str, Any]) -> Callable[[Mapping[str, np.ndarray], str], Any]:
+    return lambda c, prefix: ChainLinear(c[f"{prefix}weight"], c.get(f"{prefix}bias"), half=False)
+
+
+def _rnn_cell(linears: Linears) -> Prepare:
+    """rnn_cell_*: one Elman step (int8 weights fused, rnn_cell.cu)."""
 
     def prepare(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-        rr = node.attrs["reduce_range"]
-        cell = Recurrent(
-            recurrent_kind(op_kind, node.attrs), dynamic_linear(c, rr, "ih_"), dynamic_linear(c, rr, "hh_")
-        )
+        linear = linears(node.attrs)
+        cell = RNNCell(linear(c, "ih_"), linear(c, "hh_"), node.attrs["nonlinearity"] == "relu")
+
+        def step(x, h):
+            if x.shape[0] != h.shape[0]:
+                raise ValueError(f"x has batch {x.shape[0]} but h has batch {h.shape[0]}")
+            return (cell(dev(x, np.float32), dev(h, np.float32)),)
+
+        return step
+
+    return prepare
+
+
+def _cell(op_kind: str, linears: Linears) -> Prepare:
+    """lstm/gru_cell_*: one step, states in and new states out."""
+
+    def prepare(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+        linear = linears(node.attrs)
+        cell = Recurrent(recurrent_kind(op_kind, node.attrs), linear(c, "ih_"), linear(c, "hh_"))
 
         def step(x, h, c_state=None):
             c_in = h if c_state is None else c_state
@@ -277,11 +294,11 @@ def _cell(op_kind: str) -> Prepare:
     return prepare
 
 
-def _sequence(op_kind: str) -> Prepare:
-    """rnn/lstm/gru_dynamic: every layer and direction, each time loop launched without synchronisation."""
+def _sequence(op_kind: str, linears: Linears) -> Prepare:
+    """rnn/lstm/gru_*: every layer and direction, each time loop launched without synchronisation."""
 
     def prepare(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-        runs = layer_runs(op_kind, node.attrs, c, Recurrent, dynamic_linear)
+        runs = layer_runs(op_kind, node.attrs, c, Recurrent, linears(node.attrs))
         ports = [p for p in ("h0", "c0") if p in node.inputs]  # by port: c0 alone starts h at zeros
 
         def step(x, *states):
@@ -296,7 +313,11 @@ def _sequence(op_kind: str) -> Prepare:
 
 
 IMPLEMENTATIONS: dict[str, Prepare] = {
-    "rnn_cell_dynamic": _rnn_cell_dynamic,  # the fused int8 Elman step
-    **{f"{kind}_cell_dynamic": _cell(kind) for kind in ("lstm", "gru")},
-    **{f"{kind}_dynamic": _sequence(kind) for kind in ("rnn", "lstm", "gru")},
+    op: make
+    for family, linears in (("dynamic", _dynamic), ("float", _float))
+    for op, make in (
+        (f"rnn_cell_{family}", _rnn_cell(linears)),
+        *((f"{kind}_cell_{family}", _cell(kind, linears)) for kind in ("lstm", "gru")),
+        *((f"{kind}_{family}", _sequence(kind, linears)) for kind in ("rnn", "lstm", "gru")),
+    )
 }

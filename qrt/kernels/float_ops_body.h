@@ -1,7 +1,7 @@
 /* The kernels of float_ops.h, compiled once per table by the including file (float_ops_portable.c,
  * float_ops_fma.c, float_ops_avx512.c), which names the table qrt_float_ops_<QRT_FLOAT_OPS_ID>.
  *
- * Reductions (sum, mean, softmax, log_softmax, layer_norm) all use one order, whatever the layout:
+ * Reductions (sum, mean, softmax, log_softmax) all use one order, whatever the layout:
  * the reduced dimension is cut into blocks of 256 elements; in a block, element j goes to lane
  * j % 16, each lane combines its elements in order, and the 16 lanes are folded in halves (lane l
  * with lane l + 8, then l + 4, l + 2, l + 1); the blocks' results are combined in order. A sum of
@@ -13,20 +13,20 @@
 
 #include "common.h"
 #include "float_math.h"
-#include "float_math_lanes.h"
+#include "torch_gelu.h"
+#define QRT_LN_ROWS 4
+#include "torch_layer_norm.h"
 
 #define QRT_LANES 16
 #define QRT_BLOCK 256
 #define QRT_SLAB 64
 
-enum { QRT_RED_SUM, QRT_RED_MAX, QRT_RED_SUM_SQUARES };
+enum { QRT_RED_SUM, QRT_RED_MAX };
 
 /* max propagates NaN, as torch's does */
 QRT_INLINE float qrt_red_combine(int op, float acc, float v) {
     if (op == QRT_RED_MAX)
         return (v > acc || v != v) ? v : acc;
-    if (op == QRT_RED_SUM_SQUARES)
-        return acc + v * v;
     return acc + v;
 }
 
@@ -57,8 +57,8 @@ QRT_INLINE void qrt_lane_reduce(int op, const float* restrict x, ptrdiff_t n, pt
             ptrdiff_t vend = nb / QRT_LANES * QRT_LANES; /* where the vectors stop */
 #if defined(QRT_FLOAT_OPS_LANES_IN_ONE)
             /* the block's last lanes as one more vector, read past the row where later rows are there to read,
-             * the lanes past it set to what leaves a lane as it is (-inf for max; -0.0 for the sums: -0.0
-             * squared is +0.0, and a sum from +0.0 is never -0.0): 35x94 log_softmax 3.1 -> 2.3 us on AVX-512;
+             * the lanes past it set to what leaves a lane as it is (-inf for max; -0.0 for the sum: a sum
+             * from +0.0 is never -0.0): 35x94 log_softmax 3.1 -> 2.3 us on AVX-512;
              * with AVX2's two registers a vector, 6.7 -> 7.3 us, so only where one register holds the lanes */
             if (vend < nb && j0 + vend + QRT_LANES <= n + over)
                 vend += QRT_LANES;
@@ -82,7 +82,7 @@ QRT_INLINE void qrt_lane_reduce(int op, const float* restrict x, ptrdiff_t n, pt
                     const lanes_i take = (v > va) | (v != v);
                     va = (lanes_f)((take & (lanes_i)v) | (~take & (lanes_i)va));
                 } else {
-                    va = va + (op == QRT_RED_SUM_SQUARES ? v * v : v);
+                    va = va + v;
                 }
             }
             memcpy(acc, &va, sizeof va);
@@ -155,9 +155,9 @@ static void qrt_unary(int op, const float* restrict x, float* restrict y, ptrdif
         for (ptrdiff_t i = 0; i < n; i++)
             y[i] = qrt_silu(x[i]);
         break;
-    case QRT_GELU: /* qrt_gelu, its branches as selects (float_math_lanes.h) */
+    case QRT_GELU: /* torch's (oneDNN's) polynomials, torch_gelu.h: GCC emulates the table's gathers */
         for (ptrdiff_t i = 0; i < n; i++)
-            y[i] = qrt_gelu_lanes(x[i]);
+            y[i] = qrt_gelu_onednn(x[i]);
         break;
     case QRT_GELU_TANH: /* qrt_gelu_tanh in two loops over a block, each of which vectorises */
         for (ptrdiff_t i0 = 0; i0 < n; i0 += QRT_BLOCK) {
@@ -349,28 +349,25 @@ static void qrt_sum(int mean, const float* x, float* y, ptrdiff_t outer, ptrdiff
         }
 }
 
-/* Two passes, no cancellation: mu = fl(sum / n); d_j = fl(x_j - mu); var = fl(sum(d_j^2) / n);
- * r = fl(1 / fl(sqrt(fl(var + eps)))); y_j = fl(fl(fl(d_j * r) * w_j) + b_j). */
+/* torch 2.13's layer_norm (torch_layer_norm.h): the Welford moments of 4 rows at a time, their 32 lanes as
+ * vector code (one row's 8 alone wait on each step's latency), the tails and lane merges scalar, then one fma
+ * per output. */
 static void qrt_layer_norm(const float* x, const float* w, const float* b, float eps, float* y, ptrdiff_t rows,
                            ptrdiff_t n) {
-    const float count = (float)n;
-    for (ptrdiff_t r = 0; r < rows; r++) {
-        const float* restrict xr = x + r * n;
-        float* restrict yr = y + r * n;
-        float mu, var;
-        qrt_lane_reduce(QRT_RED_SUM, xr, n, 1, 1, 0, &mu);
-        mu = mu / count;
-        for (ptrdiff_t j = 0; j < n; j++)
-            yr[j] = xr[j] - mu;
-        qrt_lane_reduce(QRT_RED_SUM_SQUARES, yr, n, 1, 1, 0, &var);
-        const float rstd = 1.0f / sqrtf(var / count + eps);
-        for (ptrdiff_t j = 0; j < n; j++) {
-            float v = yr[j] * rstd;
-            if (w)
-                v = v * w[j];
-            if (b)
-                v = v + b[j];
-            yr[j] = v;
+    for (ptrdiff_t r0 = 0; r0 < rows; r0 += QRT_LN_ROWS) {
+        float m1[QRT_LN_ALL], m2[QRT_LN_ALL];
+        const ptrdiff_t nr = rows - r0 < QRT_LN_ROWS ? rows - r0 : QRT_LN_ROWS;
+        if (nr == QRT_LN_ROWS)
+            qrt_ln_lane_moments(x + r0 * n, n, n / QRT_LN_LANES, QRT_LN_ROWS, 0, QRT_LN_LANES, m1, m2);
+        else
+            qrt_ln_lane_moments(x + r0 * n, n, n / QRT_LN_LANES, (int)nr, 0, QRT_LN_LANES, m1, m2);
+        for (ptrdiff_t r = 0; r < nr; r++) {
+            const float* restrict xr = x + (r0 + r) * n;
+            float* restrict yr = y + (r0 + r) * n;
+            float mean, rstd;
+            qrt_ln_finish(xr, n, m1 + r * QRT_LN_LANES, m2 + r * QRT_LN_LANES, eps, &mean, &rstd);
+            for (ptrdiff_t j = 0; j < n; j++) /* GCC takes w and b's tests out of the loop */
+                yr[j] = qrt_ln_out(xr[j], mean, rstd, w, b, j);
         }
     }
 }

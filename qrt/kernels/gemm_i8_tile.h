@@ -8,14 +8,16 @@
  *   T_OFFSET(p, f)      where a sum starts: p[col] * f (wrapping), in the accumulator's form
  *   T_DEQUANTIZE(y, acc, scale, bias, relu, lanes)  optional: the dynamic linear's epilogue on one accumulator
  *                       (i8_out), its first `lanes` outputs stored
- * and undefines them at the end.
+ *   T_AT(panel, ss, g, col)  optional: where T_LOADW finds a group's columns (I8_AT: the packed layout)
+ *   T_PREFETCH          optional, 0: the tiles ask for no weights ahead (weights already in L1)
+ * and undefines them at the end. Without T_ROW, only the tiles are defined.
  */
 #define T_NV (I8_NR / T_COLS)
 #define T_STRIP_NV (QRT_STRIP / T_COLS)
 #if QRT_STRIP % T_COLS
 #error "a register's columns must lie in one strip"
 #endif
-#if T_ROW_NV * T_COLS % QRT_STRIP || T_ROW_NV > 16
+#if defined(T_ROW) && (T_ROW_NV * T_COLS % QRT_STRIP || T_ROW_NV > 16)
 #error "a one-row pass must cover whole strips"
 #endif
 #if T_ROWS > 6
@@ -29,6 +31,12 @@
 #endif
 #ifndef I8_ROW_PREFETCH
 #define I8_ROW_PREFETCH 1 /* whether one-row tiles prefetch too */
+#endif
+#ifndef T_AT
+#define T_AT I8_AT
+#endif
+#ifndef T_PREFETCH
+#define T_PREFETCH 1
 #endif
 
 /* Independent sums per output for a tile of mr rows: a product's latency (vpdpbusd: 5 cycles) bounds a
@@ -61,8 +69,9 @@ QRT_INLINE void T_FINISH(const i8_out* out, ptrdiff_t r, ptrdiff_t col, T_ACC ac
 
 /* c[r][col] = start[col] + sum over the k of groups [g0, g1) of (x[r][t] - I8_XBIAS) * panel column col,
  * for the r < mr rows of one x tile: row r's group g at xtile + g * xs + 4 * r; the panel's strips are
- * ss bytes apart; start is init[col] * f (one row, shared by all rows) or, when init is NULL, c itself
- * (continuing an earlier slice). c rows are I8_NR apart; with out (the last slice), the rows go to out instead. */
+ * ss bytes apart (where T_AT reads them so); start is init[col] * f (one row, shared by all rows) or, when init is
+ * NULL, c itself (continuing an earlier slice). c rows are I8_NR apart; with out (the last slice), the rows go to out
+ * instead. */
 QRT_INLINE void T_TILE(const uint8_t* xtile, ptrdiff_t xs, const int mr, const int8_t* panel, ptrdiff_t ss,
                        ptrdiff_t g0, ptrdiff_t g1, const int32_t* init, int32_t f, int32_t* c, const i8_out* out) {
     static const int32_t zeros[I8_NR];
@@ -70,6 +79,7 @@ QRT_INLINE void T_TILE(const uint8_t* xtile, ptrdiff_t xs, const int mr, const i
     T_ACC acc[4][T_ROWS][T_NV], start[T_NV];
     ptrdiff_t g;
     int r, v, s;
+    (void)ss; /* where T_AT has no use for it */
     if (init)
         QRT_UNROLL for (v = 0; v < T_NV; v++)
             start[v] = T_OFFSET(init + v * T_COLS, f);
@@ -86,12 +96,12 @@ QRT_INLINE void T_TILE(const uint8_t* xtile, ptrdiff_t xs, const int mr, const i
                 break;
             /* the weights stream from memory when few rows share them: ask for them ahead of the hardware
              * prefetcher, which stops at each 4 KiB page (one row too, unless the ISA says otherwise) */
-            if (mr > 1 || I8_ROW_PREFETCH)
+            if (T_PREFETCH && (mr > 1 || I8_ROW_PREFETCH))
                 QRT_UNROLL for (v = 0; v < I8_NR; v += QRT_STRIP)
-                    __builtin_prefetch(I8_AT(panel, ss, g + s, v) + QRT_I8_PREFETCH);
+                    __builtin_prefetch(T_AT(panel, ss, g + s, v) + QRT_I8_PREFETCH);
             T_W w[T_NV];
             QRT_UNROLL for (v = 0; v < T_NV; v++)
-                w[v] = T_LOADW(I8_AT(panel, ss, g + s, v * T_COLS));
+                w[v] = T_LOADW(T_AT(panel, ss, g + s, v * T_COLS));
             QRT_UNROLL for (r = 0; r < T_ROWS; r++) {
                 if (r < mr) {
                     uint32_t word;
@@ -113,6 +123,7 @@ QRT_INLINE void T_TILE(const uint8_t* xtile, ptrdiff_t xs, const int mr, const i
             }
 }
 
+#if defined(T_ROW)
 /* One row against nv registers of columns from `strips` on (strips ss bytes apart; nv a constant once
  * inlined): c[col] = init[col] * f + sum over the k of `groups` groups of (x[t] - I8_XBIAS) * w[col][t], the
  * row's group g at x + g * xs. Fewer than 8 registers keep 8 / nv sums each over alternate groups, added
@@ -170,6 +181,8 @@ static void T_ROW_STREAM(const uint8_t* x, ptrdiff_t xs, const int8_t* strips, p
         T_ROW_PART(x, xs, strips + c0 / QRT_STRIP * ss, ss, groups, T_STRIP_NV, init + c0, f, c + c0);
 }
 
+#endif /* T_ROW */
+
 /* The mr rows of a tile in calls of at most T_ROWS rows, each with its row count a constant, so the
  * accumulators live in registers. out (or NULL): as T_TILE's, for the tile's first row. */
 static void T_TILE_ANY(const uint8_t* xtile, ptrdiff_t xs, int mr, const int8_t* panel, ptrdiff_t ss, ptrdiff_t g0,
@@ -217,3 +230,5 @@ static void T_TILE_ANY(const uint8_t* xtile, ptrdiff_t xs, int mr, const int8_t*
 #undef T_LOADC
 #undef T_OFFSET
 #undef T_ADD
+#undef T_AT
+#undef T_PREFETCH

@@ -475,6 +475,56 @@ def sequence_case(rng: np.random.Generator, kind: str, batch_first: bool) -> Cas
     return c
 
 
+def float_sets(rng: np.random.Generator, gates: int, n_in: int, hidden: int, prefix: str = "", bias: bool = True
+               ) -> dict[str, np.ndarray]:
+    """ih and hh float32 weight sets of one cell or layer direction (the float recurrent ops, version 8)."""
+    out = {f"{prefix}ih_weight": normal(rng, (gates * hidden, n_in), 0.3),
+           f"{prefix}hh_weight": normal(rng, (gates * hidden, hidden), 0.3)}
+    if bias:
+        out.update({f"{prefix}{side}_bias": wide(rng, (gates * hidden,), -2, 0) for side in ("ih", "hh")})
+    return out
+
+
+def case_recurrent_float(rng: np.random.Generator) -> Case:
+    """The float recurrent ops (format version 8): every cell, and sequences: LSTM 2 layers bidirectional with states,
+    GRU batch first, RNN tanh and relu (one without biases). Their products are linear_float's (its case covers
+    the restarted-chain tail past K = 512)."""
+    c = Case()
+    hidden, n_in, seq = 13, 15, 6
+    x = c.g.input("x", "float32", [None, n_in])
+    h = c.g.input("h", "float32", [None, hidden])
+    cs = c.g.input("c", "float32", [None, hidden])
+    xs = c.g.input("xs", "float32", [None, None, n_in])
+    h0 = c.g.input("h0", "float32", [4, None, hidden])
+    c0 = c.g.input("c0", "float32", [4, None, hidden])
+    outs: list[str] = [
+        c.g.node("rnn_cell_float", {"x": x, "h": h, **float_sets(rng, 1, n_in, hidden)}, name="rnn_cell_tanh"),
+        c.g.node("rnn_cell_float", {"x": x, "h": h, **float_sets(rng, 1, n_in, hidden, bias=False)},
+                 {"nonlinearity": "relu"}, name="rnn_cell_relu"),
+        *c.g.node("lstm_cell_float", {"x": x, "h": h, "c": cs, **float_sets(rng, 4, n_in, hidden)}, name="lstm_cell"),
+        c.g.node("gru_cell_float", {"x": x, "h": h, **float_sets(rng, 3, n_in, hidden)}, name="gru_cell"),
+    ]
+    lstm = {"x": xs, "h0": h0, "c0": c0}
+    for n in range(2):
+        for d in range(2):
+            lstm.update(float_sets(rng, 4, n_in if n == 0 else 2 * hidden, hidden, f"l{n}_{'reverse_' if d else ''}"))
+    outs += c.g.node("lstm_float", lstm, {"num_layers": 2, "bidirectional": True}, name="lstm_L2_bi")
+    outs += c.g.node("gru_float", {"x": xs, **float_sets(rng, 3, n_in, hidden, "l0_")}, {"batch_first": True},
+                     name="gru_batch_first")
+    for act, bias in (("tanh", True), ("relu", False)):
+        outs += c.g.node("rnn_float", {"x": xs, **float_sets(rng, 1, n_in, hidden, "l0_", bias)},
+                         {"nonlinearity": act}, name=f"rnn_{act}")
+    c.g.output(*outs)
+    for b, mag in ((1, 0.05), (3, 3.0), (2, 40.0)):
+        run = {name: (wide(rng, shape, -1, 0.7) * mag).astype(F32)
+               for name, shape in (("x", (b, n_in)), ("xs", (seq, b, n_in)))}
+        run.update({name: (wide(rng, shape, -1, 0.7) * F32(min(mag, 3.0))).astype(F32)
+                    for name, shape in (("h", (b, hidden)), ("c", (b, hidden)), ("h0", (4, b, hidden)),
+                                        ("c0", (4, b, hidden)))})
+        c.runs.append(run)
+    return c
+
+
 def case_glue(rng: np.random.Generator) -> Case:
     """relu, add, flatten (float and quantized), with -0.0, overflow to infinity and denormals."""
     c = Case()
@@ -747,6 +797,7 @@ CASES: dict[str, Callable[[np.random.Generator], Case]] = {
     "rnn_sequence": lambda rng: sequence_case(rng, "rnn", batch_first=False),
     "lstm_sequence": lambda rng: sequence_case(rng, "lstm", batch_first=True),
     "gru_sequence": lambda rng: sequence_case(rng, "gru", batch_first=False),
+    "recurrent_float": case_recurrent_float,
     "glue": case_glue,
     "tensor_ops": case_tensor_ops,
     "embedding": case_embedding,
@@ -825,6 +876,8 @@ def main() -> None:
     ap.add_argument("--variant", default=GOLDEN_VARIANT,
                     help=f"kernel variant to run (default {GOLDEN_VARIANT!r}; any other is for experiments only "
                     "and may not write into this folder)")
+    ap.add_argument("--case", action="append", choices=sorted(CASES),
+                    help="write only this case (repeatable): a new case, leaving the others' files as they are")
     args = ap.parse_args()
     forced = os.environ.get("QRT_KERNELS", "")
     if forced and forced != args.variant:
@@ -848,9 +901,12 @@ def main() -> None:
         raise SystemExit(f"no golden case covers op(s) {missing}: add one to CASES in {__file__}")
 
     os.makedirs(args.out, exist_ok=True)
-    stale = {p for ext in ("qrt", "npz") for p in glob.glob(os.path.join(args.out, f"*.{ext}"))}
-    total = 0
+    stale = set() if args.case else {p for ext in ("qrt", "npz") for p in glob.glob(os.path.join(args.out, f"*.{ext}"))}
+    total, written = 0, 0
     for name, case in cases.items():
+        if args.case and name not in args.case:
+            continue
+        written += 1
         size = run_case(name, case, args.out, info)
         stale -= {os.path.join(args.out, f"{name}.{ext}") for ext in ("qrt", "npz")}
         ops = sorted({node["op"] for node in case.g.nodes})
@@ -859,7 +915,7 @@ def main() -> None:
     for path in sorted(stale):  # a renamed or removed case leaves nothing behind
         os.remove(path)
         print(f"removed stale {path}")
-    print(f"{len(cases)} cases, {total / 1024:.1f} KiB, kernels {info['kernels']}, {sys.executable}")
+    print(f"{written} cases, {total / 1024:.1f} KiB, kernels {info['kernels']}, {sys.executable}")
 
 
 if __name__ == "__main__":

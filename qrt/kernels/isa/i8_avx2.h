@@ -1,6 +1,13 @@
-/* u8 x s8 primitives, AVX2, in two flavours over one packing (panels of 16 columns, tiles of 4 rows):
- *   exact (any activations): bytes widened to int16, pairs summed exactly by vpmaddwd;
- *   u7 (activations <= 128): vpmaddubsw, twice the products per instruction, as fbgemm. */
+/* u8 x s8 primitives, AVX2, in two flavours over one packing (panels of 16 columns, tiles of 6 rows):
+ *   exact (any activations): bytes widened to int16, pairs summed exactly by vpmaddwd; the weights widened in
+ *     the loop, or once per panel slice where several row tiles share them (I8_WIDE, gemm_i8.h);
+ *   u7 (activations <= 128): vpmaddubsw, twice the products per instruction, as fbgemm.
+ * A pair of products of 8-bit activations (qnnpack's dynamic layers, static layers) needs 17 bits, past
+ * vpmaddubsw's int16, so exact sums take a vpmaddwd and a vpaddd per 16 products where u7 takes vpmaddubsw,
+ * vpmaddwd and vpaddd per 32: on a core with three vector ALU ports (Intel) exact can be no faster than 4/3
+ * of u7's time; from widened weights it is about 1.5x, with in-loop widening (one row) about 1.7x
+ * (docs/PERFORMANCE.md). Splitting x into a 7-bit and a 1-bit or two 4-bit vpmaddubsw streams, summed in
+ * int16 between flushes, needs as many instructions and ran no faster (a one-row product, Sapphire Rapids). */
 #include <immintrin.h>
 
 #include "requantize_avx2.h"
@@ -18,17 +25,30 @@ typedef __m256i i8_x;
  * vpmaddwd then sums pairs exactly (2 * 255 * 128 < 2^31): lane 2c + h holds column c, k pair h.
  * (vpmaddubsw would saturate the pair sums to int16 with 8-bit activations.) */
 #define I8_LOADW(p) _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(p)))
-#define I8_SETX(word) _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128((int)(word))))
+/* x: a broadcast from memory, then one vpshufb puts byte t in word t of each 64 bits (-1 in the mask: a zero
+ * byte), where a move to a vector, vpmovzxbw and vpbroadcastq took three port-5 shuffles */
+#define I8_SETX(word)                                                                                               \
+    _mm256_shuffle_epi8(_mm256_set1_epi32((int)(word)),                                                         \
+                        _mm256_setr_epi8(0, -1, 1, -1, 2, -1, 3, -1, 0, -1, 1, -1, 2, -1, 3, -1, 0, -1, 1, -1, 2, \
+                                         -1, 3, -1, 0, -1, 1, -1, 2, -1, 3, -1))
 #define I8_DOT(acc, x, w) _mm256_add_epi32((acc), _mm256_madd_epi16((x), (w)))
+/* The exact product from weights widened once per panel slice (gemm_i8.h, I8_WIDE): a plain load each, so a
+ * row's 4 accumulators take one vpmaddwd and one vpaddd per 16 products, and no vpmovsxbw competes with the
+ * x shuffles for port 5. 2 rows a call: with 3, GCC 12 kept each weight in a register for all 3 rows and
+ * spilled accumulators (M=64 K=N=256: 100 us against 75). */
+#define I8_WIDE 1
+#define I8_WIDE_ROWS 2
+#define I8_WIDE_LOADW(p) _mm256_loadu_si256((const __m256i*)(p))
 /* 4 partial sums back into pair form: (c, 0) per column */
 #define I8_LOADC(p) _mm256_cvtepu32_epi64(_mm_loadu_si128((const __m128i*)(p)))
 #define I8_OFFSET(p, f) _mm256_cvtepu32_epi64(_mm_mullo_epi32(_mm_loadu_si128((const __m128i*)(p)), _mm_set1_epi32(f)))
 #define I8_ADD(a, b) _mm256_add_epi32((a), (b)) /* pair forms add lane by lane */
+/* lane 2c + lane 2c + 1 (wrapping) into lane 2c, then lanes 0, 2, 4, 6 out: 3 instructions where GCC made a
+ * loop over the lanes into some 20 extracts and inserts */
 QRT_INLINE void I8_STORE(int32_t* out, i8_acc acc) {
-    int32_t pairs[8];
-    _mm256_storeu_si256((__m256i*)pairs, acc);
-    for (int c = 0; c < 4; c++)
-        out[c] = (int32_t)((uint32_t)pairs[2 * c] + (uint32_t)pairs[2 * c + 1]);
+    const __m256i sums = _mm256_add_epi32(acc, _mm256_srli_epi64(acc, 32));
+    const __m256i even = _mm256_permutevar8x32_epi32(sums, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6));
+    _mm_storeu_si128((__m128i*)out, _mm256_castsi256_si128(even));
 }
 
 /* vpmaddubsw sums two u8 x s8 products into int16 with saturation; with x <= 128 the sum lies in
