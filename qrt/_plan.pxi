@@ -9,6 +9,7 @@
 cimport numpy as cnp
 from cpython.ref cimport PyObject
 from libc.stdlib cimport calloc
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 cnp.import_array()
 
@@ -27,6 +28,12 @@ cdef enum:
     PS_EMBEDDING
     PS_SOFTMAX
     PS_COPY
+    PS_ATTENTION
+    PS_UNARY
+    PS_LAYER_NORM
+    PS_BINARY
+    PS_SUM
+    PS_MASK
     PS_FALLBACK
 
 cdef enum:
@@ -45,13 +52,14 @@ cdef enum:
 cdef struct plan_step:
     int op, node, dtype, relu
     int round_first  # PS_QUANT_T, PS_QUANT_C: the zero point added after rounding (torch on aarch64)
-    int a, b, c, y, y2, y3, s0, s1  # slots (-1: none)
+    int a, b, c, d, y, y2, y3, s0, s1  # slots (-1: none)
     Py_ssize_t m, n, outer, ch, inner
     Py_ssize_t offset, stride, outer_stride  # PS_COPY: where its blocks lie in the source, in bytes
     float scale
     int32_t zp
     PyObject* kernel  # borrowed: the program keeps it
     const float* fvec
+    const float* fvec2  # PS_LAYER_NORM: the bias (fvec the weight), NULL for none
     const double* dvec
     const int32_t* ivec
 
@@ -134,6 +142,20 @@ cdef int run_native(const plan_step* s, void** P) noexcept nogil:
         (<FloatOps>s.kernel).softmax_into(s.dtype, <const float*>P[s.a], <float*>P[s.y], s.outer, s.ch, s.inner)
     elif s.op == PS_COPY:
         copy_blocks(s, <const char*>P[s.a], <char*>P[s.y])
+    elif s.op == PS_UNARY:  # dtype: the function's code (UNARY_OPS)
+        (<FloatOps>s.kernel).unary_into(s.dtype, <const float*>P[s.a], <float*>P[s.y], s.n)
+    elif s.op == PS_LAYER_NORM:  # scale: eps
+        (<FloatOps>s.kernel).layer_norm_into(<const float*>P[s.a], s.fvec, s.fvec2, s.scale, <float*>P[s.y], s.m, s.n)
+    elif s.op == PS_BINARY:
+        (<BinaryStep>s.kernel).run(<const float*>P[s.a], <const float*>P[s.b], <float*>P[s.y])
+    elif s.op == PS_SUM:  # dtype: 1 for mean
+        (<FloatOps>s.kernel).sum_into(s.dtype, <const float*>P[s.a] if s.ch else NULL, <float*>P[s.y], s.outer, s.ch,
+                                      s.inner)
+    elif s.op == PS_MASK:
+        (<MaskStep>s.kernel).run(<const char*>P[s.a], <const char*>slot_or_null(P, s.b), <char*>P[s.y])
+    elif s.op == PS_ATTENTION:
+        err = (<AttentionStep>s.kernel).run(<const float*>P[s.a], <const float*>P[s.b], <const float*>P[s.c],
+                                            slot_or_null(P, s.d), <float*>P[s.y])
     return E_NATIVE if err else 0
 
 
@@ -324,7 +346,7 @@ cdef class PlanProgram:
             st = &self.steps[k]
             st.op, st.node = d["op"], d["node"]
             st.dtype, st.relu, st.round_first = d.get("dtype", 0), d.get("relu", 0), d.get("round_first", 0)
-            st.a, st.b, st.c = d.get("a", -1), d.get("b", -1), d.get("c", -1)
+            st.a, st.b, st.c, st.d = d.get("a", -1), d.get("b", -1), d.get("c", -1), d.get("d", -1)
             st.y, st.y2, st.y3 = d.get("y", -1), d.get("y2", -1), d.get("y3", -1)
             st.s0, st.s1 = d.get("s0", -1), d.get("s1", -1)
             st.m, st.n = d.get("m", 0), d.get("n", 0)
@@ -336,6 +358,8 @@ cdef class PlanProgram:
                 st.kernel = <PyObject*>d["kernel"]
             if "fvec" in d:
                 st.fvec = <const float*>cnp.PyArray_DATA(self._keep(d["fvec"], np.float32))
+            if "fvec2" in d:
+                st.fvec2 = <const float*>cnp.PyArray_DATA(self._keep(d["fvec2"], np.float32))
             if "dvec" in d:
                 st.dvec = <const double*>cnp.PyArray_DATA(self._keep(d["dvec"], np.float64))
             if "ivec" in d:
@@ -376,9 +400,10 @@ cdef class PlanProgram:
                 bs.objs[i] = info
         return bs
 
-    cdef object call(self, list inputs, bint checked):
+    cdef object call(self, list inputs, bint checked, double* times=NULL):
         """The outputs of one call, or None when the per-node path must answer it (an error to report
-        as it reports it, or a fallback whose result changed shape). checked: the inputs conform."""
+        as it reports it, or a fallback whose result changed shape). checked: the inputs conform. times
+        (NULL: not timed): each step's seconds added to times[step]."""
         cdef _PlanBuffers bs = self.buffers()
         cdef int failed = -1, err, i, slot, nd
         cdef cnp.npy_intp dims[32]
@@ -399,7 +424,7 @@ cdef class PlanProgram:
                 a = cnp.PyArray_EMPTY(nd, dims, typenum, 0)
                 bs.ptrs[slot] = cnp.PyArray_DATA(a)
                 bs.objs[slot] = a
-            err = self.execute(bs, &failed)
+            err = self.execute(bs, &failed, times)
             if err == E_RAISED:
                 e = bs.error
                 if isinstance(e, ValueError):
@@ -417,23 +442,40 @@ cdef class PlanProgram:
             else:
                 self.pool.append(bs)
 
+    cdef object profile(self, list inputs, int repeats):
+        """(node index, seconds) of each step, in step order: the median over `repeats` calls (at least 1)
+        of these inputs, which conform; None if a call was handed back."""
+        cdef int r
+        samples = np.zeros((max(repeats, 1), max(self.n_steps, 1)), np.float64)
+        cdef double[:, ::1] t = samples
+        for r in range(samples.shape[0]):
+            if self.call(inputs, True, &t[r, 0]) is None:
+                return None
+        median = np.median(samples, axis=0)
+        return [(self.steps[k].node, float(median[k])) for k in range(self.n_steps)]
+
     cdef bint conforms(self, int i, a):
         """Input i may be read as it is: an aligned C-contiguous array of its dtype in native byte order."""
         return (cnp.PyArray_Check(a) and cnp.PyArray_TYPE(a) == <int>self.input_types[i]
                 and cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISBEHAVED_RO(a))
 
-    cdef int execute(self, _PlanBuffers bs, int* failed) noexcept:
+    cdef int execute(self, _PlanBuffers bs, int* failed, double* times) noexcept:
         cdef int k, err = 0
         cdef const plan_step* s
         cdef void** P = bs.ptrs
+        cdef double t0 = 0
         with nogil:
             for k in range(self.n_steps):
                 s = &self.steps[k]
+                if times != NULL:
+                    t0 = monotonic_seconds()
                 if s.op == PS_FALLBACK:
                     with gil:
                         err = self.fallback(bs, s.m)
                 else:
                     err = run_native(s, P)
+                if times != NULL:
+                    times[k] += monotonic_seconds() - t0
                 if err:
                     failed[0] = k
                     break
@@ -499,6 +541,12 @@ cdef class PlanProgram:
             memcpy(cnp.PyArray_DATA(v), bs.ptrs[slot], cnp.PyArray_NBYTES(v))
             out[j] = v
         return out
+
+
+cdef inline double monotonic_seconds() noexcept nogil:
+    cdef timespec t
+    clock_gettime(CLOCK_MONOTONIC, &t)
+    return t.tv_sec + t.tv_nsec * 1e-9
 
 
 cdef bint is_in(v, list objs):
@@ -615,6 +663,17 @@ cdef class PlanExecutor:
         if not prog:
             return None
         return [f[3] for f in (<PlanProgram>prog).fallbacks]
+
+    def profile(self, list inputs, int repeats) -> list | None:
+        """(node index, seconds) of each step of the compiled program for these arrays (as try_run takes
+        them), the median of `repeats` calls; None if there is no such program or it handed a call back.
+        Timing is on these calls only: run() and call() never read the clock."""
+        if len(inputs) != self.n_inputs or not all(cnp.PyArray_Check(a) for a in inputs):
+            return None
+        prog = self.programs.get(tuple([a.shape for a in inputs]))
+        if not prog or not all((<PlanProgram>prog).conforms(i, a) for i, a in enumerate(inputs)):
+            return None
+        return (<PlanProgram>prog).profile(inputs, repeats)
 
     def try_run(self, list inputs):
         """The outputs if a compiled program takes these arrays exactly as they are (shapes seen

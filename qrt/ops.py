@@ -52,6 +52,7 @@ class Port(NamedTuple):
     optional: bool = False
     const: bool = False  # must be a stored tensor (weights, quantization parameters)
     packed: bool = False  # a weight matrix the kernels read packed: format 4 stores it so (qrt/layout.py)
+    shape_only: bool = False  # only its shape is read, never its values
 
 
 class Attr(NamedTuple):
@@ -1279,7 +1280,7 @@ OPS.update(
         OpSpec(
             "arange",
             "int64 0, 1, ..., n - 1, n the size of x's dimension dim (a size fixed only at run time)",
-            (Port("x", _ANY),),
+            (Port("x", _ANY, shape_only=True),),
             ("y",),
             _check_arange,
             (_DIM,),
@@ -1287,7 +1288,7 @@ OPS.update(
         OpSpec(
             "expand",
             "x broadcast to shape (-1 keeps x's size; where like_dims names a dimension of like, like's size)",
-            (Port("x", _ANY), Port("like", _ANY, optional=True)),
+            (Port("x", _ANY), Port("like", _ANY, optional=True, shape_only=True)),
             ("y",),
             _check_expand,
             (Attr("shape", list, required=True), Attr("like_dims", list, default=[])),

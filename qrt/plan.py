@@ -11,15 +11,24 @@ for the whole model:
   are fresh arrays each call; intermediate buffers are reused.
 - **Threads.** A program's buffers come in sets taken from a pool for the length of one call, so
   several threads may run one model at once; each holds its own set.
+- **Values fixed by the shapes.** A node whose run-time operands are stored tensors, values fixed by
+  the shapes, or operands it reads only the shape of (arange's x, expand's like) gives the same
+  result on every call with these shapes (a transformer's position ids, token types, the causal part
+  of its mask): its output from the first call is kept in the program as a stored tensor, and the
+  node runs no more.
 - **Fusion that keeps the bits.** A ReLU whose input is a linear's (dynamic or float) only use runs
   in that linear's call, on its output while it is in cache; a quantize that undoes a dequantize
   with the same parameters is dropped when every representable value survives the round trip
   unchanged (checked exhaustively at build); flatten, reshape, squeeze and unsqueeze are a new shape
-  over the same bytes.
+  over the same bytes; an attention reads q, k and v through the permute (0, 2, 1, 3) that makes
+  heads of a [B, L, H, E] array, in place, and writes its context through the one that undoes it
+  (a transformer's copies between the linears' layout and the heads' are not made).
 - **Native steps** for quantize and dequantize, the linears, the cells, whole sequences (every layer
   and direction of an rnn/lstm/gru sequence op, dynamic or float, in one step, K.SequenceStep, on the
   arena), and the glue of the recurrent models: embedding, select and slice (a copy of strided
-  blocks), softmax and log_softmax, relu, add.
+  blocks), softmax and log_softmax, relu, the float arithmetic (add, sub, mul, div, broadcasting) and
+  functions (gelu, sigmoid, ...), sum and mean over adjacent dimensions, layer_norm, attention, and the
+  mask ops cast, logical_and / logical_or, expand and clamp.
 - **Fallback.** Any other op runs its Python step inside the program, which takes the GIL back for
   that step only; so every model keeps working.
 
@@ -38,7 +47,7 @@ import numpy as np
 from . import _kernels as K
 from .graph import Graph, check_input, nest
 from .interpreter import Interpreter
-from .ops import CELL_OPS, QUANT_DTYPES, SEQUENCE_OPS, channel_view, rounds_first
+from .ops import CELL_OPS, OPS, QUANT_DTYPES, SEQUENCE_OPS, channel_view, rounds_first
 
 MAX_PROGRAMS = 32  # input shape sets whose programs are kept (a free sequence length makes many)
 
@@ -60,12 +69,21 @@ SLOT_INPUT, SLOT_CONST, SLOT_ARENA, SLOT_FRESH, SLOT_OBJECT = 1, 2, 3, 4, 5
     PS_EMBEDDING,
     PS_SOFTMAX,
     PS_COPY,
+    PS_ATTENTION,
+    PS_UNARY,
+    PS_LAYER_NORM,
+    PS_BINARY,
+    PS_SUM,
+    PS_MASK,
     PS_FALLBACK,
-) = range(1, 16)
+) = range(1, 22)
 _QCODE = {"uint8": 0, "int8": 1, "int32": 2}
 # ops whose output is their input's bytes under another shape (the plan's values are C-contiguous)
 _VIEWS = {"flatten", "reshape", "squeeze", "unsqueeze"}
+_MASK_STEPS = {"cast", "logical_and", "logical_or", "expand", "clamp"}  # K.MaskStep
 _ALIGN = 64
+# the permute between a linear's [B, L, H * E] output viewed as [B, L, H, E] and attention's [B, H, L, E]
+_HEADS_PERM = [0, 2, 1, 3]
 
 
 def build_plan(graph: Graph, tensors: Mapping[str, np.ndarray], steps: Sequence[Callable]) -> Plan:
@@ -115,6 +133,15 @@ class Plan:
     def __repr__(self) -> str:
         fused = sum(1 for _ in self._relu_of) + sum(1 for n in self.graph.nodes if self._folded(n))
         return f"Plan({len(self.graph.nodes)} nodes, {fused} fused, {self._executor.program_count()} programs)"
+
+    def profile(self, inputs: list[np.ndarray], repeats: int = 20) -> list[tuple[str, str, float]]:
+        """Where a call's time goes: (node name, op, seconds) of each step of the compiled program for these
+        inputs (flat, as run() takes them; compiled first if new), the median of `repeats` calls. A step that
+        runs several nodes (a fused ReLU) is named by its first. Empty where these shapes have no program."""
+        if not self._executor.has_program(tuple(a.shape for a in inputs)):
+            self.run(inputs)
+        steps = self._executor.profile(list(inputs), repeats) or []
+        return [(self.graph.nodes[i].name, self.graph.nodes[i].op, t) for i, t in steps]
 
     def stream(self, state: Mapping[str, str] | None = None) -> Stream:
         """A stateful stepper of this model (see Stream)."""
@@ -224,15 +251,22 @@ class Plan:
         if any(isinstance(a, np.ndarray) and a.size == 0 for a in env.values()):
             return None
         nodes = self.graph.nodes
-        native = [self._native(i, env) for i in range(len(nodes))]
+        static = self._fixed_by_shapes(env)
+        heads = self._attention_steps(env)
+        fused = self._fused | {j for step in heads.values() for j in step.pop("fused")}
+        fused |= {self._producer[v] for v in static}
+        native = [heads.get(i) or self._native(i, env, fused) for i in range(len(nodes))]
+        writes = {**{j: nodes[r].outputs[0] for j, r in self._relu_of.items()},
+                  **{i: step["y"] for i, step in heads.items()}}
+        step_reads = {i: [step[p] for p in ("a", "b", "c", "d") if p in step] for i, step in heads.items()}
         # the storage of each root value
         inputs, outputs = set(self._input_names), set(self._output_names)
         kind: dict[str, int] = {}
         producer: dict[str, int] = {}
         for i, node in enumerate(nodes):
-            if i in self._fused:
+            if i in fused:
                 continue
-            outs = [nodes[self._relu_of[i]].outputs[0]] if i in self._relu_of else node.outputs
+            outs = [writes[i]] if i in writes else node.outputs
             for v in outs:
                 if v in self._alias:
                     continue
@@ -258,9 +292,9 @@ class Plan:
         last = len(nodes)
         end: dict[str, int] = {self._root(v): last for v in outputs}
         for i in reversed(range(len(nodes))):
-            if i in self._fused:
+            if i in fused:
                 continue
-            reads = [self._root(v) for v in self._args[i]]
+            reads = [self._root(v) for v in step_reads.get(i, self._args[i])]
             for r in reads:
                 end[r] = max(end.get(r, i), i)
             if not native[i]:
@@ -272,14 +306,14 @@ class Plan:
         arena: list[tuple[str, int, int, int]] = []  # (root or scratch name, start, end, nbytes)
         native_reads: set[str] = set()
         for i, node in enumerate(nodes):
-            if i in self._fused:
+            if i in fused:
                 continue
             if native[i]:
                 step = native[i]
                 if step["op"] == 0:  # an alias: nothing to run
                     continue
                 step["node"] = i
-                for port in ("a", "b", "c"):
+                for port in ("a", "b", "c", "d"):
                     if port in step:
                         native_reads.add(self._root(step[port]))
                         step[port] = slot(step[port])
@@ -317,7 +351,7 @@ class Plan:
             if k == SLOT_INPUT:
                 info: Any = self._input_names.index(r)
             elif k == SLOT_CONST:
-                info = np.ascontiguousarray(self._consts[r])
+                info = np.ascontiguousarray(static[r] if r in static else self._consts[r])
             elif k == SLOT_ARENA:
                 info = offsets[r]
             else:
@@ -340,11 +374,80 @@ class Plan:
             }
         )
 
-    def _native(self, i: int, env: dict[str, np.ndarray]) -> dict | None:
-        """The executor step of node i at the shapes of env, or None for the fallback."""
+    def _fixed_by_shapes(self, env: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The values fixed by the input shapes (see the module docstring), as env holds them, by name: the
+        outputs of nodes run in Python (not views, not already fused) whose every run-time operand is a stored
+        tensor, such a value, or read for its shape only."""
+        fixed: dict[str, np.ndarray] = {}
+        for i, node in enumerate(self.graph.nodes):
+            if i in self._fused or node.op in _VIEWS or any(v not in env for v in node.outputs):
+                continue
+            shape_only = {p.name for p in OPS[node.op].inputs if p.shape_only}
+            if all(self._root(v) in self._consts or self._root(v) in fixed or p in shape_only
+                   for p, v in node.inputs.items()):
+                for v in node.outputs:
+                    fixed[v] = env[v]
+        return fixed
+
+    def _attention_steps(self, env: dict[str, np.ndarray]) -> dict[int, dict]:
+        """The attention nodes that run natively at the shapes of env, by node: each one's executor step, with
+        "fused": the permutes it makes unnecessary. An attention reads q, k or v in place where it is a
+        permute (0, 2, 1, 3) of a rank-4 array, and writes its context where a permute (0, 2, 1, 3) would read it
+        (its only use), into that permute's output; such a permute runs no more when every use is folded."""
+        nodes, outputs = self.graph.nodes, set(self._output_names)
+
+        def heads_permute(v: str) -> int | None:
+            j = self._producer.get(v)
+            if j is None or nodes[j].op != "permute" or list(nodes[j].attrs["perm"]) != _HEADS_PERM:
+                return None
+            if self.graph.nodes[self._producer.get(self._root(nodes[j].inputs["x"]), j)].op == "attention":
+                return None  # maybe the context permute of an attention writing through it: never made
+            x = env.get(nodes[j].inputs["x"])
+            return j if isinstance(x, np.ndarray) and x.ndim == 4 and x.dtype == np.float32 else None
+
+        found: dict[int, dict] = {}
+        read_in_place: dict[int, list[int]] = {}  # permute -> attention nodes reading through it
+        for i, node in enumerate(nodes):
+            native = getattr(self._steps[i], "native", None)  # qrt.cpu.attention's native_attention
+            mask = node.inputs.get("mask")
+            if node.op != "attention" or native is None or any(v in self._consts for v in self._args[i]):
+                continue
+            if any(env[node.inputs[p]].dtype != np.float32 for p in "qkv"):
+                continue
+            sources = [heads_permute(node.inputs[p]) for p in "qkv"]
+            out = node.outputs[0]
+            uses = self._uses.get(out, [])
+            after = uses[0] if len(uses) == 1 and out not in outputs else None
+            if after is not None and (nodes[after].op != "permute" or list(nodes[after].attrs["perm"]) != _HEADS_PERM
+                                      or env[out].ndim != 4):
+                after = None
+            shapes = [env[node.inputs[p]].shape for p in "qkv"]
+            kernel_step = native(*shapes, None if mask is None else env[mask],
+                                 tuple(j is not None for j in sources) + (after is not None,))
+            if kernel_step is None:
+                continue
+            step = {"op": PS_ATTENTION, "kernel": kernel_step, "fused": [] if after is None else [after],
+                    "y": out if after is None else nodes[after].outputs[0]}
+            for port, p, j in zip("abc", "qkv", sources):
+                step[port] = node.inputs[p] if j is None else nodes[j].inputs["x"]
+                if j is not None:
+                    read_in_place.setdefault(j, []).append(i)
+            if mask is not None:
+                step["d"] = mask
+            found[i] = step
+        for j, readers in read_in_place.items():
+            v = nodes[j].outputs[0]
+            if v not in outputs and all(u in found and nodes[u].inputs.get("mask") != v for u in self._uses.get(v, [])):
+                found[readers[0]]["fused"].append(j)
+        return found
+
+    def _native(self, i: int, env: dict[str, np.ndarray], fused: set[int]) -> dict | None:
+        """The executor step of node i at the shapes of env, or None for the fallback (fused: the nodes
+        another step runs)."""
         node = self.graph.nodes[i]
         op, c = node.op, {p: self._consts[v] for p, v in node.inputs.items() if v in self._consts}
-        if op in _VIEWS or i in self._fused:
+        if op in _VIEWS or i in fused:
+
             return {"op": 0}  # nothing to run: an alias
         if any(v in self._consts for v in self._args[i]):  # a stored tensor at a run-time port: rare
             return None
@@ -412,6 +515,36 @@ class Plan:
                     "view": channel_view(x.shape, node.attrs["dim"]), "kernel": kernel}
         if op in ("select", "slice"):
             return _copy_step(node, x)
+        if op in _MASK_STEPS:
+            return _mask_step(node, env)
+        step = self._steps[i]
+        if getattr(step, "binary", None) is not None and kernel is not None:
+            a, b = (self._value(env, node.inputs[p]) for p in ("a", "b"))
+            y = env[out]
+            if a.dtype == b.dtype == np.float32 and y.ndim:
+                return {"op": PS_BINARY, "a": node.inputs["a"], "b": node.inputs["b"], "y": out,
+                        "kernel": K.BinaryStep(kernel, step.binary, a.shape, b.shape, y.shape)}
+        if getattr(step, "sum_dims", None) is not None and kernel is not None and x.dtype == np.float32:
+            dims = step.sum_dims
+            if dims == list(range(dims[0], dims[-1] + 1)) and env[out].size:
+                return {"op": PS_SUM, "a": node.inputs["x"], "y": out, "dtype": int(op == "mean"), "kernel": kernel,
+                        "view": (math.prod(x.shape[: dims[0]]), math.prod(x.shape[dims[0] : dims[-1] + 1]),
+                                 math.prod(x.shape[dims[-1] + 1 :]))}
+        if getattr(step, "unary", None) is not None and kernel is not None and x.dtype == np.float32:
+            return {"op": PS_UNARY, "a": node.inputs["x"], "y": out, "n": x.size, "dtype": K.UNARY_OPS[step.unary],
+                    "kernel": kernel}
+        if op == "layer_norm" and kernel is not None and x.dtype == np.float32:
+            k = node.attrs["normalized_dims"]
+            stored = next((c[p].shape for p in ("weight", "bias") if p in c), None)
+            if stored is not None and x.shape[x.ndim - k :] != stored:
+                return None  # the step says what is wrong
+            n = math.prod(x.shape[x.ndim - k :])
+            ln = {"op": PS_LAYER_NORM, "a": node.inputs["x"], "y": out, "m": x.size // n, "n": n,
+                  "scale": float(node.attrs["eps"]), "kernel": kernel}
+            for port, field in (("weight", "fvec"), ("bias", "fvec2")):
+                if port in c:
+                    ln[field] = c[port].reshape(-1)
+            return ln
         return None
 
     def _sequence(self, i: int, env: dict[str, np.ndarray]) -> dict | None:
@@ -433,6 +566,35 @@ class Plan:
         if has_cell:
             step["y3"] = node.outputs[2]
         return step
+
+
+def _mask_step(node, env: dict[str, np.ndarray]) -> dict | None:
+    """cast, logical_and / logical_or, expand, clamp at the shapes of env (K.MaskStep), or None for the fallback:
+    a cast, a clamp or operands it does not run, shapes the op rejects (the step says why)."""
+    y = env[node.outputs[0]]
+    ports = ["x"] if node.op in ("cast", "expand", "clamp") else ["a", "b"]
+    operands = [env[node.inputs[p]] for p in ports]
+    try:
+        if node.op == "expand":
+            kernel = K.MaskStep("expand", y.shape, [operands[0].shape], operands[0].itemsize)
+        elif node.op == "cast":
+            kernel = K.MaskStep("cast", y.shape, [operands[0].shape], operands[0].itemsize, operands[0].dtype.name,
+                                y.dtype.name)
+        elif node.op == "clamp":
+            if operands[0].dtype != np.float32 or y.dtype != np.float32:
+                return None
+            lo, hi = (None if node.attrs[k] is None else float(np.float32(node.attrs[k])) for k in ("min", "max"))
+            kernel = K.MaskStep("clamp", y.shape, [operands[0].shape], 4, lo=lo, hi=hi)
+        elif all(a.dtype == np.bool_ for a in operands) and y.dtype == np.bool_:
+            kernel = K.MaskStep(node.op, y.shape, [a.shape for a in operands], 1)
+        else:
+            return None
+    except (ValueError, KeyError):
+        return None
+    step = {"op": PS_MASK, "kernel": kernel, "a": node.inputs[ports[0]], "y": node.outputs[0]}
+    if len(ports) == 2:
+        step["b"] = node.inputs["b"]
+    return step
 
 
 def _copy_step(node, x: np.ndarray) -> dict:

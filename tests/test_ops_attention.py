@@ -332,6 +332,66 @@ def test_padding_mask_of_finfo_min_bits(tmp_path):
         _bits(got, want)
 
 
+def _heads_model(tmp_path, heads: int, e: int, ev: int, read_in_place: str, mask: np.ndarray | None,
+                 causal: bool) -> qrt.Model:
+    """A transformer's attention block: the ports in read_in_place (of q, k, v) come as [B, L, heads * e] and
+    are reshaped to [B, L, heads, e] and permuted (0, 2, 1, 3) to heads, the others come as heads; the context
+    is permuted back and reshaped to [B, L, heads * ev], as converted BERT layers do."""
+    b = GraphBuilder()
+    wired = {}
+    for p, width in zip("qkv", (e, e, ev)):
+        if p in read_in_place:
+            x = b.input(p, "float32", [None, None, heads * width])
+            wired[p] = b.node("permute", {"x": b.node("reshape", {"x": x}, {"shape": [0, 0, heads, width]})},
+                              {"perm": [0, 2, 1, 3]})
+        else:
+            wired[p] = b.input(p, "float32", [None, heads, None, width])
+    if mask is not None:
+        wired["mask"] = b.input("mask", mask.dtype.name, [None] * mask.ndim)
+    y = b.node("attention", wired, {"is_causal": causal})
+    b.output(b.node("reshape", {"x": b.node("permute", {"x": y}, {"perm": [0, 2, 1, 3]})},
+                    {"shape": [0, 0, heads * ev]}))
+    b.save(tmp_path / "heads.qrt")
+    return qrt.load(tmp_path / "heads.qrt")
+
+
+# (batch, heads, L, S, E, Ev, the ports read in place, mask shape or None, mask kind): BERT's block at odd
+# sizes (a head's rows strided by heads * E), q alone or k and v alone in the heads' layout, masks broadcast
+HEADS_CASES = [
+    (1, 3, 5, 5, 4, 4, "qkv", None, None),
+    (2, 5, 7, 7, 6, 3, "qkv", (2, 1, 7, 7), "bool"),
+    (3, 2, 9, 9, 8, 8, "qkv", (3, 1, 1, 9), "float"),
+    (2, 4, 3, 11, 5, 7, "kv", (2, 4, 3, 11), "bool"),
+    (1, 12, 17, 17, 32, 32, "q", (17,), "float"),
+]
+
+
+@pytest.mark.parametrize("case", HEADS_CASES, ids=str)
+@pytest.mark.parametrize("causal", [False, True], ids=["", "causal"])
+def test_plan_reads_heads_in_place_bits(tmp_path, threads, case, causal):
+    """The execution plan's attention reads q, k, v through their permutes and writes its context through the
+    one after it, in place: the oracle's bits from every build, and no permute left to run."""
+    n, h, lq, s, e, ev, in_place, mask_shape, kind = case
+    if causal and mask_shape is not None:
+        return
+    heads = _case((n, h), (n, h), lq, s, e, ev, mask_shape=mask_shape, mask_kind=kind)
+    want = _reference(heads, f32(1 / math.sqrt(e)), causal, attention_oracle).transpose(0, 2, 1, 3)
+    feeds = {p: np.ascontiguousarray(heads[p].transpose(0, 2, 1, 3).reshape(n, -1, h * heads[p].shape[-1]))
+             if p in in_place else heads[p] for p in "qkv"}
+    if mask_shape is not None:
+        feeds["mask"] = heads["mask"]
+    for variant in BUILDS.values():
+        before = K._use_variant(variant)
+        try:
+            model = _heads_model(tmp_path, h, e, ev, in_place, feeds.get("mask"), causal)
+            for _ in range(2):  # the first call runs the nodes one by one, the second the compiled program
+                _bits(model.run(feeds), np.ascontiguousarray(want).reshape(n, lq, h * ev))
+            key = tuple(feeds[i.name].shape for i in model._plan.graph.inputs)
+            assert model._plan._executor.fallback_steps(key) == []  # no permute, no attention in Python
+        finally:
+            K._use_variant(before)
+
+
 def _exact(q, k, v, mask, scale, causal):
     q, k, v = (a.astype(np.float64) for a in (q, k, v))
     t = (q @ k.T) * float(scale)

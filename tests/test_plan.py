@@ -839,3 +839,91 @@ def test_threads_share_a_sequence_model(tmp_path):
         t.join()
     assert errors == []
     assert kws._plan._executor.handed_back == 0
+
+
+def test_values_fixed_by_the_shapes_are_kept(tmp_path):
+    """Nodes that read stored tensors, values fixed by the shapes, or only an input's shape (arange's x,
+    expand's like) run once, at the call that compiles a program for these shapes; each set of shapes
+    keeps its own values; nodes reading an input's values still run on every call."""
+    g = GraphBuilder()
+    x = g.input("x", "float32", [None, None])
+    positions = g.node("cast", {"x": g.node("arange", {"x": x}, {"dim": 1})}, {"dtype": "float32"}, name="pos")
+    offset = g.node("expand", {"x": np.float32([[0.5]]), "like": x}, {"shape": [-1, -1], "like_dims": [0, 1]},
+                    name="offset")
+    shifted = g.node("add", {"a": g.node("add", {"a": x, "b": positions}), "b": offset})
+    g.output(shifted, g.node("cast", {"x": x}, {"dtype": "int32"}, name="read"))
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    for shape in ((2, 5), (3, 7), (2, 5)):
+        inputs = [_x(*shape)]
+        _check(model, plan, inputs)
+        assert plan._executor.fallback_steps((shape,)) == ["node 'read' (cast)"]  # x's values: every call
+
+
+def test_float_functions_and_layer_norm_run_natively(tmp_path):
+    """gelu (both forms), the other float functions and layer_norm (with and without weight and bias, over one
+    and two dimensions) are native steps: the per-node path's bits, nothing run in Python."""
+    g = GraphBuilder()
+    x = g.input("x", "float32", [None, None, 6, 5])
+    y = g.node("layer_norm", {"x": x, "weight": _x(6, 5), "bias": _x(6, 5)}, {"normalized_dims": 2, "eps": 1e-5})
+    y = g.node("gelu", {"x": y}, {"approximate": "none"})
+    y = g.node("gelu", {"x": y}, {"approximate": "tanh"})
+    y = g.node("layer_norm", {"x": g.node("sigmoid", {"x": y}), "weight": _x(5)}, {"normalized_dims": 1})
+    y = g.node("layer_norm", {"x": g.node("silu", {"x": y})}, {"normalized_dims": 1, "eps": 0.5})
+    g.output(g.node("tanh", {"x": y}))
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    for shape in ((1, 3, 6, 5), (4, 7, 6, 5)):
+        _check(model, plan, [_x(*shape) * 3])
+        assert plan._executor.fallback_steps((shape,)) == []
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+def test_broadcast_arithmetic_and_sums_run_natively(tmp_path, op):
+    """Float arithmetic with numpy broadcasting (either side, rank 1 to 4) and sum / mean over adjacent
+    dimensions are native steps: the per-node path's bits, nothing run in Python."""
+    g = GraphBuilder()
+    x = g.input("x", "float32", [None, 5, 1, 3])
+    y = g.node(op, {"a": x, "b": g.input("b", "float32", [4, 1])})  # [n, 5, 4, 3]
+    y = g.node(op, {"a": g.input("c", "float32", [3]), "b": y})
+    s = g.node("sum", {"x": y}, {"dims": [1, 2], "keepdim": False})
+    m = g.node("mean", {"x": y}, {"dims": [3], "keepdim": True})
+    g.output(g.node(op, {"a": s, "b": s}), m)
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    for n in (1, 6):
+        inputs = [_x(n, 5, 1, 3), _x(4, 1), _x(3)]
+        _check(model, plan, inputs)
+        assert plan._executor.fallback_steps(tuple(a.shape for a in inputs)) == []
+
+
+def test_mask_ops_run_natively(tmp_path):
+    """cast (integers and bools to bool, float32 and int64, float32 to bool), logical_and / logical_or with
+    broadcasting either way, expand (to a larger rank, along middle dimensions) and clamp (NaN kept) are native
+    steps with the per-node path's bits; a clamp at a bound of 0 (numpy's maximum may give either zero) and a
+    cast to int32 (which may wrap) run in Python."""
+    g = GraphBuilder()
+    ids = g.input("ids", "int64", [None, None])
+    x = g.input("x", "float32", [None, None])
+    small = g.input("small", "int32", [None, 1])
+    keep = g.node("cast", {"x": ids}, {"dtype": "bool"})
+    wide = g.node("logical_and", {"a": g.node("unsqueeze", {"x": keep}, {"dim": 1}),
+                                  "b": g.node("cast", {"x": x}, {"dtype": "bool"})})  # [n, n, s]
+    either = g.node("logical_or", {"a": g.node("cast", {"x": small}, {"dtype": "bool"}), "b": keep})
+    spread = g.node("expand", {"x": g.node("unsqueeze", {"x": x}, {"dim": 1}), "like": x},
+                    {"shape": [-1, 3, -1], "like_dims": [None, None, 1]})
+    g.output(wide, g.node("cast", {"x": either}, {"dtype": "float32"}),
+             g.node("cast", {"x": ids}, {"dtype": "float32"}), g.node("cast", {"x": small}, {"dtype": "int64"}), spread,
+             g.node("clamp", {"x": x}, {"min": -0.5, "max": 0.75}), g.node("clamp", {"x": x}, {"min": 0.125}),
+             g.node("clamp", {"x": x}, {"min": 0.0}, name="at_zero"), g.node("cast", {"x": ids}, {"dtype": "int32"},
+                                                                          name="to_int"))
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    for n, s in ((1, 5), (3, 17)):
+        x = _x(n, s)
+        x[0, :3] = [np.nan, 0.0, -0.0]
+        ids = RNG.integers(-2, 3, (n, s)) * (1 << 40)  # beyond float32's 24 bits: the cast rounds
+        inputs = [ids, x, RNG.integers(0, 2, (n, 1)).astype(np.int32)]
+        _check(model, plan, inputs)
+        ran = plan._executor.fallback_steps(tuple(a.shape for a in inputs))
+        assert ran == ["node 'at_zero' (clamp)", "node 'to_int' (cast)"]

@@ -42,6 +42,7 @@ def _unary(op: str) -> Prepare:
             kernel.unary(name, tensor_moves.contiguous_of(np, x).reshape(-1), y.reshape(-1))
             return (y,)
 
+        step.kernel, step.unary = kernel, name  # for the execution plan
         return step
 
     return prepare
@@ -71,6 +72,7 @@ def _binary(op: str) -> Prepare:
             kernel.binary(op, tensor_moves.contiguous_of(np, a), tensor_moves.contiguous_of(np, b), y)
             return (y,)
 
+        step.kernel, step.binary = kernel, op  # for the execution plan
         return step
 
     return prepare
@@ -120,6 +122,7 @@ def _reduce(mean: bool) -> Prepare:
             kernel.sum(mean, src.reshape(view), y.reshape(view[0], view[2]))
             return (y,)
 
+        step.kernel, step.sum_dims = kernel, dims  # for the execution plan
         return step
 
     return prepare
@@ -142,6 +145,7 @@ def _layer_norm(node: Node, c: Mapping[str, np.ndarray]) -> Step:
         kernel.layer_norm(tensor_moves.contiguous_of(np, x).reshape(rows, n), w, b, eps, y.reshape(rows, n))
         return (y,)
 
+    step.kernel = kernel  # for the execution plan
     return step
 
 

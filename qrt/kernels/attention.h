@@ -22,13 +22,15 @@ typedef struct {
     void (*matmul)(const float* a, const float* b, float* y, ptrdiff_t m, ptrdiff_t k, ptrdiff_t n);
     /* One attention head: y[l][ev] = softmax(scale * q k^T + mask) v for the l query rows of q ([l, e]),
      * the s keys of k ([s, e]) and values of v ([s, ev]); q's first row is query row `row0` of the
-     * head (for is_causal: key j is masked out for query row i when j > i). mask (NULL for none) holds
-     * row i's s values at mask + i * mask_stride (uint8 0/1 for QRT_MASK_BOOL, 0 masking out; float32
-     * added for QRT_MASK_FLOAT); mask_stride 0 repeats one row. scratch holds
-     * qrt_attention_scratch(s, e, ev) floats. */
-    void (*attention)(const float* q, const float* k, const float* v, const void* mask, int mask_kind,
-                      ptrdiff_t mask_stride, float scale, int causal, ptrdiff_t row0, ptrdiff_t l, ptrdiff_t s,
-                      ptrdiff_t e, ptrdiff_t ev, float* y, float* scratch);
+     * head (for is_causal: key j is masked out for query row i when j > i). Each matrix's rows lie ld*
+     * floats apart (its width when contiguous; a head's slice of [.., heads * e] rows read in place
+     * otherwise). mask (NULL for none) holds row i's s values at mask + i * mask_stride (uint8 0/1 for
+     * QRT_MASK_BOOL, 0 masking out; float32 added for QRT_MASK_FLOAT); mask_stride 0 repeats one row.
+     * scratch holds qrt_attention_scratch(s, e, ev) floats. */
+    void (*attention)(const float* q, ptrdiff_t ldq, const float* k, ptrdiff_t ldk, const float* v, ptrdiff_t ldv,
+                      const void* mask, int mask_kind, ptrdiff_t mask_stride, float scale, int causal,
+                      ptrdiff_t row0, ptrdiff_t l, ptrdiff_t s, ptrdiff_t e, ptrdiff_t ev, float* y, ptrdiff_t ldy,
+                      float* scratch);
 } qrt_attention_ops;
 
 /* Query rows an attention call takes at a time at most: its score rows held at once. */

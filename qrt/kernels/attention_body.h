@@ -129,23 +129,24 @@ static float qrt_torch_exp_sum(float* restrict t, ptrdiff_t s, float m) {
     return z;
 }
 
-/* y (+)= the product of rows [0, rows) of a ([rows, k], row stride lda) and b ([k, n]), as torch's sgemm (MKL)
- * sums its context product (p v): one chain over k from +0 where k <= QRT_TORCH_GEMM_K, else a chain over the
- * first ceil(k / 2) and one over the rest, each added to y in turn (measured at k = 385 to 512). `add` 0: y is
- * the first chain. tmp holds rows * n. */
+/* y (+)= the product of rows [0, rows) of a ([rows, k], row stride lda) and b ([k, n], row stride ldb), y's rows
+ * ldy apart, as torch's sgemm (MKL) sums its context product (p v): one chain over k from +0 where k <=
+ * QRT_TORCH_GEMM_K, else a chain over the first ceil(k / 2) and one over the rest, each added to y in turn
+ * (measured at k = 385 to 512). `add` 0: y is the first chain. tmp holds rows * n. */
 #define QRT_TORCH_GEMM_K 384
-static void qrt_torch_gemm_rows(const float* a, ptrdiff_t lda, const float* b, float* restrict y, float* restrict tmp,
-                                int rows, ptrdiff_t k, ptrdiff_t n, int add) {
+static void qrt_torch_gemm_rows(const float* a, ptrdiff_t lda, const float* b, ptrdiff_t ldb, float* restrict y,
+                                ptrdiff_t ldy, float* restrict tmp, int rows, ptrdiff_t k, ptrdiff_t n, int add) {
     const ptrdiff_t half = k > QRT_TORCH_GEMM_K ? (k + 1) / 2 : k;
     for (int part = 0; part < (half < k ? 2 : 1); part++) {
         const ptrdiff_t t0 = part ? half : 0, kt = part ? k - half : half;
         if (!add && !part) {
-            qrt_mm_rows(a, lda, b, n, y, n, rows, kt, n);
+            qrt_mm_rows(a, lda, b, ldb, y, ldy, rows, kt, n);
             continue;
         }
-        qrt_mm_rows(a + t0, lda, b + t0 * n, n, tmp, n, rows, kt, n);
-        for (ptrdiff_t c = 0; c < rows * n; c++)
-            y[c] = y[c] + tmp[c];
+        qrt_mm_rows(a + t0, lda, b + t0 * ldb, ldb, tmp, n, rows, kt, n);
+        for (int r = 0; r < rows; r++)
+            for (ptrdiff_t c = 0; c < n; c++)
+                y[r * ldy + c] = y[r * ldy + c] + tmp[r * n + c];
     }
 }
 
@@ -158,21 +159,22 @@ static void qrt_torch_gemm_rows(const float* a, ptrdiff_t lda, const float* b, f
  * and leaves the rest. y_i = fl(context * fl(1 / Z)), Z = 0 taken as 1: a row masked out entirely gives the
  * chain of 0 * v_j, as torch does. Scores live in a tile of QRT_MM_R rows only. */
 #define QRT_TORCH_KV_BLOCK 512
-static void qrt_attention(const float* q, const float* k, const float* v, const void* mask, int mask_kind,
-                          ptrdiff_t mask_stride, float scale, int causal, ptrdiff_t row0, ptrdiff_t l, ptrdiff_t s,
-                          ptrdiff_t e, ptrdiff_t ev, float* y, float* scratch) {
+static void qrt_attention(const float* q, ptrdiff_t ldq, const float* k, ptrdiff_t ldk, const float* v, ptrdiff_t ldv,
+                          const void* mask, int mask_kind, ptrdiff_t mask_stride, float scale, int causal,
+                          ptrdiff_t row0, ptrdiff_t l, ptrdiff_t s, ptrdiff_t e, ptrdiff_t ev, float* y, ptrdiff_t ldy,
+                          float* scratch) {
     float* restrict kt = scratch;                        /* k transposed, [e][s]: the scores run across keys */
     float* restrict tile = kt + e * s;                    /* QRT_MM_R rows of s scores */
     float* restrict part = tile + QRT_ATTENTION_ROWS * s; /* QRT_MM_R rows of a partial context */
     for (ptrdiff_t d = 0; d < e; d++) /* written in order, read across k's rows (L=S=128, E=32: 1.5x faster) */
         for (ptrdiff_t j = 0; j < s; j++)
-            kt[d * s + j] = k[j * e + d];
+            kt[d * s + j] = k[j * ldk + d];
     for (ptrdiff_t i0 = 0; i0 < l; i0 += QRT_MM_R) {
         const int rows = l - i0 < QRT_MM_R ? (int)(l - i0) : QRT_MM_R;
         const ptrdiff_t cells = rows * s;
-        float* restrict yi = y + i0 * ev;
+        float* restrict yi = y + i0 * ldy;
         float run_max[QRT_MM_R], run_sum[QRT_MM_R];
-        qrt_mm_rows(q + i0 * e, e, kt, s, tile, s, rows, e, s);
+        qrt_mm_rows(q + i0 * ldq, ldq, kt, s, tile, s, rows, e, s);
         if (mask_kind != QRT_MASK_FLOAT)
             for (ptrdiff_t j = 0; j < cells; j++)
                 tile[j] = tile[j] * scale;
@@ -195,8 +197,9 @@ static void qrt_attention(const float* q, const float* k, const float* v, const 
             run_sum[r] = 0.0f;
         }
         if (s == 0) /* no key: the context is the empty sum */
-            for (ptrdiff_t c = 0; c < rows * ev; c++)
-                yi[c] = 0.0f;
+            for (int r = 0; r < rows; r++)
+                for (ptrdiff_t d = 0; d < ev; d++)
+                    yi[r * ldy + d] = 0.0f;
         for (ptrdiff_t n0 = 0; n0 < s; n0 += QRT_TORCH_KV_BLOCK) {
             const ptrdiff_t kb = s - n0 < QRT_TORCH_KV_BLOCK ? s - n0 : QRT_TORCH_KV_BLOCK;
             for (int r = 0; r < rows; r++) {
@@ -215,14 +218,14 @@ static void qrt_attention(const float* q, const float* k, const float* v, const 
                 run_max[r] = m;
                 if (n0 > 0)
                     for (ptrdiff_t d = 0; d < ev; d++)
-                        yi[r * ev + d] = yi[r * ev + d] * c;
+                        yi[r * ldy + d] = yi[r * ldy + d] * c;
             }
-            qrt_torch_gemm_rows(tile + n0, s, v + n0 * ev, yi, part, rows, kb, ev, n0 > 0);
+            qrt_torch_gemm_rows(tile + n0, s, v + n0 * ldv, ldv, yi, ldy, part, rows, kb, ev, n0 > 0);
         }
         for (int r = 0; r < rows; r++) {
             const float recip = 1.0f / (run_sum[r] == 0.0f ? 1.0f : run_sum[r]);
             for (ptrdiff_t d = 0; d < ev; d++)
-                yi[r * ev + d] = yi[r * ev + d] * recip;
+                yi[r * ldy + d] = yi[r * ldy + d] * recip;
         }
     }
 }

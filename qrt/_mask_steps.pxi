@@ -1,0 +1,162 @@
+# ------------------------------------------------------------ the mask ops' native plan steps (included by _kernels.pyx)
+#
+# cast, logical_and / logical_or, expand and clamp as an execution plan runs them (qrt/plan.py): one loop over
+# the output in C order, each operand read through its own strides (0 along a broadcast dimension), so a
+# broadcast operand is never copied first. What they compute is qrt/mask_ops.py's: exact (C's conversions, as
+# numpy's astype; a logical op on bools; a copy; numpy's maximum and minimum against bounds other than 0, where
+# the two can only differ in the sign of a zero).
+
+cdef enum:
+    MASK_COPY = 0  # expand: the operand's elements, itemsize bytes each
+    MASK_AND
+    MASK_OR
+    MASK_CAST
+    MASK_CLAMP  # float32, between lo and hi (where given), NaN kept
+
+cdef enum:  # the element types a cast reads or writes
+    EL_BOOL = 0
+    EL_INT32
+    EL_INT64
+    EL_FLOAT32
+
+cdef int MASK_MAX_RANK = 8
+_MASK_CODES = {"expand": MASK_COPY, "logical_and": MASK_AND, "logical_or": MASK_OR, "cast": MASK_CAST,
+               "clamp": MASK_CLAMP}
+_ELEMENTS = {"bool": EL_BOOL, "int32": EL_INT32, "int64": EL_INT64, "float32": EL_FLOAT32}
+
+
+cdef inline double element_at(const char* p, int kind) noexcept nogil:
+    """An int32, bool or float32 element as a double: exact. (int64 is read on its own path.)"""
+    if kind == EL_BOOL:
+        return (<const uint8_t*>p)[0] != 0
+    if kind == EL_INT32:
+        return (<const int32_t*>p)[0]
+    return (<const float*>p)[0]
+
+
+cdef inline void cast_one(const char* p, int src, char* q, int dst) noexcept nogil:
+    """One element converted as numpy's astype (C's conversion): to bool, x != 0 (NaN: True); an integer to
+    float32 rounded to nearest; to int64 from bool or int32, exact."""
+    cdef int64_t i
+    if src == EL_INT64:
+        i = (<const int64_t*>p)[0]
+        if dst == EL_BOOL:
+            (<uint8_t*>q)[0] = i != 0
+        elif dst == EL_FLOAT32:
+            (<float*>q)[0] = <float>i
+        else:
+            (<int64_t*>q)[0] = i
+        return
+    if dst == EL_BOOL:
+        (<uint8_t*>q)[0] = element_at(p, src) != 0
+    elif dst == EL_FLOAT32:
+        if src == EL_INT32:
+            (<float*>q)[0] = <float>(<const int32_t*>p)[0]
+        elif src == EL_BOOL:
+            (<float*>q)[0] = <float>((<const uint8_t*>p)[0] != 0)
+        else:
+            (<float*>q)[0] = (<const float*>p)[0]
+    else:
+        (<int64_t*>q)[0] = <int64_t>element_at(p, src)
+
+
+cdef inline float clamp_one(float x, MaskStep c) noexcept nogil:
+    """numpy's maximum(x, lo), then minimum(., hi): x where it is NaN or within the bounds."""
+    if c.has_lo and not (x >= c.lo or x != x):
+        x = c.lo
+    if c.has_hi and not (x <= c.hi or x != x):
+        x = c.hi
+    return x
+
+
+cdef class MaskStep:
+    """One mask op at one set of shapes: y (C-contiguous, `shape`) from one or two operands read through
+    their byte strides per output dimension (0: broadcast). op: "expand", "logical_and", "logical_or"
+    (bool operands and output), "cast" (src and dst element types in _ELEMENTS) or "clamp" (float32, bounds
+    lo and hi, None for none, neither 0)."""
+    cdef int op, rank, n_in, src, dst
+    cdef bint has_lo, has_hi
+    cdef float lo, hi
+    cdef Py_ssize_t itemsize, out_item
+    cdef Py_ssize_t shape[8]
+    cdef Py_ssize_t strides[2][8]
+
+    def __init__(self, str op, tuple shape, list operand_shapes, Py_ssize_t itemsize, str src="bool",
+                 str dst="bool", lo=None, hi=None):
+        """operand_shapes: each operand's shape, broadcast to `shape` as numpy does; itemsize: an operand
+        element's bytes (expand: any; the logical ops: 1)."""
+        cdef int d, k
+        cdef Py_ssize_t step
+        if len(shape) > MASK_MAX_RANK or len(operand_shapes) not in (1, 2) or op not in _MASK_CODES:
+            raise ValueError("MaskStep: unsupported op or rank")
+        self.op, self.rank, self.n_in = _MASK_CODES[op], len(shape), len(operand_shapes)
+        self.src, self.dst, self.itemsize = _ELEMENTS[src], _ELEMENTS[dst], itemsize
+        self.out_item = (1 if self.dst == EL_BOOL else 8 if self.dst == EL_INT64 else 4) if op == "cast" else \
+            (itemsize if op in ("expand", "clamp") else 1)
+        if op == "cast" and (self.src == EL_FLOAT32 and self.dst != EL_BOOL or self.dst == EL_INT32):
+            raise ValueError("MaskStep: a cast it does not run")
+        if op == "clamp":
+            if lo == 0 or hi == 0 or itemsize != 4:  # a zero bound: numpy's result may be either zero
+                raise ValueError("MaskStep: a clamp it does not run")
+            self.has_lo, self.has_hi = lo is not None, hi is not None
+            self.lo, self.hi = (lo if self.has_lo else 0), (hi if self.has_hi else 0)
+        for d in range(self.rank):
+            self.shape[d] = shape[d]
+        for k, s in enumerate(operand_shapes):
+            if len(s) > self.rank:
+                raise ValueError("MaskStep: an operand of higher rank than the output")
+            step = itemsize
+            for d in reversed(range(self.rank)):
+                i = d - self.rank + len(s)
+                size = s[i] if i >= 0 else 1
+                if size != shape[d] and size != 1:
+                    raise ValueError("MaskStep: an operand that does not broadcast to the output")
+                self.strides[k][d] = 0 if size == 1 else step
+                step *= size
+
+    cdef void run(self, const char* a, const char* b, char* y) noexcept nogil:
+        """y from a (and b), as made; an output of at least one element."""
+        cdef Py_ssize_t idx[8]
+        cdef Py_ssize_t d, j, inner = self.shape[self.rank - 1] if self.rank else 1
+        cdef Py_ssize_t sa = self.strides[0][self.rank - 1] if self.rank else 0
+        cdef Py_ssize_t sb = self.strides[1][self.rank - 1] if self.rank and self.n_in == 2 else 0
+        cdef const char* pa = a
+        cdef const char* pb = b
+        for d in range(self.rank):
+            idx[d] = 0
+        while True:
+            if self.op == MASK_COPY:
+                if sa == self.itemsize:
+                    memcpy(y, pa, inner * self.itemsize)
+                else:
+                    for j in range(inner):
+                        memcpy(y + j * self.itemsize, pa + j * sa, self.itemsize)
+            elif self.op == MASK_AND:
+                for j in range(inner):
+                    (<uint8_t*>y)[j] = (<const uint8_t*>pa)[j * sa] != 0 and (<const uint8_t*>pb)[j * sb] != 0
+            elif self.op == MASK_OR:
+                for j in range(inner):
+                    (<uint8_t*>y)[j] = (<const uint8_t*>pa)[j * sa] != 0 or (<const uint8_t*>pb)[j * sb] != 0
+            elif self.op == MASK_CAST:
+                for j in range(inner):
+                    cast_one(pa + j * sa, self.src, y + j * self.out_item, self.dst)
+            else:
+                for j in range(inner):
+                    (<float*>y)[j] = clamp_one((<const float*>(pa + j * sa))[0], self)
+            y += inner * self.out_item
+            # the next row: the odometer over the dimensions before the last
+            d = self.rank - 2
+            while d >= 0:
+                idx[d] += 1
+                pa += self.strides[0][d]
+                if self.n_in == 2:
+                    pb += self.strides[1][d]
+                if idx[d] < self.shape[d]:
+                    break
+                pa -= idx[d] * self.strides[0][d]
+                if self.n_in == 2:
+                    pb -= idx[d] * self.strides[1][d]
+                idx[d] = 0
+                d -= 1
+            if d < 0:
+                return
