@@ -235,6 +235,27 @@ def test_vector_loops_are_the_scalar_functions(name, every_build):
         assert not differ.any(), (build, x[differ][:8], got[differ][:8], want[differ][:8])
 
 
+@pytest.mark.parametrize("name", list(UNARY))
+def test_vector_loops_tails_are_the_scalar_functions(name, every_build):
+    """Rows of every length 1 to 40 (the tails after vectors of 16 and of 8, alone and after whole vectors), their
+    elements the switches' neighbours, NaN, infinities, zeros and subnormals: each element bit for bit the scalar
+    function's, and nothing written past the row (its next element keeps its sentinel)."""
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -3e-39], np.float32)
+    pool = np.concatenate([specials, np.float32(_switches()), -np.float32(_switches())])
+    x = np.resize(pool, 41).astype(np.float32)
+    want = np.empty_like(x)
+    K.float_unary_oracle(name, x, want)
+    for build, variant in every_build.items():
+        for n in range(1, 41):
+            for start in (0, 1):  # the specials in every lane
+                xs = np.roll(x, -start)[:n].copy()
+                got = np.full(n + 1, 7.0, np.float32)
+                _under(variant, lambda xs=xs, got=got, n=n: K.FloatOps().unary(name, xs, got[:n]))
+                ref = np.roll(want, -start)[:n]
+                same = (got[:n].view(np.int32) == ref.view(np.int32)) | (np.isnan(got[:n]) & np.isnan(ref))
+                assert same.all() and got[n] == 7.0, (build, name, n, start)
+
+
 # ------------------------------------------------------------ reductions: a numpy model of qrt's order
 
 

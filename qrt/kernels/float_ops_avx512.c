@@ -4,6 +4,8 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #include "common.h"
 
+#include <immintrin.h> /* before the target pragma, as the variant files: torch_gelu_avx*.h use it */
+
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"))), \
                              apply_to = function)
@@ -14,6 +16,8 @@
 #define QRT_FLOAT_OPS_ID avx512
 #define QRT_FLOAT_OPS_NAME "avx512"
 #define QRT_FLOAT_OPS_LANES_IN_ONE 1 /* a register holds the reductions' 16 lanes (float_ops_body.h) */
+#include "torch_gelu_avx512.h"
+#define QRT_GELU_ROW qrt_gelu_row_avx512
 #include "float_ops_body.h"
 #include "attention_body.h"
 

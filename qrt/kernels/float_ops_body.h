@@ -155,9 +155,14 @@ static void qrt_unary(int op, const float* restrict x, float* restrict y, ptrdif
         for (ptrdiff_t i = 0; i < n; i++)
             y[i] = qrt_silu(x[i]);
         break;
-    case QRT_GELU: /* torch's (oneDNN's) polynomials, torch_gelu.h: GCC emulates the table's gathers */
+    case QRT_GELU: /* torch's (oneDNN's) polynomials, torch_gelu.h: the table's lookup in registers where the
+                    * including file has it (QRT_GELU_ROW); else GCC emulates its gathers with bit selects */
+#if defined(QRT_GELU_ROW)
+        QRT_GELU_ROW(x, y, n);
+#else
         for (ptrdiff_t i = 0; i < n; i++)
             y[i] = qrt_gelu_onednn(x[i]);
+#endif
         break;
     case QRT_GELU_TANH: /* qrt_gelu_tanh in two loops over a block, each of which vectorises */
         for (ptrdiff_t i0 = 0; i0 < n; i0 += QRT_BLOCK) {

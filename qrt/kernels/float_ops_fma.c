@@ -3,6 +3,8 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #include "common.h"
 
+#include <immintrin.h> /* before the target pragma, as the variant files: torch_gelu_avx*.h use it */
+
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
 #else
@@ -11,6 +13,8 @@
 
 #define QRT_FLOAT_OPS_ID fma
 #define QRT_FLOAT_OPS_NAME "fma"
+#include "torch_gelu_avx2.h"
+#define QRT_GELU_ROW qrt_gelu_row_avx2
 #include "float_ops_body.h"
 #include "attention_body.h"
 

@@ -4,7 +4,8 @@
  * polynomials in |x| picked by |x|'s exponent and two leading mantissa bits, then x (1 + erf) / 2. Here the
  * same IEEE operations in portable C (each product fused where the kernel fuses it, explicit fmaf), so every
  * qrt build and the GPU (qrt/cuda/float_ops.cu) give torch's bits: equal to torch 2.13 on all 2^32 float32
- * inputs (NaN as NaN), on an AVX-512 Xeon (docs/NUMERICS.md, section 8). */
+ * inputs (NaN as NaN), on an AVX-512 Xeon (docs/NUMERICS.md, section 8). The avx512 and fma builds look the
+ * table up in registers instead (torch_gelu_avx512.h, torch_gelu_avx2.h): this is their oracle, bit for bit. */
 #ifndef QRT_TORCH_GELU_H
 #define QRT_TORCH_GELU_H
 
