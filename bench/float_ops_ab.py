@@ -34,7 +34,7 @@ def one_round(threads: list[int]) -> dict:
     """In the build on sys.path: {case: {threads: seconds}}."""
     sys.path.insert(0, HERE)
     import numpy as np
-    from harness import time_calls
+    from harness import time_by_threads
 
     import qrt
     from qrt import _kernels as K
@@ -51,16 +51,8 @@ def one_round(threads: list[int]) -> dict:
         fns.append(lambda r=rows, w=w, b=b, yr=y_rows: ops.layer_norm(r, w, b, 1e-12, yr))
         fns.append(lambda r=rows[..., None], yr=y_rows[..., None]: ops.softmax(False, r, yr))
         fns.append(lambda x=x, b=b, y=y: ops.binary("add", x, b, y))
-    keys, all_fns, setups = [], [], []
-    for t in threads:
-        for name, fn in zip(cases(), fns):
-            keys.append((name, t))
-            all_fns.append(fn)
-            setups.append(lambda t=t: qrt.set_num_threads(t))
-    out: dict = {}
-    for (name, t), v in zip(keys, time_calls(all_fns, min_time=0.01, repeats=7, setups=setups)):
-        out.setdefault(name, {})[str(t)] = v
-    return out
+    entries = [(name, t, fn, lambda t=t: qrt.set_num_threads(t)) for t in threads for name, fn in zip(cases(), fns)]
+    return time_by_threads(entries, min_time=0.01, repeats=7)
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ def one_round(threads: list[int]) -> dict:
     sys.path.insert(0, HERE)
     import numpy as np
     import torch
-    from harness import time_calls
+    from harness import time_by_threads
 
     import qrt
     from qrt import _kernels as K
@@ -42,24 +42,18 @@ def one_round(threads: list[int]) -> dict:
             finally:
                 K._use_variant(before)
     rng = np.random.default_rng(0)
-    names, fns, setups = [], [], []
+    entries = []
     for shape in SHAPES:
         s = "x".join(map(str, shape))
         x = (rng.standard_normal(shape) * 3).astype(np.float32)
         y, tx = np.empty_like(x), torch.from_numpy(x)
         flat_x, flat_y = x.reshape(-1), y.reshape(-1)
         for t in threads:
-            for build, op in ops.items():
-                names.append((f"gelu {s} {build}", t))
-                fns.append(lambda op=op, fx=flat_x, fy=flat_y: op.unary("gelu", fx, fy))
-                setups.append(lambda t=t: qrt.set_num_threads(t))
-            names.append((f"gelu {s} torch", t))
-            fns.append(lambda tx=tx: torch.nn.functional.gelu(tx))
-            setups.append(lambda t=t: torch.set_num_threads(t))
-    out: dict = {}
-    for (name, t), v in zip(names, time_calls(fns, min_time=0.01, repeats=7, setups=setups)):
-        out.setdefault(name, {})[str(t)] = v
-    return out
+            entries += [(f"gelu {s} {build}", t, lambda op=op, fx=flat_x, fy=flat_y: op.unary("gelu", fx, fy),
+                         lambda t=t: qrt.set_num_threads(t)) for build, op in ops.items()]
+            entries.append((f"gelu {s} torch", t, lambda tx=tx: torch.nn.functional.gelu(tx),
+                            lambda t=t: torch.set_num_threads(t)))
+    return time_by_threads(entries, min_time=0.01, repeats=7)
 
 
 def main() -> None:

@@ -60,6 +60,18 @@ def time_calls(fns: list[Callable[[], object]], min_time: float = 0.02, repeats:
     return [statistics.median(s) for s in samples]
 
 
+
+def time_by_threads(entries: list[tuple[str, int, Callable[[], object], Callable[[], object]]],
+                    min_time: float, repeats: int) -> dict[str, dict[str, float]]:
+    """time_calls over (case, threads, fn, setup) entries, interleaved: {case: {str(threads): seconds}}
+    (what an A/B round of harness.ab_builds returns)."""
+    times = time_calls([fn for *_, fn, _ in entries], min_time=min_time, repeats=repeats,
+                       setups=[setup for *_, setup in entries])
+    out: dict[str, dict[str, float]] = {}
+    for (case, threads, *_), t in zip(entries, times):
+        out.setdefault(case, {})[str(threads)] = t
+    return out
+
 def machine_line(info: dict, onnxruntime: str | None, note: str) -> str:
     """The line a benchmark prints first: the CPU, the kernels torch and qrt chose, ONNX Runtime's version."""
     import torch

@@ -26,23 +26,18 @@ def one_round(threads: list[int]) -> dict:
     sys.path.insert(0, os.path.join(HERE, "..", "examples"))
     import semantic_search as ss
     from bench_transformer import token_windows
-    from harness import time_calls
+    from harness import time_by_threads
 
     import qrt
 
     model = qrt.load(os.path.join(ss.CACHE, ss.QRT_NAME))
     tok = ss.tokenizer()
-    fns, setups, keys = [], [], []
+    entries = []
     for name, batch, tokens in CASES:
         ids, mask = token_windows(tok, batch, tokens)
-        for n in threads:
-            fns.append(lambda ids=ids, mask=mask: model.run((ids, mask)))
-            setups.append(lambda n=n: qrt.set_num_threads(n))
-            keys.append((name, n))
-    out: dict = {}
-    for (name, n), t in zip(keys, time_calls(fns, min_time=0.05, repeats=9, setups=setups)):
-        out.setdefault(name, {})[str(n)] = t
-    return out
+        entries += [(name, n, lambda ids=ids, mask=mask: model.run((ids, mask)), lambda n=n: qrt.set_num_threads(n))
+                    for n in threads]
+    return time_by_threads(entries, min_time=0.05, repeats=9)
 
 
 def main() -> None:
