@@ -371,18 +371,27 @@ def _set_projection_bytes(Py_ssize_t n) -> int:
 
 
 cdef inline int split_work(Py_ssize_t m, Py_ssize_t panels, Py_ssize_t mr, int64_t work, int64_t min_work,
-                           Py_ssize_t* cn, Py_ssize_t* cm) noexcept nogil:
-    """Tile grid: cn chunks of panels times cm chunks of rows (panels first: a row chunk rereads the
-    weights), none with less than min_work; returns the sleeping workers worth waking for it. A product
-    that pays for no wake-up is one tile: the caller's, whatever the pool's workers are doing."""
+                           bint rows_first, Py_ssize_t* cn, Py_ssize_t* cm) noexcept nogil:
+    """Tile grid: cm chunks of rows times cn chunks of panels, none with less than min_work; returns the
+    sleeping workers worth waking for it. A product that pays for no wake-up is one tile: the caller's,
+    whatever the pool's workers are doing. The int8 product splits rows first (panels for the tasks rows
+    cannot give): on 2 CPUs every shape measured ran faster so at 2 threads than split by panels first
+    (amx-int8 M=128 K=384 N=1536 90 -> 50 us, 73 on 1 thread; M=512 K=N=1024 415 -> 270, 495 on 1;
+    avx512-vnni 150 -> 127 and 937 -> 803 us; avx2 equal or better; docs/PERFORMANCE.md, "Threads"). The
+    float product splits panels first (a row chunk rereads the weights; rows first measured equal or up to
+    8% slower there)."""
     cdef int64_t helpers = min(<int64_t>num_threads - 1, work // (min_work << WAKE_SHIFT) - 1)
     cdef int64_t nt = min(<int64_t>num_threads * TASKS_PER_THREAD, max(work // min_work, 1))
     cdef Py_ssize_t row_tiles = (m + mr - 1) // mr
     if helpers <= 0:
         cn[0] = cm[0] = 1
         return 0
-    cn[0] = min(panels, <Py_ssize_t>nt)
-    cm[0] = min(row_tiles, (nt + cn[0] - 1) // cn[0])
+    if rows_first:
+        cm[0] = min(row_tiles, <Py_ssize_t>nt)
+        cn[0] = min(panels, (nt + cm[0] - 1) // cm[0])
+    else:
+        cn[0] = min(panels, <Py_ssize_t>nt)
+        cm[0] = min(row_tiles, (nt + cn[0] - 1) // cn[0])
     return <int>helpers
 
 
@@ -742,7 +751,7 @@ cdef class PackedS8:
                     xsum[i] = 0
                     for t in range(k):
                         xsum[i] += x[i * k + t]
-            helpers = split_work(m, panels, mr, product_work(m, n, k), MIN_WORK_I8, &cn, &cm)
+            helpers = split_work(m, panels, mr, product_work(m, n, k), MIN_WORK_I8, True, &cn, &cm)
             if cn * cm == 1:
                 kern.gemm_u8s8(xp, x_zp, self.rowsum, self.packed, w_zp, xsum, n, k, 0, m, 0, panels, small_x, plain,
                                e)
@@ -821,7 +830,7 @@ cdef class PackedFloat:
         if xp == NULL:
             return -1
         kern.fp_pack_x(x, m, k, xp)
-        cdef int helpers = split_work(m, panels, mr, product_work(m, n, k), MIN_WORK_F16, &cn, &cm)
+        cdef int helpers = split_work(m, panels, mr, product_work(m, n, k), MIN_WORK_F16, False, &cn, &cm)
         if cn * cm == 1:
             kern.gemm_fp(xp, self.packed, self.half, bias, n, k, m, 0, tiles, 0, panels, y, n)
         else:
