@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
 
-from harness import ab_builds
+from harness import ab_builds, round_median
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHAPES = [(1, 128, 1536), (32, 128, 1536), (1, 128, 384), (32, 128, 384)]
@@ -60,12 +59,12 @@ def main() -> None:
     if parsed is None:  # the child process: it printed its round
         return
     args, runs = parsed
-    builds = dict(b.split("=", 1) for b in args.build)
+    builds = args.build
     ts = [str(t) for t in args.threads]
     print(f"{'case (us per call)':34s}" + "".join(f"{f'{n} {t}thr':>14s}" for t in ts for n in builds))
     summary: dict = {}
     for case in cases():
-        med = {(n, t): statistics.median(run[case][t] for run in runs[n]) for t in ts for n in builds}
+        med = {(n, t): round_median(runs[n], case, t) for t in ts for n in builds}
         summary[case] = {n: {t: med[n, t] for t in ts} for n in builds}
         print(f"{case:34s}" + "".join(f"{med[n, t] * 1e6:14.1f}" for t in ts for n in builds))
     if args.json:

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
 
-from harness import ab_builds
+from harness import ab_builds, round_median
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHAPES = [(1, 16, 1536), (1, 128, 1536), (32, 128, 1536)]
@@ -61,7 +60,7 @@ def main() -> None:
     if parsed is None:  # the child process: it printed its round
         return
     args, runs = parsed
-    builds = dict(b.split("=", 1) for b in args.build)
+    builds = args.build
     ts = [str(t) for t in args.threads]
     cases = list(runs[next(iter(builds))][0])
     print(f"{'case (ns an element)':34s}" + "".join(f"{f'{n} {t}thr':>14s}" for t in ts for n in [*builds, "torch"]))
@@ -70,9 +69,9 @@ def main() -> None:
         size = shape[0] * shape[1] * shape[2]
         s = "x".join(map(str, shape))
         for case in [c for c in cases if c.startswith(f"gelu {s} ") and not c.endswith(" torch")]:
-            med = {(n, t): statistics.median(run[case][t] for run in runs[n]) for t in ts for n in builds}
+            med = {(n, t): round_median(runs[n], case, t) for t in ts for n in builds}
             for t in ts:
-                med["torch", t] = statistics.median(run[f"gelu {s} torch"][t] for n in builds for run in runs[n])
+                med["torch", t] = round_median([run for n in builds for run in runs[n]], f"gelu {s} torch", t)
             summary[case] = {n: {t: med[n, t] * 1e9 / size for t in ts} for n in [*builds, "torch"]}
             print(f"{case:34s}" + "".join(f"{med[n, t] * 1e9 / size:14.3f}" for t in ts for n in [*builds, "torch"]))
     if args.json:

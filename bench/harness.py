@@ -129,6 +129,17 @@ def write_json(path: str, payload: dict) -> None:
         json.dump(payload, f, indent=1)
 
 
+def round_median(rounds: list[dict], *keys: str) -> float:
+    """The median over A/B rounds (ab_builds' runs of a build, or several builds' together) of the figure each
+    round holds at rounds[i][keys[0]][keys[1]]..."""
+    values = []
+    for r in rounds:
+        for key in keys:
+            r = r[key]
+        values.append(r)
+    return statistics.median(values)
+
+
 def ab_builds(script: str, doc: str, default_threads: list[int],
               one_round: Callable[[list[int]], dict]) -> tuple[argparse.Namespace, dict[str, list[dict]]] | None:
     """The A/B runner of two or more in-place builds of qrt (--build NAME=PATH): each build runs `script
@@ -141,13 +152,13 @@ def ab_builds(script: str, doc: str, default_threads: list[int],
     parser.add_argument("--json", help="write the medians here")
     parser.add_argument("--one-round", action="store_true", help=argparse.SUPPRESS)  # the child process
     args = parser.parse_args()
+    args.build = dict(b.split("=", 1) for b in args.build)  # name -> path
     if args.one_round:
         print(json.dumps(one_round(args.threads)))
         return None
-    builds = dict(b.split("=", 1) for b in args.build)
-    runs: dict[str, list[dict]] = {name: [] for name in builds}
+    runs: dict[str, list[dict]] = {name: [] for name in args.build}
     for r in range(args.rounds):
-        for name, path in builds.items():
+        for name, path in args.build.items():
             env = {**os.environ, "PYTHONPATH": os.path.abspath(path)}
             cmd = [sys.executable, script, "--one-round", "--build", "x=x", "--threads", *map(str, args.threads)]
             p = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)

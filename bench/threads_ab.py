@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
 
-from harness import ab_builds
+from harness import ab_builds, round_median
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = [
@@ -64,14 +63,14 @@ def main() -> None:
     if parsed is None:  # the child process: it printed its round
         return
     args, runs = parsed
-    builds = dict(b.split("=", 1) for b in args.build)
+    builds = args.build
     ts = [str(t) for t in args.threads]
     head = "".join(f"{t + ' thr':>10s}" for t in ts)
     print(f"{'case':32s} {'build':8s}{head}   torch{head}")
     summary: dict = {}
     for case, _, _ in CASES:
         for name in builds:
-            med = {who: [statistics.median(run[case][t][who] for run in runs[name]) for t in ts]
+            med = {who: [round_median(runs[name], case, t, who) for t in ts]
                    for who in ("qrt", "torch")}
             summary.setdefault(case, {})[name] = {who: dict(zip(ts, v)) for who, v in med.items()}
             print(f"{case:32s} {name:8s}" + "".join(f"{v * 1e6:10.1f}" for v in med["qrt"]) + "     "

@@ -12,10 +12,9 @@ medians over the rounds of each round's median time per call.
 from __future__ import annotations
 
 import os
-import statistics
 import sys
 
-from harness import ab_builds
+from harness import ab_builds, round_median
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = [("batch 1 x 16 tokens", 1, 16), ("batch 1 x 128 tokens", 1, 128)]
@@ -49,7 +48,7 @@ def main() -> None:
     print(f"{'case':24s}{'threads':>8s}" + "".join(f"{name:>12s}" for name in runs) + "  (ms, medians)")
     for case, *_ in CASES:
         for n in map(str, args.threads):
-            cells = [statistics.median(r[case][n] for r in rounds) * 1e3 for rounds in runs.values()]
+            cells = [round_median(rounds, case, n) * 1e3 for rounds in runs.values()]
             print(f"{case:24s}{n:>8s}" + "".join(f"{c:12.3f}" for c in cells))
     print(f"load average (1 min) at the end: {load:.1f} on {os.cpu_count()} CPUs")
 
