@@ -45,7 +45,9 @@ cdef inline Py_ssize_t float_parts(Py_ssize_t units, Py_ssize_t work) noexcept n
 
 cdef inline Py_ssize_t unary_cost(int code) noexcept nogil:
     """An element's time over an add's, rounded down to a power of 2 (bench/float_ops_ab.py, AVX-512, 128 x 1536:
-    gelu 20, gelu_tanh 7.5, sigmoid, tanh, silu 3-3.5): a costly function spreads across threads sooner."""
+    gelu 20, gelu_tanh 7.5, sigmoid, tanh, silu 3-3.5): a costly function spreads across threads sooner.
+    gelu's 16 predates its table in registers (torch_gelu_avx512.h): it now costs about 2 adds on the avx512
+    build, 6 on the fma one and 30 portable (bench/gelu_ab.py, float_ops_ab.py); not re-weighed per build yet."""
     if code == QRT_GELU:
         return 16
     if code == QRT_GELU_TANH:

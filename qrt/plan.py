@@ -447,7 +447,6 @@ class Plan:
         node = self.graph.nodes[i]
         op, c = node.op, {p: self._consts[v] for p, v in node.inputs.items() if v in self._consts}
         if op in _VIEWS or i in fused:
-
             return {"op": 0}  # nothing to run: an alias
         if any(v in self._consts for v in self._args[i]):  # a stored tensor at a run-time port: rare
             return None
