@@ -16,7 +16,7 @@ from torch import nn
 
 from qrt.ops import layer_prefix
 
-from .lower_ops import LoweringError, Tensor, _states, lowers
+from .lower_ops import LoweringError, Tensor, emit_cell, emit_sequence, lowers
 
 if TYPE_CHECKING:
     from .lower import Lowerer
@@ -51,32 +51,26 @@ def _float_sequence(lw: Lowerer, node: torch.fx.Node, module: nn.RNNBase, input:
     kind = _kind(module)
     if getattr(module, "proj_size", 0):
         raise LoweringError("an LSTM with proj_size (projected hidden states) is not supported")
-    ports: dict[str, Any] = {"x": lw.float_of(input)}
-    if hx is not None:
-        ports.update(_states(lw, hx, ("h0", "c0") if kind == "lstm" else ("h0",)))
+    weights: dict[str, Any] = {}
     for n in range(module.num_layers):
         for reverse in (False, True)[: 2 if module.bidirectional else 1]:
-            ports.update(_weights(module, f"_l{n}{'_reverse' if reverse else ''}", layer_prefix(n, reverse)))
+            weights.update(_weights(module, f"_l{n}{'_reverse' if reverse else ''}", layer_prefix(n, reverse)))
     attrs = {
         **_attrs(module, kind),
         "num_layers": module.num_layers,
         "bidirectional": module.bidirectional,
         "batch_first": module.batch_first,
     }
-    y, *final = (Tensor(o) for o in lw.emit(node, f"{kind}_float", ports, attrs))
+    y, final = emit_sequence(lw, node, f"{kind}_float", kind, input, hx, weights, attrs)
     lw.layers[str(node.target)] = y.name  # for `qrt compare`, layer by layer
-    return (y, tuple(final) if kind == "lstm" else final[0])
+    return (y, final)
 
 
 @lowers(modules=(nn.RNNCell, nn.LSTMCell, nn.GRUCell))
 def _float_cell(lw: Lowerer, node: torch.fx.Node, module: nn.RNNCellBase, input: Any, hx: Any = None) -> Any:
     """RNNCell / LSTMCell / GRUCell in float -> *_cell_float, the state given as an input."""
     kind = _kind(module)
-    if hx is None:  # qrt cells take the state as an input; a streaming model carries it from step to step
-        raise LoweringError(f"call the {kind.upper()} cell with an explicit state")
-    states = ("h", "c") if kind == "lstm" else ("h",)
-    ports = {"x": lw.float_of(input), **_states(lw, hx, states), **_weights(module, "", "")}
-    out = lw.emit(node, f"{kind}_cell_float", ports, _attrs(module, kind))
+    out = emit_cell(lw, node, f"{kind}_cell_float", kind, input, hx, _weights(module, "", ""), _attrs(module, kind))
     if kind == "lstm":
         lw.layers[str(node.target)] = out[0]
         return tuple(Tensor(o) for o in out)

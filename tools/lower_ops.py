@@ -1067,19 +1067,37 @@ def _states(lw: Lowerer, hx: Any, names: tuple[str, ...]) -> dict[str, str]:
     return {n: lw.float_of(v) for n, v in zip(names, hx)}
 
 
+def emit_cell(lw: Lowerer, node: torch.fx.Node, op: str, kind: str, input: Any, hx: Any, weights: dict[str, Any],
+              attrs: dict[str, Any]) -> str | list[str]:
+    """A recurrent cell's node (op, of kind rnn, lstm or gru): x, the state (h, or h and c), the weights; the
+    dynamic and the float cells alike. Returns emit's output name(s)."""
+    if hx is None:
+        # qrt cells take the state as an input; a streaming model carries it from step to step.
+        raise LoweringError(f"call the {kind.upper()} cell with an explicit state")
+    states = ("h", "c") if kind == "lstm" else ("h",)
+    return lw.emit(node, op, {"x": lw.float_of(input), **_states(lw, hx, states), **weights}, attrs)
+
+
+def emit_sequence(lw: Lowerer, node: torch.fx.Node, op: str, kind: str, input: Any, hx: Any,
+                  weights: dict[str, Any], attrs: dict[str, Any]) -> tuple[Tensor, Any]:
+    """A recurrent sequence's node (op, of kind rnn, lstm or gru): x, the initial state where given, the weights
+    of every layer and direction; the dynamic and the float sequences alike. Returns (y, h_n) or (y, (h_n, c_n))
+    as torch does."""
+    ports: dict[str, Any] = {"x": lw.float_of(input)}
+    if hx is not None:
+        ports.update(_states(lw, hx, ("h0", "c0") if kind == "lstm" else ("h0",)))
+    y, *final = (Tensor(o) for o in lw.emit(node, op, {**ports, **weights}, attrs))
+    return (y, tuple(final) if kind == "lstm" else final[0])
+
+
 @lowers(patterns=("rnn_cell", "lstm_cell", "gru_cell"))
 def _cell(lw: Lowerer, node: torch.fx.Node, layer: RNNCellLayer, input: Any, hx: Any = None) -> Any:
     """RNNCell / LSTMCell / GRUCell -> *_cell_dynamic: both linears quantize their own input per call."""
     kind = layer.pattern.removesuffix("_cell")
-    states = ("h", "c") if kind == "lstm" else ("h",)
-    if hx is None:
-        # qrt cells take the state as an input; a streaming model carries it from step to step.
-        raise LoweringError(f"call the {kind.upper()} cell with an explicit state")
-    ports = {"x": lw.float_of(input), **_states(lw, hx, states), **layer.ports()}
     attrs: dict[str, Any] = {"reduce_range": True, **lw.engine_attrs}
     if kind == "rnn":
         attrs["nonlinearity"] = layer.nonlinearity
-    out = lw.emit(node, f"{kind}_cell_dynamic", ports, attrs)
+    out = emit_cell(lw, node, f"{kind}_cell_dynamic", kind, input, hx, layer.ports(), attrs)
     if kind == "lstm":
         return tuple(Tensor(o) for o in out)
     return Tensor(out)
@@ -1089,13 +1107,10 @@ def _cell(lw: Lowerer, node: torch.fx.Node, layer: RNNCellLayer, input: Any, hx:
 def _sequence(lw: Lowerer, node: torch.fx.Node, layer: SequenceLayer, input: Any, hx: Any = None) -> Any:
     """nn.RNN / LSTM / GRU -> rnn/lstm/gru_dynamic; returns (y, h_n) or (y, (h_n, c_n)) as torch does."""
     kind = layer.pattern
-    ports: dict[str, Any] = {"x": lw.float_of(input)}
-    if hx is not None:
-        states = ("h0", "c0") if kind == "lstm" else ("h0",)
-        ports.update(_states(lw, hx, states))
     dirs = 2 if layer.bidirectional else 1
-    for i, weights in enumerate(layer.directions):
-        ports.update(weights.ports(layer_prefix(i // dirs, i % dirs == 1)))
+    weights: dict[str, Any] = {}
+    for i, direction in enumerate(layer.directions):
+        weights.update(direction.ports(layer_prefix(i // dirs, i % dirs == 1)))
     attrs: dict[str, Any] = {
         "num_layers": layer.num_layers,
         "bidirectional": layer.bidirectional,
@@ -1105,8 +1120,7 @@ def _sequence(lw: Lowerer, node: torch.fx.Node, layer: SequenceLayer, input: Any
     }
     if kind == "rnn":
         attrs["nonlinearity"] = layer.nonlinearity
-    y, *final = (Tensor(o) for o in lw.emit(node, f"{kind}_dynamic", ports, attrs))
-    return (y, tuple(final) if kind == "lstm" else final[0])
+    return emit_sequence(lw, node, f"{kind}_dynamic", kind, input, hx, weights, attrs)
 
 
 # registering their lowerings: recurrent modules kept in float; comparisons, masks, casts, norms
