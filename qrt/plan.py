@@ -48,6 +48,7 @@ from . import _kernels as K
 from .graph import Graph, check_input, nest
 from .interpreter import Interpreter
 from .ops import CELL_OPS, OPS, QUANT_DTYPES, SEQUENCE_OPS, channel_view, rounds_first
+from .stacked_linears import shared_input_groups, stacked_linear
 
 MAX_PROGRAMS = 32  # input shape sets whose programs are kept (a free sequence length makes many)
 
@@ -117,6 +118,10 @@ class Plan:
         self._fused: set[int] = set()
         self._alias: dict[str, str] = {}
         self._plan_fusions(tensors)
+        # linears reading one input: one product where only attention steps read their outputs (_stack_linears)
+        self._linear_groups = shared_input_groups(graph.nodes, [self._kernel(i) for i in range(len(graph.nodes))],
+                                                  self._consts, self._root, self._relu_of)
+        self._stacked: dict[tuple[int, ...], Any] = {}  # members -> their K.DynamicLinear, made once
         self._executor = K.PlanExecutor(len(graph.inputs), self._miss, self._per_node)
         self.run: Callable[[list[np.ndarray]], list[np.ndarray]] = self._executor.run
         # Model.run's common call, nested inputs and outputs included, in one native call (None: not that call)
@@ -255,9 +260,10 @@ class Plan:
         heads = self._attention_steps(env)
         fused = self._fused | {j for step in heads.values() for j in step.pop("fused")}
         fused |= {self._producer[v] for v in static}
-        native = [heads.get(i) or self._native(i, env, fused) for i in range(len(nodes))]
+        stacked = self._stack_linears(env, heads, fused)
+        native = [heads.get(i) or stacked.get(i) or self._native(i, env, fused) for i in range(len(nodes))]
         writes = {**{j: nodes[r].outputs[0] for j, r in self._relu_of.items()},
-                  **{i: step["y"] for i, step in heads.items()}}
+                  **{i: step["y"] for i, step in {**heads, **stacked}.items()}}
         step_reads = {i: [step[p] for p in ("a", "b", "c", "d") if p in step] for i, step in heads.items()}
         # the storage of each root value
         inputs, outputs = set(self._input_names), set(self._output_names)
@@ -440,6 +446,64 @@ class Plan:
             if v not in outputs and all(u in found and nodes[u].inputs.get("mask") != v for u in self._uses.get(v, [])):
                 found[readers[0]]["fused"].append(j)
         return found
+
+    def _stack_linears(self, env: dict[str, np.ndarray], heads: dict[int, dict], fused: set[int]) -> dict[int, dict]:
+        """The members of each group of linears reading one input (self._linear_groups) whose outputs only attention
+        steps read, reading each as q, k or v (they take a row stride), at the shapes of env, run as one product
+        (qrt/stacked_linears.py): its step by node, the group's first, writing a new value "#stacked<node>" (put in
+        env), the members' outputs side by side; the attention steps (heads) are changed to read them there, the
+        other members join fused. Where another step reads an output, its linear runs alone (no copy is made)."""
+        nodes, outputs = self.graph.nodes, {self._root(v) for v in self._output_names}
+        reads: dict[str, list[tuple[int, str | None]]] = {}  # root -> (node, its attention step's port or None)
+        for i, node in enumerate(nodes):
+            if i not in fused and node.op not in _VIEWS:
+                ports = [(p, heads[i][p]) for p in "abcd" if p in heads[i]] if i in heads else [(None, v) for v in
+                                                                                                self._args[i]]
+                for port, v in ports:
+                    reads.setdefault(self._root(v), []).append((i, port))
+
+        def strided(t: int) -> bool:  # only attention steps read t's output, each row of it as one row of theirs
+            out = nodes[t].outputs[0]
+            for i, port in reads.get(out, []):
+                if port not in ("a", "b", "c"):
+                    return False
+                seen = env[heads[i][port]]  # [B, L, H, E] under the heads permute, else the operand itself
+                width = seen.shape[-1] * (seen.shape[-2] if heads[i][port] != nodes[i].inputs["qkv"["abc".index(port)]]
+                                          else 1)
+                if width != env[out].shape[-1]:
+                    return False
+            return out not in outputs
+
+        stacked: dict[int, dict] = {}
+        columns: dict[int, dict[str, tuple]] = {}  # attention node -> port -> (value, column offset, row width)
+        for group in self._linear_groups:
+            members = [t for t in group if t not in fused and strided(t)]
+            if len(members) < 2:
+                continue
+            kernel = self._stacked.get(tuple(members))
+            if kernel is None:
+                kernel = self._stacked[tuple(members)] = stacked_linear([nodes[t] for t in members], self._consts)
+            name, outs = f"#stacked{members[0]}", [env[nodes[t].outputs[0]] for t in members]
+            m = outs[0].size // outs[0].shape[-1]
+            env[name] = np.concatenate([y.reshape(m, -1) for y in outs], axis=1)
+            offset = 0
+            for t, y in zip(members, outs):
+                for i, port in reads.get(nodes[t].outputs[0], []):
+                    columns.setdefault(i, {})[port] = (name, offset, kernel.out_features)
+                offset += y.shape[-1]
+            fused.update(members[1:])
+            stacked[members[0]] = {"op": PS_LINEAR_DYNAMIC, "a": nodes[members[0]].inputs["x"], "y": name, "m": m,
+                                   "kernel": kernel, "relu": 0}
+        for i, placed in columns.items():  # each attention step made again, reading its operands where they lie
+            node, step = nodes[i], heads[i]
+            between = tuple(step[port] != node.inputs[p] for port, p in zip("abc", "qkv")) + (
+                step["y"] != node.outputs[0],)
+            mask = node.inputs.get("mask")
+            step["kernel"] = self._steps[i].native(*(env[node.inputs[p]].shape for p in "qkv"),
+                                                   None if mask is None else env[mask], between,
+                                                   tuple(placed[p][1:] if p in placed else None for p in "abc"))
+            step.update({port: name for port, (name, *_) in placed.items()})
+        return stacked
 
     def _native(self, i: int, env: dict[str, np.ndarray], fused: set[int]) -> dict | None:
         """The executor step of node i at the shapes of env, or None for the fallback (fused: the nodes

@@ -151,29 +151,35 @@ def _attention(node: Node, c: Mapping[str, np.ndarray]) -> Step:
         return (y,)
 
     # the execution plan's step at given shapes (qrt/plan.py)
-    step.native = lambda q, k, v, mask, between: native_attention(node, kernel, q, k, v, mask, between)
+    step.native = lambda q, k, v, mask, between, columns=(None,) * 3: native_attention(node, kernel, q, k, v, mask,
+                                                                                       between, columns)
     return step
 
 
-def _operand(shape: tuple, heads_between: bool, batch: tuple) -> tuple[np.ndarray, int, int]:
+def _operand(shape: tuple, heads_between: bool, batch: tuple, columns: tuple[int, int] | None = None
+             ) -> tuple[np.ndarray, int, int]:
     """(element offset of each output batch's matrix, row stride, elements) of an operand the op sees as
     [*b, rows, width]: a contiguous array, or (heads_between) the [B, H, rows, width] permute (0, 2, 1, 3) of a
-    contiguous [B, rows, H, width] array, read in place."""
+    contiguous [B, rows, H, width] array, read in place. columns (offset, row width): that array is the columns
+    from offset on of a wider one whose rows lie `row width` apart (a plan's linears run as one product)."""
     *b, rows, width = shape
+    offset, ld = columns or (0, b[1] * width if heads_between else width)
     if not heads_between:
-        return batch_offsets(tuple(b), batch, rows * width), width, math.prod(shape)
+        return batch_offsets(tuple(b), batch, rows * ld) + offset, ld, math.prod(b) * rows * ld
     n, h = b
-    index = np.arange(n, dtype=np.int64)[:, None] * (rows * h * width) + np.arange(h, dtype=np.int64) * width
-    return np.ascontiguousarray(np.broadcast_to(index, batch).reshape(-1)), h * width, math.prod(shape)
+    index = np.arange(n, dtype=np.int64)[:, None] * (rows * ld) + np.arange(h, dtype=np.int64) * width + offset
+    return np.ascontiguousarray(np.broadcast_to(index, batch).reshape(-1)), ld, n * rows * ld
 
 
 def native_attention(node: Node, kernel: Any, q: tuple, k: tuple, v: tuple, mask: np.ndarray | None,
-                     heads_between: tuple[bool, bool, bool, bool]) -> Any:
+                     heads_between: tuple[bool, bool, bool, bool],
+                     columns: tuple[tuple[int, int] | None, ...] = (None,) * 3) -> Any:
     """The execution plan's step of an attention node at these shapes (q, k, v as the op sees them), a
     K.AttentionStep; heads_between says which of q, k, v and y are the permute (0, 2, 1, 3) of a contiguous
     [B, L, H, E] array (read, or for y written, in place: no copy between the linears' layout and the
-    heads'). None where the per-node step must run: shapes it rejects, a mask it would broadcast over the keys
-    or of another dtype than bool or float32."""
+    heads'); columns: for each of q, k, v, None or where that array lies in a wider one (_operand). None where
+    the per-node step must run: shapes it rejects, a mask it would broadcast over the keys or of another dtype
+    than bool or float32."""
     try:
         h = heads(q, k, v, None if mask is None else mask.shape)
     except ValueError:
@@ -182,7 +188,7 @@ def native_attention(node: Node, kernel: Any, q: tuple, k: tuple, v: tuple, mask
         return None
     scale = node.attrs["scale"]
     scale = default_scale(h.e) if scale is None else np.float32(scale)
-    operands = tuple(_operand(s, p, h.batch) for s, p in zip((q, k, v), heads_between))
+    operands = tuple(_operand(s, p, h.batch, c) for s, p, c in zip((q, k, v), heads_between, columns))
     y = _operand(h.batch + (h.lq, h.ev), heads_between[3], h.batch)
     masked = None if mask is None else (h.m_off, h.stride, max(mask.size, 1), mask.itemsize)
     return K.AttentionStep(kernel, (math.prod(h.batch), h.lq, h.s, h.e, h.ev), operands, masked, y, float(scale),
