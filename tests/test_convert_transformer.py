@@ -161,6 +161,11 @@ def test_all_minilm_l6_v2(tmp_path):
             ref = q(ids, mask).detach().numpy()
             diff, cos = _agreement(ref, m.run({"input_ids": ids.numpy(), "attention_mask": mask.numpy()}))
             assert diff <= REAL_BAR[0] and cos >= REAL_BAR[1], (length, i, diff, cos)
+        # each layer's query, key and value run as one product (qrt/stacked_linears.py): the per-node path's bits
+        for rows in (slice(0, 1), slice(None)):
+            feeds = [batch["input_ids"][rows].numpy(), batch["attention_mask"][rows].numpy()]
+            assert [a.tobytes() for a in m._plan.run(feeds)] == [a.tobytes() for a in m._plan._per_node(feeds)]
+            assert sum(op == "linear_dynamic" for _, op, _ in m._plan.profile(feeds, 1)) == 6 * 4
     batch = tok(SENTENCES[1:2], padding="max_length", max_length=32, return_tensors="pt")
     assert _linears_bit_exact(q, path, (batch["input_ids"], batch["attention_mask"]), tmp_path) == 36
 
