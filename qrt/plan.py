@@ -22,7 +22,9 @@ for the whole model:
   unchanged (checked exhaustively at build); flatten, reshape, squeeze and unsqueeze are a new shape
   over the same bytes; an attention reads q, k and v through the permute (0, 2, 1, 3) that makes
   heads of a [B, L, H, E] array, in place, and writes its context through the one that undoes it
-  (a transformer's copies between the linears' layout and the heads' are not made).
+  (a transformer's copies between the linears' layout and the heads' are not made). Int8 dynamic linears
+  reading one input with the same settings (a transformer's query, key and value) whose outputs only such
+  attention reads run as one product over their stacked weights, read as its columns (qrt/stacked_linears.py).
 - **Native steps** for quantize and dequantize, the linears, the cells, whole sequences (every layer
   and direction of an rnn/lstm/gru sequence op, dynamic or float, in one step, K.SequenceStep, on the
   arena), and the glue of the recurrent models: embedding, select and slice (a copy of strided
