@@ -458,21 +458,24 @@ class Plan:
         nodes, outputs = self.graph.nodes, {self._root(v) for v in self._output_names}
         reads: dict[str, list[tuple[int, str | None]]] = {}  # root -> (node, its attention step's port or None)
         for i, node in enumerate(nodes):
-            if i not in fused and node.op not in _VIEWS:
-                ports = [(p, heads[i][p]) for p in "abcd" if p in heads[i]] if i in heads else [(None, v) for v in
-                                                                                                self._args[i]]
-                for port, v in ports:
-                    reads.setdefault(self._root(v), []).append((i, port))
+            if i in fused or node.op in _VIEWS:
+                continue
+            if i in heads:
+                ports = [(p, heads[i][p]) for p in "abcd" if p in heads[i]]
+            else:
+                ports = [(None, v) for v in self._args[i]]
+            for port, v in ports:
+                reads.setdefault(self._root(v), []).append((i, port))
+        operand = dict(zip("abc", "qkv"))
 
         def strided(t: int) -> bool:  # only attention steps read t's output, each row of it as one row of theirs
             out = nodes[t].outputs[0]
             for i, port in reads.get(out, []):
-                if port not in ("a", "b", "c"):
+                if port not in operand:
                     return False
-                seen = env[heads[i][port]]  # [B, L, H, E] under the heads permute, else the operand itself
-                width = seen.shape[-1] * (seen.shape[-2] if heads[i][port] != nodes[i].inputs["qkv"["abc".index(port)]]
-                                          else 1)
-                if width != env[out].shape[-1]:
+                seen = env[heads[i][port]].shape  # [B, L, H, E] under the heads permute, else the operand's
+                through_heads = heads[i][port] != nodes[i].inputs[operand[port]]
+                if math.prod(seen[-2:] if through_heads else seen[-1:]) != env[out].shape[-1]:
                     return False
             return out not in outputs
 
@@ -498,7 +501,7 @@ class Plan:
                                    "kernel": kernel, "relu": 0}
         for i, placed in columns.items():  # each attention step made again, reading its operands where they lie
             node, step = nodes[i], heads[i]
-            between = tuple(step[port] != node.inputs[p] for port, p in zip("abc", "qkv")) + (
+            between = tuple(step[port] != node.inputs[p] for port, p in operand.items()) + (
                 step["y"] != node.outputs[0],)
             mask = node.inputs.get("mask")
             step["kernel"] = self._steps[i].native(*(env[node.inputs[p]].shape for p in "qkv"),
