@@ -22,7 +22,8 @@ for the whole model:
   unchanged (checked exhaustively at build); flatten, reshape, squeeze and unsqueeze are a new shape
   over the same bytes; an attention reads q, k and v through the permute (0, 2, 1, 3) that makes
   heads of a [B, L, H, E] array, in place, and writes its context through the one that undoes it
-  (a transformer's copies between the linears' layout and the heads' are not made).
+  (a transformer's copies between the linears' layout and the heads' are not made); a layer_norm of an add
+  whose output nothing else reads (a residual add) forms the sums row by row in its own step, in cache.
 - **Native steps** for quantize and dequantize, the linears, the cells, whole sequences (every layer
   and direction of an rnn/lstm/gru sequence op, dynamic or float, in one step, K.SequenceStep, on the
   arena), and the glue of the recurrent models: embedding, select and slice (a copy of strided
@@ -252,7 +253,7 @@ class Plan:
             return None
         nodes = self.graph.nodes
         static = self._fixed_by_shapes(env)
-        heads = self._attention_steps(env)
+        heads = {**self._attention_steps(env), **self._add_norm_steps(env, static)}
         fused = self._fused | {j for step in heads.values() for j in step.pop("fused")}
         fused |= {self._producer[v] for v in static}
         native = [heads.get(i) or self._native(i, env, fused) for i in range(len(nodes))]
@@ -439,6 +440,28 @@ class Plan:
             v = nodes[j].outputs[0]
             if v not in outputs and all(u in found and nodes[u].inputs.get("mask") != v for u in self._uses.get(v, [])):
                 found[readers[0]]["fused"].append(j)
+        return found
+
+    def _add_norm_steps(self, env: dict[str, np.ndarray], static: Mapping[str, np.ndarray]) -> dict[int, dict]:
+        """The layer_norm nodes that run with the add before them at the shapes of env, by node: each one's
+        layer_norm step reading the add's operands (the kernel forms fl(a + b) row by row, the add's bits), with
+        "fused": that add. Only an add of two float32 operands of x's shape (no broadcasting) whose output nothing
+        else reads: a transformer's residual add, one pass over memory fewer (BERT: LayerNorm(dense(h) + h))."""
+        nodes, outputs = self.graph.nodes, set(self._output_names)
+        found: dict[int, dict] = {}
+        for i, node in enumerate(nodes):
+            v = node.inputs.get("x", "")
+            j = self._producer.get(v)
+            if node.op != "layer_norm" or j is None or nodes[j].op != "add" or v in outputs or v in static:
+                continue
+            if self._uses.get(v) != [i] or j in self._fused or any(u in self._consts for u in self._args[j]):
+                continue
+            a, b = (env[nodes[j].inputs[p]] for p in ("a", "b"))
+            if not (a.dtype == b.dtype == np.float32 and a.shape == b.shape == env[v].shape):
+                continue
+            step = self._native(i, env, set())
+            if step is not None:
+                found[i] = {**step, "a": nodes[j].inputs["a"], "b": nodes[j].inputs["b"], "fused": [j]}
         return found
 
     def _native(self, i: int, env: dict[str, np.ndarray], fused: set[int]) -> dict | None:
