@@ -34,8 +34,24 @@ UNARY_OPS = {"sigmoid": QRT_SIGMOID, "tanh": QRT_TANH, "silu": QRT_SILU, "gelu":
              "gelu_tanh": QRT_GELU_TANH, "sqrt": QRT_SQRT, "rsqrt": QRT_RSQRT}
 BINARY_OPS = {"add": QRT_ADD, "sub": QRT_SUB, "mul": QRT_MUL, "div": QRT_DIV}
 
-# Work per task, in an add's elements, below which a float op stays on one thread.
-cdef Py_ssize_t MIN_FLOAT_WORK = 1 << 15
+# Work per task, in an add's elements (one is about 0.14 ns at 128 x 384 on any build: the add waits on memory),
+# below which a float op stays on one thread: a task of about 2 us. bench/float_split.py at 2 threads (workers
+# spinning, as between a model's steps; fastest samples, the machine loaded by other jobs), AVX-512: layer_norm
+# 32 x 384 (3.3 us) gained 1.19x split, 64 x 384 1.48x, the add 64 x 384 (4.2 us) nothing, 128 x 384 1.25x.
+cdef Py_ssize_t MIN_FLOAT_WORK = 1 << 14
+
+# An element's time over an add's (128 x 384, 1 thread, bench/float_split.py), rounded down to a power of 2, per
+# float build: a costlier step spreads across threads sooner. Measured (sigmoid, tanh, silu, gelu, gelu_tanh,
+# layer_norm): avx512 2.8, 3.0, 3.3, 1.7, 7.2, 1.8; fma 4.8, 5.1, 6.3, 5.6-8.3, 9.2-14, 2.4; portable 99, 105,
+# 116, 35-64, 123, 32 (gelu and layer_norm over 32 to 128 x 384 and 128 x 1536: the lowest). sqrt, rsqrt: ~1.
+# The layer_norm that forms a residual add costs one more (measured 0.6-1.5 more).
+FLOAT_COSTS = {  # UNARY_OPS' codes in order (sigmoid, tanh, silu, gelu, gelu_tanh, sqrt, rsqrt), then layer_norm
+    "avx512": (2, 2, 2, 1, 4, 1, 1, 1),
+    "fma": (4, 4, 4, 4, 8, 1, 1, 2),
+    "portable": (64, 64, 64, 32, 64, 1, 1, 16),
+}
+cdef enum:
+    COST_LAYER_NORM = QRT_RSQRT + 1
 
 
 def _set_min_float_work(Py_ssize_t n) -> int:
@@ -47,22 +63,8 @@ def _set_min_float_work(Py_ssize_t n) -> int:
 
 
 cdef inline Py_ssize_t float_parts(Py_ssize_t units, Py_ssize_t work) noexcept nogil:
-    """Tasks for `units` independent rows holding `work` in all (elements, times unary_cost for a function)."""
+    """Tasks for `units` independent rows holding `work` in all (elements times the step's cost, FLOAT_COSTS)."""
     return max(1, min(<Py_ssize_t>num_threads, units, work // MIN_FLOAT_WORK))
-
-
-cdef inline Py_ssize_t unary_cost(int code) noexcept nogil:
-    """An element's time over an add's, rounded down to a power of 2 (bench/float_ops_ab.py, AVX-512, 128 x 1536:
-    gelu 20, gelu_tanh 7.5, sigmoid, tanh, silu 3-3.5): a costly function spreads across threads sooner.
-    gelu's 16 predates its table in registers (torch_gelu_avx512.h): it now costs about 2 adds on the avx512
-    build, 6 on the fma one and 30 portable (bench/gelu_ab.py, float_ops_ab.py); not re-weighed per build yet."""
-    if code == QRT_GELU:
-        return 16
-    if code == QRT_GELU_TANH:
-        return 4
-    if code == QRT_SIGMOID or code == QRT_TANH or code == QRT_SILU:
-        return 2
-    return 1
 
 
 cdef enum:
@@ -211,9 +213,12 @@ cdef class FloatOps:
     variants): the same bits every way."""
 
     cdef const qrt_float_ops* ops
+    cdef Py_ssize_t cost[COST_LAYER_NORM + 1]  # this build's FLOAT_COSTS
 
     def __cinit__(self):
         self.ops = qrt_float_ops_for(active.name)
+        for k, c in enumerate(FLOAT_COSTS[self.ops.name.decode()]):
+            self.cost[k] = c
 
     @property
     def name(self) -> str:
@@ -232,7 +237,7 @@ cdef class FloatOps:
 
     cdef void unary_into(self, int code, const float* x, float* y, Py_ssize_t n) noexcept nogil:
         """unary() on raw pointers (also the execution plan's step), code a value of UNARY_OPS, n > 0."""
-        run_float(self.ops, FLOAT_UNARY, code, x, NULL, y, NULL, NULL, 0, n, 1, 1, float_parts(n, n * unary_cost(code)))
+        run_float(self.ops, FLOAT_UNARY, code, x, NULL, y, NULL, NULL, 0, n, 1, 1, float_parts(n, n * self.cost[code]))
 
     def binary(self, str op, a, b, y) -> None:
         """y = a op b, numpy broadcasting; a, b, y contiguous float32 arrays, y of the broadcast shape."""
@@ -305,4 +310,4 @@ cdef class FloatOps:
                               float* y, Py_ssize_t rows, Py_ssize_t n) noexcept nogil:
         """layer_norm() on raw pointers (also the execution plan's step; x2, w, b NULL for none), rows * n > 0."""
         run_float(self.ops, FLOAT_LAYER_NORM, 0, x, x2, y, w, b, eps, rows, n, 1,
-                  float_parts(rows, rows * n * (2 if x2 != NULL else 1)))
+                  float_parts(rows, rows * n * (self.cost[COST_LAYER_NORM] + (x2 != NULL))))
