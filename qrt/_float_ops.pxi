@@ -41,14 +41,15 @@ BINARY_OPS = {"add": QRT_ADD, "sub": QRT_SUB, "mul": QRT_MUL, "div": QRT_DIV}
 cdef Py_ssize_t MIN_FLOAT_WORK = 1 << 14
 
 # An element's time over an add's (128 x 384, 1 thread, bench/float_split.py), rounded down to a power of 2, per
-# float build: a costlier step spreads across threads sooner. Measured (sigmoid, tanh, silu, gelu, gelu_tanh,
-# layer_norm): avx512 2.8, 3.0, 3.3, 1.7, 7.2, 1.8; fma 4.8, 5.1, 6.3, 5.6-8.3, 9.2-14, 2.4; portable 99, 105,
-# 116, 35-64, 123, 32 (gelu and layer_norm over 32 to 128 x 384 and 128 x 1536: the lowest). sqrt, rsqrt: ~1.
+# float build: a costlier step spreads across threads sooner. Measured (sigmoid, tanh, silu, gelu, gelu_tanh, sqrt,
+# rsqrt, layer_norm): avx512 2.8, 3.0, 3.3, 1.7, 7.1, 7.0, 13.9, 1.6; fma 4.7, 4.9, 6.2, 5.6-8.3, 9.2-14, 7.4, 14.7,
+# 2.1; portable 99, 105, 115, 35-64, 122, 6.6, 13.1, 16-33 (gelu and layer_norm over 32 to 128 x 384 and
+# 128 x 1536: the lowest; sqrt of x >= 0: GCC keeps it scalar for errno, and a negative x calls libm, 45x).
 # The layer_norm that forms a residual add costs one more (measured 0.6-1.5 more).
 FLOAT_COSTS = {  # UNARY_OPS' codes in order (sigmoid, tanh, silu, gelu, gelu_tanh, sqrt, rsqrt), then layer_norm
-    "avx512": (2, 2, 2, 1, 4, 1, 1, 1),
-    "fma": (4, 4, 4, 4, 8, 1, 1, 2),
-    "portable": (64, 64, 64, 32, 64, 1, 1, 16),
+    "avx512": (2, 2, 2, 1, 4, 4, 8, 1),
+    "fma": (4, 4, 4, 4, 8, 4, 8, 2),
+    "portable": (64, 64, 64, 32, 64, 4, 8, 16),
 }
 cdef enum:
     COST_LAYER_NORM = QRT_RSQRT + 1
