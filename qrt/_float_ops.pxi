@@ -36,8 +36,9 @@ BINARY_OPS = {"add": QRT_ADD, "sub": QRT_SUB, "mul": QRT_MUL, "div": QRT_DIV}
 
 # Work per task, in an add's elements (one is about 0.14 ns at 128 x 384 on any build: the add waits on memory),
 # below which a float op stays on one thread: a task of about 2 us. bench/float_split.py at 2 threads (workers
-# spinning, as between a model's steps; fastest samples, the machine loaded by other jobs), AVX-512: layer_norm
-# 32 x 384 (3.3 us) gained 1.19x split, 64 x 384 1.48x, the add 64 x 384 (4.2 us) nothing, 128 x 384 1.25x.
+# spinning, as between a model's steps; fastest samples of two runs, the machine loaded by other jobs), avx512:
+# split, layer_norm 32 x 384 (3.1-3.3 us) gained 1.06-1.19x, 64 x 384 1.13-1.48x, 128 x 384 1.60-1.66x; the
+# add 64 x 384 (4 us) nothing, 128 x 384 1.08-1.25x.
 cdef Py_ssize_t MIN_FLOAT_WORK = 1 << 14
 
 # An element's time over an add's (128 x 384, 1 thread, bench/float_split.py), rounded down to a power of 2, per
