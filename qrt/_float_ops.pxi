@@ -239,7 +239,8 @@ cdef class FloatOps:
 
     cdef void unary_into(self, int code, const float* x, float* y, Py_ssize_t n) noexcept nogil:
         """unary() on raw pointers (also the execution plan's step), code a value of UNARY_OPS, n > 0."""
-        run_float(self.ops, FLOAT_UNARY, code, x, NULL, y, NULL, NULL, 0, n, 1, 1, float_parts(n, n * self.cost[code]))
+        run_float(self.ops, FLOAT_UNARY, code, x, NULL, y, NULL, NULL, 0, n, 1, 1,
+                  float_parts(n, n * self.cost[code]))
 
     def binary(self, str op, a, b, y) -> None:
         """y = a op b, numpy broadcasting; a, b, y contiguous float32 arrays, y of the broadcast shape."""
@@ -256,7 +257,8 @@ cdef class FloatOps:
     cdef void sum_into(self, bint mean, const float* x, float* y, Py_ssize_t outer, Py_ssize_t n,
                        Py_ssize_t inner) noexcept nogil:
         """sum() on raw pointers (also the execution plan's step; x NULL when n == 0), outer * inner > 0."""
-        run_float(self.ops, FLOAT_SUM, mean, x, NULL, y, NULL, NULL, 0, outer, n, inner, float_parts(outer, outer * n * inner))
+        run_float(self.ops, FLOAT_SUM, mean, x, NULL, y, NULL, NULL, 0, outer, n, inner,
+                  float_parts(outer, outer * n * inner))
 
     def softmax(self, bint log, const float[:, :, ::1] x, float[:, :, ::1] y) -> None:
         """softmax (log_softmax when log) of x viewed as [outer, n, inner], along n."""

@@ -356,9 +356,9 @@ static void qrt_sum(int mean, const float* x, float* y, ptrdiff_t outer, ptrdiff
 
 /* torch 2.13's layer_norm (torch_layer_norm.h): the Welford moments of 8 rows at a time, their 64 lanes as
  * vector code (one row's 8 alone wait on each step's latency; [128, 384] against 4 rows: fma 16.1 -> 13.5 us,
- * avx512 12.1 -> 11.2, portable unchanged), the tails and lane merges scalar, then one fma per output. With x2, of x + x2 (a residual add whose sum nothing else reads): each group's sums fl(x + x2),
- * the add's own bits, go into y and are normalised there in place while in cache (no pass over memory of its
- * own). */
+ * avx512 12.1 -> 11.2, portable unchanged), the tails and lane merges scalar, then one fma per output.
+ * With x2, of x + x2 (a residual add whose sum nothing else reads): each group's sums fl(x + x2), the add's own
+ * bits, go into y and are normalised there in place while in cache (no pass over memory of their own). */
 static void qrt_layer_norm(const float* x, const float* x2, const float* w, const float* b, float eps, float* y,
                            ptrdiff_t rows, ptrdiff_t n) {
     for (ptrdiff_t r0 = 0; r0 < rows; r0 += QRT_LN_ROWS) {
