@@ -32,8 +32,9 @@ def time_call(fn: Callable[[], object], min_time: float = 0.02, repeats: int = 1
 
 
 def time_calls(fns: list[Callable[[], object]], min_time: float = 0.02, repeats: int = 15,
-               setups: list[Callable[[], object]] | None = None) -> list[float]:
-    """Median seconds per call of each fn, their samples interleaved (a, b, c, a, b, c, ...).
+               setups: list[Callable[[], object]] | None = None,
+               statistic: Callable[[list[float]], float] = statistics.median) -> list[float]:
+    """Median (or `statistic`) seconds per call of each fn, their samples interleaved (a, b, c, a, b, c, ...).
 
     On a shared machine the load changes from second to second; interleaving
     gives every contender the same conditions, so their ratios stay
@@ -57,7 +58,7 @@ def time_calls(fns: list[Callable[[], object]], min_time: float = 0.02, repeats:
             for _ in range(inner):
                 fn()
             out.append((time.perf_counter() - start) / inner)
-    return [statistics.median(s) for s in samples]
+    return [statistic(s) for s in samples]
 
 
 

@@ -14,8 +14,8 @@ cdef extern from "float_ops.h" nogil:
         void (*softmax)(int log, const float* x, float* y, ptrdiff_t outer, ptrdiff_t n,
                         ptrdiff_t inner) noexcept nogil
         void (*sum)(int mean, const float* x, float* y, ptrdiff_t outer, ptrdiff_t n, ptrdiff_t inner) noexcept nogil
-        void (*layer_norm)(const float* x, const float* w, const float* b, float eps, float* y, ptrdiff_t rows,
-                           ptrdiff_t n) noexcept nogil
+        void (*layer_norm)(const float* x, const float* x2, const float* w, const float* b, float eps, float* y,
+                           ptrdiff_t rows, ptrdiff_t n) noexcept nogil
     const qrt_float_ops* qrt_float_ops_for(const char* kernel_variant)
     enum:
         QRT_SIGMOID, QRT_TANH, QRT_SILU, QRT_GELU, QRT_GELU_TANH, QRT_SQRT, QRT_RSQRT
@@ -34,27 +34,39 @@ UNARY_OPS = {"sigmoid": QRT_SIGMOID, "tanh": QRT_TANH, "silu": QRT_SILU, "gelu":
              "gelu_tanh": QRT_GELU_TANH, "sqrt": QRT_SQRT, "rsqrt": QRT_RSQRT}
 BINARY_OPS = {"add": QRT_ADD, "sub": QRT_SUB, "mul": QRT_MUL, "div": QRT_DIV}
 
-# Work per task, in an add's elements, below which a float op stays on one thread.
-cdef Py_ssize_t MIN_FLOAT_WORK = 1 << 15
+# Work per task, in an add's elements (one is about 0.14 ns at 128 x 384 on any build: the add waits on memory),
+# below which a float op stays on one thread: a task of about 2 us. bench/float_split.py at 2 threads (workers
+# spinning, as between a model's steps; fastest samples of two runs, the machine loaded by other jobs), avx512:
+# split, layer_norm 32 x 384 (3.1-3.3 us) gained 1.06-1.19x, 64 x 384 1.13-1.48x, 128 x 384 1.60-1.66x; the
+# add 64 x 384 (4 us) nothing, 128 x 384 1.08-1.25x.
+cdef Py_ssize_t MIN_FLOAT_WORK = 1 << 14
+
+# An element's time over an add's (128 x 384, 1 thread, bench/float_split.py), rounded down to a power of 2, per
+# float build: a costlier step spreads across threads sooner. Measured (sigmoid, tanh, silu, gelu, gelu_tanh, sqrt,
+# rsqrt, layer_norm): avx512 2.8, 3.0, 3.3, 1.7, 7.1, 7.0, 13.9, 1.6; fma 4.7, 4.9, 6.2, 5.6-8.3, 9.2-14, 7.4, 14.7,
+# 2.1; portable 99, 105, 115, 35-64, 122, 6.6, 13.1, 16-33 (gelu and layer_norm over 32 to 128 x 384 and
+# 128 x 1536: the lowest; sqrt of x >= 0: GCC keeps it scalar for errno, and a negative x calls libm, 45x).
+# The layer_norm that forms a residual add costs one more (measured 0.6-1.5 more).
+FLOAT_COSTS = {  # UNARY_OPS' codes in order (sigmoid, tanh, silu, gelu, gelu_tanh, sqrt, rsqrt), then layer_norm
+    "avx512": (2, 2, 2, 1, 4, 4, 8, 1),
+    "fma": (4, 4, 4, 4, 8, 4, 8, 2),
+    "portable": (64, 64, 64, 32, 64, 4, 8, 16),
+}
+cdef enum:
+    COST_LAYER_NORM = QRT_RSQRT + 1
+
+
+def _set_min_float_work(Py_ssize_t n) -> int:
+    """Set the float ops' work per task (an add's elements); returns the old one (tests and bench A/Bs: 1 splits
+    all work)."""
+    global MIN_FLOAT_WORK
+    old, MIN_FLOAT_WORK = MIN_FLOAT_WORK, max(n, 1)
+    return old
 
 
 cdef inline Py_ssize_t float_parts(Py_ssize_t units, Py_ssize_t work) noexcept nogil:
-    """Tasks for `units` independent rows holding `work` in all (elements, times unary_cost for a function)."""
+    """Tasks for `units` independent rows holding `work` in all (elements times the step's cost, FLOAT_COSTS)."""
     return max(1, min(<Py_ssize_t>num_threads, units, work // MIN_FLOAT_WORK))
-
-
-cdef inline Py_ssize_t unary_cost(int code) noexcept nogil:
-    """An element's time over an add's, rounded down to a power of 2 (bench/float_ops_ab.py, AVX-512, 128 x 1536:
-    gelu 20, gelu_tanh 7.5, sigmoid, tanh, silu 3-3.5): a costly function spreads across threads sooner.
-    gelu's 16 predates its table in registers (torch_gelu_avx512.h): it now costs about 2 adds on the avx512
-    build, 6 on the fma one and 30 portable (bench/gelu_ab.py, float_ops_ab.py); not re-weighed per build yet."""
-    if code == QRT_GELU:
-        return 16
-    if code == QRT_GELU_TANH:
-        return 4
-    if code == QRT_SIGMOID or code == QRT_TANH or code == QRT_SILU:
-        return 2
-    return 1
 
 
 cdef enum:
@@ -65,6 +77,7 @@ cdef struct float_job:  # one op over `units` rows (elements for unary), task t 
     const qrt_float_ops* ops
     int what, code
     const float* x
+    const float* x2  # FLOAT_LAYER_NORM: added to x first (NULL for none)
     float* y
     const float* w
     const float* b
@@ -82,13 +95,14 @@ cdef void float_task(void* ctx, ptrdiff_t t) noexcept nogil:
     elif j.what == FLOAT_SUM:
         j.ops.sum(j.code, j.x + a * j.n * j.inner if j.x != NULL else NULL, j.y + a * j.inner, count, j.n, j.inner)
     else:
-        j.ops.layer_norm(j.x + a * j.n, j.w, j.b, j.eps, j.y + a * j.n, count, j.n)
+        j.ops.layer_norm(j.x + a * j.n, j.x2 + a * j.n if j.x2 != NULL else NULL, j.w, j.b, j.eps, j.y + a * j.n,
+                         count, j.n)
 
 
-cdef void run_float(const qrt_float_ops* ops, int what, int code, const float* x, float* y, const float* w,
-                    const float* b, float eps, Py_ssize_t units, Py_ssize_t n, Py_ssize_t inner,
+cdef void run_float(const qrt_float_ops* ops, int what, int code, const float* x, const float* x2, float* y,
+                    const float* w, const float* b, float eps, Py_ssize_t units, Py_ssize_t n, Py_ssize_t inner,
                     Py_ssize_t parts) noexcept nogil:
-    cdef float_job j = float_job(ops, what, code, x, y, w, b, eps, units, n, inner, parts)
+    cdef float_job j = float_job(ops, what, code, x, x2, y, w, b, eps, units, n, inner, parts)
     if parts == 1:
         float_task(&j, 0)
     else:
@@ -201,9 +215,12 @@ cdef class FloatOps:
     variants): the same bits every way."""
 
     cdef const qrt_float_ops* ops
+    cdef Py_ssize_t cost[COST_LAYER_NORM + 1]  # this build's FLOAT_COSTS
 
     def __cinit__(self):
         self.ops = qrt_float_ops_for(active.name)
+        for k, c in enumerate(FLOAT_COSTS[self.ops.name.decode()]):
+            self.cost[k] = c
 
     @property
     def name(self) -> str:
@@ -222,7 +239,8 @@ cdef class FloatOps:
 
     cdef void unary_into(self, int code, const float* x, float* y, Py_ssize_t n) noexcept nogil:
         """unary() on raw pointers (also the execution plan's step), code a value of UNARY_OPS, n > 0."""
-        run_float(self.ops, FLOAT_UNARY, code, x, y, NULL, NULL, 0, n, 1, 1, float_parts(n, n * unary_cost(code)))
+        run_float(self.ops, FLOAT_UNARY, code, x, NULL, y, NULL, NULL, 0, n, 1, 1,
+                  float_parts(n, n * self.cost[code]))
 
     def binary(self, str op, a, b, y) -> None:
         """y = a op b, numpy broadcasting; a, b, y contiguous float32 arrays, y of the broadcast shape."""
@@ -239,7 +257,8 @@ cdef class FloatOps:
     cdef void sum_into(self, bint mean, const float* x, float* y, Py_ssize_t outer, Py_ssize_t n,
                        Py_ssize_t inner) noexcept nogil:
         """sum() on raw pointers (also the execution plan's step; x NULL when n == 0), outer * inner > 0."""
-        run_float(self.ops, FLOAT_SUM, mean, x, y, NULL, NULL, 0, outer, n, inner, float_parts(outer, outer * n * inner))
+        run_float(self.ops, FLOAT_SUM, mean, x, NULL, y, NULL, NULL, 0, outer, n, inner,
+                  float_parts(outer, outer * n * inner))
 
     def softmax(self, bint log, const float[:, :, ::1] x, float[:, :, ::1] y) -> None:
         """softmax (log_softmax when log) of x viewed as [outer, n, inner], along n."""
@@ -254,7 +273,7 @@ cdef class FloatOps:
     cdef void softmax_into(self, bint log, const float* x, float* y, Py_ssize_t outer, Py_ssize_t n,
                            Py_ssize_t inner) noexcept nogil:
         """softmax() on raw pointers (also the execution plan's step), outer * n * inner > 0."""
-        run_float(self.ops, FLOAT_SOFTMAX, log, x, y, NULL, NULL, 0, outer, n, inner,
+        run_float(self.ops, FLOAT_SOFTMAX, log, x, NULL, y, NULL, NULL, 0, outer, n, inner,
                   float_parts(outer, outer * n * inner * 4))  # 5 adds' time an element (exp)
 
     def sum(self, bint mean, const float[:, :, ::1] x, float[:, ::1] y) -> None:
@@ -269,14 +288,16 @@ cdef class FloatOps:
             self.sum_into(mean, xp, &y[0, 0], outer, n, inner)
 
     def layer_norm(self, const float[:, ::1] x, const float[::1] weight, const float[::1] bias, float eps,
-                   float[:, ::1] y) -> None:
-        """Each row of x normalised, times weight, plus bias (each None or float32 [n])."""
+                   float[:, ::1] y, const float[:, ::1] add=None) -> None:
+        """Each row of x (of x + add, as the add op gives it, where add is given) normalised, times weight, plus
+        bias (each None or float32 [n]). y must not overlap x or add."""
         cdef Py_ssize_t rows = x.shape[0], n = x.shape[1]
         cdef const float* w = NULL
         cdef const float* b = NULL
+        cdef const float* x2 = NULL
         if y.shape[0] != rows or y.shape[1] != n or (weight is not None and weight.shape[0] != n) or (
             bias is not None and bias.shape[0] != n
-        ):
+        ) or (add is not None and (add.shape[0] != rows or add.shape[1] != n)):
             raise ValueError("FloatOps.layer_norm: shape mismatch")
         if rows * n == 0:
             return
@@ -284,10 +305,13 @@ cdef class FloatOps:
             w = &weight[0]
         if bias is not None:
             b = &bias[0]
+        if add is not None:
+            x2 = &add[0, 0]
         with nogil:
-            self.layer_norm_into(&x[0, 0], w, b, eps, &y[0, 0], rows, n)
+            self.layer_norm_into(&x[0, 0], x2, w, b, eps, &y[0, 0], rows, n)
 
-    cdef void layer_norm_into(self, const float* x, const float* w, const float* b, float eps, float* y,
-                              Py_ssize_t rows, Py_ssize_t n) noexcept nogil:
-        """layer_norm() on raw pointers (also the execution plan's step; w, b NULL for none), rows * n > 0."""
-        run_float(self.ops, FLOAT_LAYER_NORM, 0, x, y, w, b, eps, rows, n, 1, float_parts(rows, rows * n))
+    cdef void layer_norm_into(self, const float* x, const float* x2, const float* w, const float* b, float eps,
+                              float* y, Py_ssize_t rows, Py_ssize_t n) noexcept nogil:
+        """layer_norm() on raw pointers (also the execution plan's step; x2, w, b NULL for none), rows * n > 0."""
+        run_float(self.ops, FLOAT_LAYER_NORM, 0, x, x2, y, w, b, eps, rows, n, 1,
+                  float_parts(rows, rows * n * (self.cost[COST_LAYER_NORM] + (x2 != NULL))))

@@ -144,8 +144,9 @@ cdef int run_native(const plan_step* s, void** P) noexcept nogil:
         copy_blocks(s, <const char*>P[s.a], <char*>P[s.y])
     elif s.op == PS_UNARY:  # dtype: the function's code (UNARY_OPS)
         (<FloatOps>s.kernel).unary_into(s.dtype, <const float*>P[s.a], <float*>P[s.y], s.n)
-    elif s.op == PS_LAYER_NORM:  # scale: eps
-        (<FloatOps>s.kernel).layer_norm_into(<const float*>P[s.a], s.fvec, s.fvec2, s.scale, <float*>P[s.y], s.m, s.n)
+    elif s.op == PS_LAYER_NORM:  # scale: eps; b: the residual added to a first (the add fused), or none
+        (<FloatOps>s.kernel).layer_norm_into(<const float*>P[s.a], <const float*>slot_or_null(P, s.b), s.fvec,
+                                             s.fvec2, s.scale, <float*>P[s.y], s.m, s.n)
     elif s.op == PS_BINARY:
         (<BinaryStep>s.kernel).run(<const float*>P[s.a], <const float*>P[s.b], <float*>P[s.y])
     elif s.op == PS_SUM:  # dtype: 1 for mean

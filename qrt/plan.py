@@ -24,7 +24,9 @@ for the whole model:
   heads of a [B, L, H, E] array, in place, and writes its context through the one that undoes it
   (a transformer's copies between the linears' layout and the heads' are not made). Int8 dynamic linears
   reading one input with the same settings (a transformer's query, key and value) whose outputs only such
-  attention reads run as one product over their stacked weights, read as its columns (qrt/stacked_linears.py).
+  attention reads run as one product over their stacked weights, read as its columns (qrt/stacked_linears.py);
+  a layer_norm of an add whose output nothing else reads (a residual add) forms the sums row by row in its
+  own step, in cache.
 - **Native steps** for quantize and dequantize, the linears, the cells, whole sequences (every layer
   and direction of an rnn/lstm/gru sequence op, dynamic or float, in one step, K.SequenceStep, on the
   arena), and the glue of the recurrent models: embedding, select and slice (a copy of strided
@@ -259,7 +261,7 @@ class Plan:
             return None
         nodes = self.graph.nodes
         static = self._fixed_by_shapes(env)
-        heads = self._attention_steps(env)
+        heads = {**self._attention_steps(env), **self._add_norm_steps(env, static)}
         fused = self._fused | {j for step in heads.values() for j in step.pop("fused")}
         fused |= {self._producer[v] for v in static}
         stacked = self._stack_linears(env, heads, fused)
@@ -460,8 +462,10 @@ class Plan:
         for i, node in enumerate(nodes):
             if i in fused or node.op in _VIEWS:
                 continue
-            if i in heads:
+            if i in heads and heads[i]["op"] == PS_ATTENTION:
                 ports = [(p, heads[i][p]) for p in "abcd" if p in heads[i]]
+            elif i in heads:  # a layer_norm reading an add's operands
+                ports = [(None, heads[i][p]) for p in "ab"]
             else:
                 ports = [(None, v) for v in self._args[i]]
             for port, v in ports:
@@ -509,6 +513,28 @@ class Plan:
                                                    tuple(placed[p][1:] if p in placed else None for p in "abc"))
             step.update({port: name for port, (name, *_) in placed.items()})
         return stacked
+
+    def _add_norm_steps(self, env: dict[str, np.ndarray], static: Mapping[str, np.ndarray]) -> dict[int, dict]:
+        """The layer_norm nodes that run with the add before them at the shapes of env, by node: each one's
+        layer_norm step reading the add's operands (the kernel forms fl(a + b) row by row, the add's bits), with
+        "fused": that add. Only an add of two float32 operands of x's shape (no broadcasting) whose output nothing
+        else reads: a transformer's residual add, one pass over memory fewer (BERT: LayerNorm(dense(h) + h))."""
+        nodes, outputs = self.graph.nodes, set(self._output_names)
+        found: dict[int, dict] = {}
+        for i, node in enumerate(nodes):
+            v = node.inputs.get("x", "")
+            j = self._producer.get(v)
+            if node.op != "layer_norm" or j is None or nodes[j].op != "add" or v in outputs or v in static:
+                continue
+            if self._uses.get(v) != [i] or j in self._fused or any(u in self._consts for u in self._args[j]):
+                continue
+            a, b = (env[nodes[j].inputs[p]] for p in ("a", "b"))
+            if not (a.dtype == b.dtype == np.float32 and a.shape == b.shape == env[v].shape):
+                continue
+            step = self._native(i, env, set())
+            if step is not None:
+                found[i] = {**step, "a": nodes[j].inputs["a"], "b": nodes[j].inputs["b"], "fused": [j]}
+        return found
 
     def _native(self, i: int, env: dict[str, np.ndarray], fused: set[int]) -> dict | None:
         """The executor step of node i at the shapes of env, or None for the fallback (fused: the nodes

@@ -395,6 +395,27 @@ def test_layer_norm(tmp_path, shape, affine, kind):
     assert np.all(np.abs(got - ref) <= bound)
 
 
+def test_layer_norm_of_a_sum_is_the_layer_norm_of_the_add(every_build):
+    """FloatOps.layer_norm(x, ..., add=r) (the plan's residual add fused into layer_norm) is layer_norm of x + r as
+    the add gives it (one IEEE addition, numpy's), bit for bit on every build: row lengths across the 8-lane and
+    16-value chunks' tails and a long row, row counts across the 8-row groups, weight and bias or not, inf and NaN
+    in the sums."""
+    rng = np.random.default_rng(38)
+    for build, variant in every_build.items():
+        ops = _under(variant, K.FloatOps)
+        for n, rows in [(1, 3), (7, 9), (8, 1), (37, 13), (129, 17), (384, 8), (5000, 2)]:
+            x, r = (rng.standard_normal((2, rows, n)) * 3).astype(np.float32)
+            x[0, 0], r[-1, -1] = np.inf, np.nan
+            w, b = rng.standard_normal((2, n)).astype(np.float32)
+            for weight, bias in [(w, b), (None, b), (w, None), (None, None)]:
+                want, got = np.empty_like(x), np.empty_like(x)
+                ops.layer_norm(x + r, weight, bias, 1e-5, want)
+                ops.layer_norm(x, weight, bias, 1e-5, got, add=r)
+                assert _same_bits(got, want), (build, n, rows, weight is None, bias is None)
+        with pytest.raises(ValueError, match="shape mismatch"):
+            ops.layer_norm(x, w, b, 1e-5, np.empty_like(x), add=r[:1])
+
+
 def test_layer_norm_of_several_dims_and_free_dims(tmp_path):
     x = _data((2, 3, 4, 5), "normal")
     w = RNG.standard_normal((4, 5)).astype(np.float32)

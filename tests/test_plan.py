@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import qrt
+from qrt import _kernels as K
 from qrt import format as qformat
 from qrt.builder import GraphBuilder
 from qrt.plan import Plan, build_plan
@@ -876,6 +877,40 @@ def test_float_functions_and_layer_norm_run_natively(tmp_path):
     for shape in ((1, 3, 6, 5), (4, 7, 6, 5)):
         _check(model, plan, [_x(*shape) * 3])
         assert plan._executor.fallback_steps((shape,)) == []
+
+
+def test_residual_add_runs_in_the_layer_norm(tmp_path):
+    """A layer_norm of an add of two operands of its input's shape, whose sum nothing else reads, is one step (the
+    add's node runs no more): weight and bias or not, rows of an odd length, over two dimensions, an add of a value
+    to itself, rows split across threads or not; the per-node path's bits. An add read elsewhere too, or one that
+    broadcasts, runs as its own step."""
+    g = GraphBuilder()
+    x, r = g.input("x", "float32", [None, None, 37]), g.input("r", "float32", [None, None, 37])
+    y = g.node("layer_norm", {"x": g.node("add", {"a": x, "b": r}, name="res1"), "weight": _x(37), "bias": _x(37)},
+               {"normalized_dims": 1, "eps": 1e-5})
+    y = g.node("layer_norm", {"x": g.node("add", {"a": g.node("gelu", {"x": y}, {"approximate": "none"}), "b": y},
+                                          name="res2")}, {"normalized_dims": 2})
+    kept = g.node("add", {"a": y, "b": x}, name="kept")  # also an output: its own step
+    y = g.node("layer_norm", {"x": kept, "bias": _x(37)}, {"normalized_dims": 1})
+    y = g.node("layer_norm", {"x": g.node("add", {"a": y, "b": g.input("c", "float32", [37])}, name="spread"),
+                              "weight": _x(37)}, {"normalized_dims": 1})
+    y = g.node("layer_norm", {"x": g.node("add", {"a": y, "b": y}, name="twice")}, {"normalized_dims": 1})
+    g.output(y, kept)
+    plan = _plan(_load(tmp_path, g))
+    old_work, old_threads = K._set_min_float_work(1), K.get_num_threads()
+    try:
+        for threads, shape in ((1, (1, 7, 37)), (3, (5, 11, 37)), (3, (1, 2, 37))):  # (1, 2, 37): 2 rows, 1 over 2 dims
+            K.set_num_threads(threads)
+            inputs = [_x(*shape) * 3, _x(*shape), _x(37)]
+            want = plan._per_node(inputs)
+            for _ in range(2):  # compiles, then runs the program
+                for a, b in zip(plan.run(inputs), want, strict=True):
+                    _same(a, b)
+            steps = {name for name, _, _ in plan.profile(inputs, 1)}
+            assert {"kept", "spread"} <= steps and not {"res1", "res2", "twice"} & steps
+    finally:
+        K._set_min_float_work(old_work)
+        K.set_num_threads(old_threads)
 
 
 @pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])

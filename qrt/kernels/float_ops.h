@@ -30,9 +30,10 @@ typedef struct {
     void (*softmax)(int log, const float* x, float* y, ptrdiff_t outer, ptrdiff_t n, ptrdiff_t inner);
     /* y[o][c] = the sum over j of x[o][j][c] (divided by n when mean), x viewed as [outer, n, inner] */
     void (*sum)(int mean, const float* x, float* y, ptrdiff_t outer, ptrdiff_t n, ptrdiff_t inner);
-    /* rows of n values each: (x - mean) / sqrt(var + eps) * w + b; w and b may be NULL */
-    void (*layer_norm)(const float* x, const float* w, const float* b, float eps, float* y, ptrdiff_t rows,
-                       ptrdiff_t n);
+    /* rows of n values each: (x - mean) / sqrt(var + eps) * w + b; w and b may be NULL; with x2 (NULL for
+     * none, same shape as x) of fl(x + x2) instead of x */
+    void (*layer_norm)(const float* x, const float* x2, const float* w, const float* b, float eps, float* y,
+                       ptrdiff_t rows, ptrdiff_t n);
 } qrt_float_ops;
 
 /* The table for the CPUs of a kernel variant (qrt_kernels.h; one this CPU runs): AVX-512 for
