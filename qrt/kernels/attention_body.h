@@ -108,8 +108,8 @@ static void qrt_matmul(const float* a, const float* b, float* y, ptrdiff_t m, pt
 /* 16 lanes of floats, each its own chain of sums or maxes, folded at the end in halves: in registers where
  * the compiler has vector extensions and shuffles (GCC, Clang), as 16 / QRT_VW vectors of the build's width
  * (wider ones GCC splits into scalars on AVX2), else an array; the same operations lane by lane either way.
- * In registers the folds no longer pass through the stack (the array's scalar folds took a quarter of
- * attention's own time at L=S=128, E=32). */
+ * In registers the folds no longer pass through the stack (the arrays' scalar folds took an eighth of
+ * attention's own time at L=S=128, E=32, perf). */
 #if defined(__GNUC__)
 #define QRT_ATTENTION_VECTORS 1
 #if defined(QRT_FLOAT_OPS_LANES_IN_ONE)
@@ -233,8 +233,9 @@ static float qrt_torch_exp_sum(float* restrict t, ptrdiff_t s, float m) {
 }
 
 /* kt[d][j] = k[j][d] (k's rows ldk apart, kt's s): 8 x 8 blocks through registers where the compiler has
- * shuffles (one unpack, one 128-bit shuffle, one lane swap per output: AVX2's transpose), the edges one by
- * one, written in order and read across k's rows (L=S=128, E=32: 1.5x faster than the other way). */
+ * shuffles and 8-float vectors (one unpack, one 128-bit shuffle, one lane swap per output: AVX2's transpose;
+ * one by one it took an eighth of attention's own time at L=S=128, E=32), the edges one by one, written in
+ * order and read across k's rows (1.5x faster than the other way). */
 static void qrt_transpose(const float* restrict k, ptrdiff_t ldk, float* restrict kt, ptrdiff_t s, ptrdiff_t e) {
     ptrdiff_t e8 = 0, s8 = 0; /* the dimensions and keys the blocks cover */
 #if QRT_ATTENTION_VECTORS && QRT_VW >= 8
