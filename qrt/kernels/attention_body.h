@@ -140,17 +140,17 @@ typedef float qrt_vf;
 #endif
 typedef struct {
     qrt_vf part[16 / QRT_VW]; /* lanes [p * QRT_VW, (p + 1) * QRT_VW) */
-} qrt_f16;
+} qrt_lanes;
 
-QRT_INLINE qrt_f16 qrt_f16_set(float x) {
-    qrt_f16 v;
+QRT_INLINE qrt_lanes qrt_lanes_set(float x) {
+    qrt_lanes v;
     for (int p = 0; p < 16 / QRT_VW; p++)
         v.part[p] = (qrt_vf){0} + x;
     return v;
 }
 
-QRT_INLINE qrt_f16 qrt_f16_load(const float* x) {
-    qrt_f16 v;
+QRT_INLINE qrt_lanes qrt_lanes_load(const float* x) {
+    qrt_lanes v;
     memcpy(&v, x, sizeof v);
     return v;
 }
@@ -167,7 +167,7 @@ QRT_INLINE qrt_vf qrt_vf_combine(int op, qrt_vf a, qrt_vf v) {
 #endif
 }
 
-QRT_INLINE qrt_f16 qrt_f16_combine(int op, qrt_f16 a, qrt_f16 v) {
+QRT_INLINE qrt_lanes qrt_lanes_combine(int op, qrt_lanes a, qrt_lanes v) {
     for (int p = 0; p < 16 / QRT_VW; p++)
         a.part[p] = qrt_vf_combine(op, a.part[p], v.part[p]);
     return a;
@@ -175,7 +175,7 @@ QRT_INLINE qrt_f16 qrt_f16_combine(int op, qrt_f16 a, qrt_f16 v) {
 
 /* Lane 0 of the lanes folded as (l, l + 8), (l, l + 4), (l, l + 2), (l, l + 1): whole vectors first, then
  * within the first (the lanes past each half take copies, never read). */
-QRT_INLINE float qrt_f16_fold(int op, qrt_f16 v) {
+QRT_INLINE float qrt_lanes_fold(int op, qrt_lanes v) {
     for (int n = 16 / QRT_VW / 2; n >= 1; n /= 2)
         for (int p = 0; p < n; p++)
             v.part[p] = qrt_vf_combine(op, v.part[p], v.part[p + n]);
@@ -197,17 +197,17 @@ static float qrt_lane_max(const float* restrict x, ptrdiff_t n) {
     float total = -INFINITY;
     for (ptrdiff_t j0 = 0; j0 < n; j0 += QRT_BLOCK) {
         const ptrdiff_t nb = n - j0 < QRT_BLOCK ? n - j0 : QRT_BLOCK;
-        qrt_f16 acc = qrt_f16_set(-INFINITY);
+        qrt_lanes acc = qrt_lanes_set(-INFINITY);
         ptrdiff_t j = j0;
         for (; j + 16 <= j0 + nb; j += 16)
-            acc = qrt_f16_combine(QRT_RED_MAX, acc, qrt_f16_load(x + j));
+            acc = qrt_lanes_combine(QRT_RED_MAX, acc, qrt_lanes_load(x + j));
         if (j < j0 + nb) {
             float last[16];
             for (int l = 0; l < 16; l++)
                 last[l] = j + l < j0 + nb ? x[j + l] : -INFINITY;
-            acc = qrt_f16_combine(QRT_RED_MAX, acc, qrt_f16_load(last));
+            acc = qrt_lanes_combine(QRT_RED_MAX, acc, qrt_lanes_load(last));
         }
-        total = qrt_red_combine(QRT_RED_MAX, total, qrt_f16_fold(QRT_RED_MAX, acc));
+        total = qrt_red_combine(QRT_RED_MAX, total, qrt_lanes_fold(QRT_RED_MAX, acc));
     }
     return total;
 }
@@ -221,10 +221,10 @@ static float qrt_torch_exp_sum(float* restrict t, ptrdiff_t s, float m) {
     const ptrdiff_t whole = s / QRT_TORCH_LANES * QRT_TORCH_LANES;
     for (ptrdiff_t j = 0; j < whole; j++)
         t[j] = qrt_exp_u20(t[j] - m);
-    qrt_f16 acc = qrt_f16_set(0.0f);
+    qrt_lanes acc = qrt_lanes_set(0.0f);
     for (ptrdiff_t j = 0; j < whole; j += QRT_TORCH_LANES)
-        acc = qrt_f16_combine(QRT_RED_SUM, acc, qrt_f16_load(t + j));
-    float z = qrt_f16_fold(QRT_RED_SUM, acc);
+        acc = qrt_lanes_combine(QRT_RED_SUM, acc, qrt_lanes_load(t + j));
+    float z = qrt_lanes_fold(QRT_RED_SUM, acc);
     for (ptrdiff_t j = whole; j < s; j++) {
         t[j] = (float)qrt_exp_double(t[j] - m);
         z = z + t[j];
