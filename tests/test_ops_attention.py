@@ -280,7 +280,8 @@ def _case(batch_q, batch_kv, lq, s, e, ev, mask_shape=None, mask_kind="bool", sd
 
 
 # (q batch, k/v batch, L, S, E, Ev, mask shape or None, mask kind): odd sizes, L != S, S past one 256 block,
-# batch broadcast between q and k/v, masks broadcast over heads, rows and batches
+# batch broadcast between q and k/v, masks broadcast over heads, rows and batches; S past one block of 512
+# keys (causal too) with E and S not multiples of the 8 x 8 blocks k is transposed in
 ATTENTION_CASES = [
     ((1,), (1,), 1, 1, 1, 1, None, None),
     ((2, 3), (2, 3), 7, 9, 5, 6, (2, 1, 7, 9), "bool"),
@@ -289,6 +290,8 @@ ATTENTION_CASES = [
     ((1,), (1,), 3, 300, 4, 5, (3, 300), "bool"),
     ((1,), (1,), 2, 1100, 3, 4, (2, 1100), "float"),
     ((2,), (2,), 9, 4, 3, 17, None, None),
+    ((1,), (1,), 10, 700, 13, 9, None, None),
+    ((2,), (1,), 4, 530, 16, 8, (2, 4, 530), "bool"),
 ]
 
 

@@ -105,6 +105,113 @@ static void qrt_matmul(const float* a, const float* b, float* y, ptrdiff_t m, pt
  * keys, then exp in double and a running sum over the last s % 16. */
 #define QRT_TORCH_LANES 16
 
+/* 16 lanes of floats, each its own chain of sums or maxes, folded at the end in halves: in registers where
+ * the compiler has vector extensions and shuffles (GCC, Clang), as 16 / QRT_VW vectors of the build's width
+ * (wider ones GCC splits into scalars on AVX2), else an array; the same operations lane by lane either way.
+ * In registers the folds no longer pass through the stack (the arrays' scalar folds took an eighth of
+ * attention's own time at L=S=128, E=32, perf). */
+#if defined(__GNUC__)
+#define QRT_ATTENTION_VECTORS 1
+#if defined(QRT_FLOAT_OPS_LANES_IN_ONE)
+#define QRT_VW 16
+#define QRT_FOLD_STEPS(STEP)                                              \
+    STEP(8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15)      \
+    STEP(4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7)                  \
+    STEP(2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3)                  \
+    STEP(1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1)
+#elif defined(__AVX__) /* GCC defines it under float_ops_fma.c's target pragma */
+#define QRT_VW 8
+#define QRT_FOLD_STEPS(STEP) STEP(4, 5, 6, 7, 4, 5, 6, 7) STEP(2, 3, 2, 3, 2, 3, 2, 3) STEP(1, 1, 1, 1, 1, 1, 1, 1)
+#else
+#define QRT_VW 4
+#define QRT_FOLD_STEPS(STEP) STEP(2, 3, 2, 3) STEP(1, 1, 1, 1)
+#endif
+typedef float qrt_vf __attribute__((vector_size(QRT_VW * sizeof(float))));
+typedef int32_t qrt_vi __attribute__((vector_size(QRT_VW * sizeof(float))));
+#if defined(__clang__) || __GNUC__ >= 12
+#define QRT_SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define QRT_SHUFFLE(a, b, ...) __builtin_shuffle(a, b, (int32_t __attribute__((vector_size(sizeof(a))))){__VA_ARGS__})
+#endif
+#else
+#define QRT_ATTENTION_VECTORS 0
+#define QRT_VW 1
+typedef float qrt_vf;
+#endif
+typedef struct {
+    qrt_vf part[16 / QRT_VW]; /* lanes [p * QRT_VW, (p + 1) * QRT_VW) */
+} qrt_lanes;
+
+QRT_INLINE qrt_lanes qrt_lanes_set(float x) {
+    qrt_lanes v;
+    for (int p = 0; p < 16 / QRT_VW; p++)
+        v.part[p] = (qrt_vf){0} + x;
+    return v;
+}
+
+QRT_INLINE qrt_lanes qrt_lanes_load(const float* x) {
+    qrt_lanes v;
+    memcpy(&v, x, sizeof v);
+    return v;
+}
+
+/* qrt_red_combine (float_ops_body.h) lane by lane: a + v, or the max that propagates NaN */
+QRT_INLINE qrt_vf qrt_vf_combine(int op, qrt_vf a, qrt_vf v) {
+#if QRT_ATTENTION_VECTORS
+    if (op == QRT_RED_SUM)
+        return a + v;
+    const qrt_vi take = (v > a) | (v != v);
+    return (qrt_vf)((take & (qrt_vi)v) | (~take & (qrt_vi)a));
+#else
+    return qrt_red_combine(op, a, v);
+#endif
+}
+
+QRT_INLINE qrt_lanes qrt_lanes_combine(int op, qrt_lanes a, qrt_lanes v) {
+    for (int p = 0; p < 16 / QRT_VW; p++)
+        a.part[p] = qrt_vf_combine(op, a.part[p], v.part[p]);
+    return a;
+}
+
+/* Lane 0 of the lanes folded as (l, l + 8), (l, l + 4), (l, l + 2), (l, l + 1): whole vectors first, then
+ * within the first (the lanes past each half take copies, never read). */
+QRT_INLINE float qrt_lanes_fold(int op, qrt_lanes v) {
+    for (int n = 16 / QRT_VW / 2; n >= 1; n /= 2)
+        for (int p = 0; p < n; p++)
+            v.part[p] = qrt_vf_combine(op, v.part[p], v.part[p + n]);
+    qrt_vf x = v.part[0];
+#if QRT_ATTENTION_VECTORS
+#define QRT_FOLD_STEP(...) x = qrt_vf_combine(op, x, QRT_SHUFFLE(x, x, __VA_ARGS__));
+    QRT_FOLD_STEPS(QRT_FOLD_STEP)
+#undef QRT_FOLD_STEP
+    return x[0];
+#else
+    return x;
+#endif
+}
+
+/* The max of x[0, n) in qrt_lane_reduce's order (float_ops_body.h: blocks of QRT_BLOCK, 16 lanes each,
+ * NaN propagated as there, so the same value and the same NaN): a row's last lanes filled with -inf,
+ * which leaves a lane as it is. */
+static float qrt_lane_max(const float* restrict x, ptrdiff_t n) {
+    float total = -INFINITY;
+    for (ptrdiff_t j0 = 0; j0 < n; j0 += QRT_BLOCK) {
+        const ptrdiff_t nb = n - j0 < QRT_BLOCK ? n - j0 : QRT_BLOCK;
+        qrt_lanes acc = qrt_lanes_set(-INFINITY);
+        ptrdiff_t j = j0;
+        for (; j + 16 <= j0 + nb; j += 16)
+            acc = qrt_lanes_combine(QRT_RED_MAX, acc, qrt_lanes_load(x + j));
+        if (j < j0 + nb) {
+            float last[16];
+            for (int l = 0; l < 16; l++)
+                last[l] = j + l < j0 + nb ? x[j + l] : -INFINITY;
+            acc = qrt_lanes_combine(QRT_RED_MAX, acc, qrt_lanes_load(last));
+        }
+        total = qrt_red_combine(QRT_RED_MAX, total, qrt_lanes_fold(QRT_RED_MAX, acc));
+    }
+    return total;
+}
+
 /* exp(t_j - m) of one row of s scores in place, m their max (finite), and their sum, in torch 2.13's
  * AVX-512 order (_exp_reduce_sum_fusion_kernel): lane l of 16 sums the p_j with j = l mod 16 of the whole
  * vectors in order from +0, vec_reduce_all folds the lanes as (l, l + 8), (l, l + 4), (l, l + 2),
@@ -112,21 +219,74 @@ static void qrt_matmul(const float* a, const float* b, float* y, ptrdiff_t m, pt
  * ones, measured; not this glibc's expf) and are added one by one. */
 static float qrt_torch_exp_sum(float* restrict t, ptrdiff_t s, float m) {
     const ptrdiff_t whole = s / QRT_TORCH_LANES * QRT_TORCH_LANES;
-    float acc[QRT_TORCH_LANES] = {0};
     for (ptrdiff_t j = 0; j < whole; j++)
         t[j] = qrt_exp_u20(t[j] - m);
+    qrt_lanes acc = qrt_lanes_set(0.0f);
     for (ptrdiff_t j = 0; j < whole; j += QRT_TORCH_LANES)
-        for (int l = 0; l < QRT_TORCH_LANES; l++)
-            acc[l] = acc[l] + t[j + l];
-    for (int half = QRT_TORCH_LANES / 2; half >= 1; half /= 2)
-        for (int l = 0; l < half; l++)
-            acc[l] = acc[l] + acc[l + half];
-    float z = acc[0];
+        acc = qrt_lanes_combine(QRT_RED_SUM, acc, qrt_lanes_load(t + j));
+    float z = qrt_lanes_fold(QRT_RED_SUM, acc);
     for (ptrdiff_t j = whole; j < s; j++) {
         t[j] = (float)qrt_exp_double(t[j] - m);
         z = z + t[j];
     }
     return z;
+}
+
+/* kt[d][j] = k[j][d] (k's rows ldk apart, kt's s): 8 x 8 blocks through registers where the compiler has
+ * shuffles and 8-float vectors (one unpack, one 128-bit shuffle, one lane swap per output: AVX2's transpose;
+ * one by one it took an eighth of attention's own time at L=S=128, E=32), the edges one by one, written in
+ * order and read across k's rows (1.5x faster than the other way). */
+static void qrt_transpose(const float* restrict k, ptrdiff_t ldk, float* restrict kt, ptrdiff_t s, ptrdiff_t e) {
+    ptrdiff_t e8 = 0, s8 = 0; /* the dimensions and keys the blocks cover */
+#if QRT_ATTENTION_VECTORS && QRT_VW >= 8
+    typedef float qrt_f8 __attribute__((vector_size(8 * sizeof(float))));
+    e8 = e / 8 * 8, s8 = s / 8 * 8;
+    for (ptrdiff_t d = 0; d < e8; d += 8)
+        for (ptrdiff_t j = 0; j < s8; j += 8) {
+            qrt_f8 r[8], t[8], u[8];
+            for (int i = 0; i < 8; i++)
+                memcpy(&r[i], k + (j + i) * ldk + d, sizeof r[i]);
+            for (int i = 0; i < 8; i += 2) { /* t[i]: dims 0, 1, 4, 5 of rows i, i + 1; t[i + 1]: 2, 3, 6, 7 */
+                t[i] = QRT_SHUFFLE(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+                t[i + 1] = QRT_SHUFFLE(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+            }
+            for (int i = 0; i < 8; i += 4) /* u[i + c]: dims c and c + 4 of rows i to i + 3 */
+                for (int c = 0; c < 2; c++) {
+                    u[i + 2 * c] = QRT_SHUFFLE(t[i + c], t[i + c + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+                    u[i + 2 * c + 1] = QRT_SHUFFLE(t[i + c], t[i + c + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+                }
+            for (int c = 0; c < 4; c++) {
+                const qrt_f8 lo = QRT_SHUFFLE(u[c], u[c + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+                const qrt_f8 hi = QRT_SHUFFLE(u[c], u[c + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+                memcpy(kt + (d + c) * s + j, &lo, sizeof lo);
+                memcpy(kt + (d + c + 4) * s + j, &hi, sizeof hi);
+            }
+        }
+#endif
+    for (ptrdiff_t d = 0; d < e; d++)
+        for (ptrdiff_t j = d < e8 ? s8 : 0; j < s; j++)
+            kt[d * s + j] = k[j * ldk + d];
+}
+
+/* Row i's scores from their chains in place, as torch takes them: t_j = fl(t_j * scale), or fma(t_j, scale,
+ * mask_j) with a float mask; -inf where a bool mask is 0 and from key `causal_from` on. One pass (the
+ * scaling, the mask and the causal cut each took one). Inlined with a constant kind. */
+QRT_INLINE void qrt_scores(float* restrict t, ptrdiff_t s, float scale, int mask_kind, const void* mask,
+                           ptrdiff_t causal_from) {
+    if (mask_kind == QRT_MASK_FLOAT) {
+        const float* restrict add = (const float*)mask;
+        for (ptrdiff_t j = 0; j < s; j++)
+            t[j] = fmaf(t[j], scale, add[j]);
+    } else if (mask_kind == QRT_MASK_BOOL) {
+        const unsigned char* restrict keep = (const unsigned char*)mask;
+        for (ptrdiff_t j = 0; j < s; j++)
+            t[j] = keep[j] ? t[j] * scale : -INFINITY;
+    } else {
+        for (ptrdiff_t j = 0; j < s; j++)
+            t[j] = t[j] * scale;
+    }
+    for (ptrdiff_t j = causal_from; j < s; j++)
+        t[j] = -INFINITY;
 }
 
 /* y (+)= the product of rows [0, rows) of a ([rows, k], row stride lda) and b ([k, n], row stride ldb), y's rows
@@ -166,33 +326,21 @@ static void qrt_attention(const float* q, ptrdiff_t ldq, const float* k, ptrdiff
     float* restrict kt = scratch;                        /* k transposed, [e][s]: the scores run across keys */
     float* restrict tile = kt + e * s;                    /* QRT_MM_R rows of s scores */
     float* restrict part = tile + QRT_ATTENTION_ROWS * s; /* QRT_MM_R rows of a partial context */
-    for (ptrdiff_t d = 0; d < e; d++) /* written in order, read across k's rows (L=S=128, E=32: 1.5x faster) */
-        for (ptrdiff_t j = 0; j < s; j++)
-            kt[d * s + j] = k[j * ldk + d];
+    qrt_transpose(k, ldk, kt, s, e);
     for (ptrdiff_t i0 = 0; i0 < l; i0 += QRT_MM_R) {
         const int rows = l - i0 < QRT_MM_R ? (int)(l - i0) : QRT_MM_R;
-        const ptrdiff_t cells = rows * s;
         float* restrict yi = y + i0 * ldy;
         float run_max[QRT_MM_R], run_sum[QRT_MM_R];
         qrt_mm_rows(q + i0 * ldq, ldq, kt, s, tile, s, rows, e, s);
-        if (mask_kind != QRT_MASK_FLOAT)
-            for (ptrdiff_t j = 0; j < cells; j++)
-                tile[j] = tile[j] * scale;
         for (int r = 0; r < rows; r++) {
-            float* restrict t = tile + r * s;
-            const ptrdiff_t i = i0 + r;
-            if (mask_kind == QRT_MASK_FLOAT) {
-                const float* restrict add = (const float*)mask + i * mask_stride;
-                for (ptrdiff_t j = 0; j < s; j++)
-                    t[j] = fmaf(t[j], scale, add[j]);
-            } else if (mask_kind == QRT_MASK_BOOL) {
-                const unsigned char* restrict keep = (const unsigned char*)mask + i * mask_stride;
-                for (ptrdiff_t j = 0; j < s; j++)
-                    t[j] = keep[j] ? t[j] : -INFINITY;
-            }
-            if (causal)
-                for (ptrdiff_t j = row0 + i + 1; j < s; j++)
-                    t[j] = -INFINITY;
+            const ptrdiff_t i = i0 + r, causal_from = causal && row0 + i + 1 < s ? row0 + i + 1 : s;
+            if (mask_kind == QRT_MASK_FLOAT)
+                qrt_scores(tile + r * s, s, scale, QRT_MASK_FLOAT, (const float*)mask + i * mask_stride, causal_from);
+            else if (mask_kind == QRT_MASK_BOOL)
+                qrt_scores(tile + r * s, s, scale, QRT_MASK_BOOL, (const unsigned char*)mask + i * mask_stride,
+                           causal_from);
+            else
+                qrt_scores(tile + r * s, s, scale, QRT_MASK_NONE, NULL, causal_from);
             run_max[r] = -INFINITY;
             run_sum[r] = 0.0f;
         }
@@ -202,11 +350,12 @@ static void qrt_attention(const float* q, ptrdiff_t ldq, const float* k, ptrdiff
                     yi[r * ldy + d] = 0.0f;
         for (ptrdiff_t n0 = 0; n0 < s; n0 += QRT_TORCH_KV_BLOCK) {
             const ptrdiff_t kb = s - n0 < QRT_TORCH_KV_BLOCK ? s - n0 : QRT_TORCH_KV_BLOCK;
+            float block_max[QRT_MM_R];
+            for (int r = 0; r < rows; r++) /* every row's first, their chains overlapping: 1.25x faster on AVX2 */
+                block_max[r] = qrt_lane_max(tile + r * s + n0, kb);
             for (int r = 0; r < rows; r++) {
                 float* restrict t = tile + r * s + n0;
-                float m;
-                qrt_lane_reduce(QRT_RED_MAX, t, kb, 1, 1, 0, &m);
-                m = run_max[r] > m ? run_max[r] : m;
+                const float m = run_max[r] > block_max[r] ? run_max[r] : block_max[r];
                 if (m == -INFINITY) {
                     for (ptrdiff_t j = 0; j < kb; j++)
                         t[j] = 0.0f;
