@@ -4,14 +4,14 @@
 
 #include "gates.h"
 #include "gemm_f16.h"
+#include "quantize.h" /* before gemm_i8.h, whose packers quantize */
 #include "gemm_i8.h"
-#include "quantize.h"
 
 #if defined(I8_AMX) /* whole row tiles on AMX, the rest as gemm_i8.h computes them */
 #include "gemm_i8_amx.h"
-#define I8_ENTRIES qrt_i8_amx_packed_x_size, qrt_i8_amx_pack_x, qrt_gemm_u8s8_amx
+#define I8_ENTRIES qrt_i8_amx_packed_x_size, qrt_i8_amx_pack_x, qrt_i8_amx_quantize_pack_x, qrt_gemm_u8s8_amx
 #else
-#define I8_ENTRIES qrt_i8_packed_x_size, qrt_i8_pack_x, qrt_gemm_u8s8
+#define I8_ENTRIES qrt_i8_packed_x_size, qrt_i8_pack_x, qrt_i8_quantize_pack_x, qrt_gemm_u8s8
 #endif
 
 #define QRT_CAT_(a, b) a##b
