@@ -45,7 +45,7 @@ cdef extern from "qrt_kernels.h" nogil:
         const char* name
         const char* i8_isa
         const char* fp_isa
-        int i8_nr, i8_mr, i8_small_x, fp_nr, fp_mr
+        int i8_nr, i8_mr, i8_task_rows, i8_small_x, fp_nr, fp_mr
         ptrdiff_t (*i8_packed_x_size)(ptrdiff_t m, ptrdiff_t k) noexcept nogil
         int (*i8_pack_x)(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* out) noexcept nogil
         void (*i8_quantize_pack_x)(const float* x, ptrdiff_t m, ptrdiff_t k, float inv, float zp, int round_first,
@@ -769,7 +769,7 @@ cdef class PackedS8:
     cdef int matmul(self, const uint8_t* x, Py_ssize_t m, int32_t x_zp, const qrt_epilogue* e) noexcept nogil:
         """(x - x_zp) @ (w - w_zp).T, exact in int32, to the epilogue e; x is [m, k]. -1: out of memory."""
         cdef const qrt_kernels* kern = self.kern
-        cdef Py_ssize_t n = self.n, k = self.k, i, t, cn, cm, mr = kern.i8_mr
+        cdef Py_ssize_t n = self.n, k = self.k, i, t, cn, cm, mr = kern.i8_task_rows
         cdef Py_ssize_t panels = (n + kern.i8_nr - 1) // kern.i8_nr
         # one row with whole groups of 4 k is read as it is; anything else is packed into row tiles
         cdef bint plain = m == 1 and k > 0 and k % 4 == 0, small_x
@@ -819,13 +819,14 @@ cdef class PackedS8:
         cdef Py_ssize_t n = self.n, k = self.k, cn, cm, panels = (n + kern.i8_nr - 1) // kern.i8_nr
         cdef uint8_t xp_stack[SCRATCH_BYTES]
         cdef uint8_t* xp = xp_stack
-        cdef int helpers = split_work(m, panels, kern.i8_mr, product_work(m, n, k), MIN_WORK_I8, True, &cn, &cm)
+        cdef int helpers = split_work(m, panels, kern.i8_task_rows, product_work(m, n, k), MIN_WORK_I8, True, &cn,
+                                      &cm)
         cdef i8_job j
         if kern.i8_packed_x_size(m, k) > SCRATCH_BYTES:
             xp = <uint8_t*>malloc(kern.i8_packed_x_size(m, k))
             if xp == NULL:
                 return -1
-        j = i8_job(kern, xp, x_zp, self.rowsum, self.packed, NULL, NULL, n, k, m, kern.i8_mr, panels, cn, cm,
+        j = i8_job(kern, xp, x_zp, self.rowsum, self.packed, NULL, NULL, n, k, m, kern.i8_task_rows, panels, cn, cm,
                    small_x, False, e, x, inv, round_first)
         if cn * cm == 1:
             i8_quantize_product_task(&j, 0)

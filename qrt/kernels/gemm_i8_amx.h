@@ -21,6 +21,9 @@
  * against 9.5 us). */
 #define I8_AMX_ROWS 2
 #define I8_AMX_BLOCK 1024 /* bytes of one tile register: 16 rows x 64 bytes */
+/* A task's rows: i8_amx_rows' blocks of 32 rows, in which each weight tile loaded serves two x tiles; tasks
+ * of 16 rows loaded the weights twice as often (M=128 K=N=384, 2 threads: X -> Y us). */
+#define I8_TASK_ROWS 32
 
 typedef struct {
     uint8_t palette, start_row, reserved[14];

@@ -55,6 +55,7 @@ typedef struct {
     const char* i8_isa;   /* the primitives of each product */
     const char* fp_isa;
     int i8_nr, i8_mr;     /* panel columns and tile rows of the int8 product */
+    int i8_task_rows;     /* rows a task of it takes a multiple of: whole row tiles, or blocks of them */
     int i8_small_x;       /* whether the product has a faster flavour for activations <= 128 (its small_x) */
     int fp_nr, fp_mr;     /* ... and of the float product */
 

@@ -14,6 +14,10 @@
 #define I8_ENTRIES qrt_i8_packed_x_size, qrt_i8_pack_x, qrt_i8_quantize_pack_x, qrt_gemm_u8s8
 #endif
 
+#ifndef I8_TASK_ROWS
+#define I8_TASK_ROWS I8_MR
+#endif
+
 #define QRT_CAT_(a, b) a##b
 #define QRT_CAT(a, b) QRT_CAT_(a, b)
 
@@ -24,7 +28,7 @@
 #endif
 
 const qrt_kernels QRT_CAT(qrt_kernels_, QRT_VARIANT_ID) = {
-    QRT_VARIANT_NAME, QRT_I8_ISA, QRT_F16_ISA, I8_NR, I8_MR, I8_SMALL_X, F_NR, F_MR,
+    QRT_VARIANT_NAME, QRT_I8_ISA, QRT_F16_ISA, I8_NR, I8_MR, I8_TASK_ROWS, I8_SMALL_X, F_NR, F_MR,
     I8_ENTRIES,
     qrt_fp_packed_x_size, qrt_fp_pack_x, qrt_gemm_fp,
     qrt_min_max, qrt_quantize_u8, qrt_u8_max, qrt_quantize_dynamic, qrt_quantize_rows_s8,
