@@ -141,6 +141,23 @@ QRT_INLINE void i8_amx_tile(const uint8_t* x0, const uint8_t* x1, const int two,
     }
 }
 
+/* The dynamic linear's epilogue (i8_fused) of rows of one panel's sums c (rows I8_NR apart), a register at a time
+ * from o's tables: qrt_epilogue_rows' loop multiplied x_scale by w_scale[j] again on every row and tested e's
+ * fields on every row (M=128 K=N=384: X -> Y us). */
+static void i8_amx_dequantize(const i8_out* o, ptrdiff_t rows, const int32_t* c) {
+    if (o->cols == I8_NR) {
+        for (ptrdiff_t r = 0; r < rows; r++)
+            QRT_UNROLL for (int v = 0; v < I8_NR / 16; v++)
+                I8_DEQUANTIZE(o->y + r * o->ldy + 16 * v, I8_LOADC(c + r * I8_NR + 16 * v), o->scale + 16 * v,
+                              o->bias + 16 * v, o->relu, 16);
+        return;
+    }
+    for (ptrdiff_t r = 0; r < rows; r++)
+        for (ptrdiff_t v = 0; 16 * v < o->cols; v++)
+            I8_DEQUANTIZE(o->y + r * o->ldy + 16 * v, I8_LOADC(c + r * I8_NR + 16 * v), o->scale + 16 * v,
+                          o->bias + 16 * v, o->relu, (int)(o->cols - 16 * v < 16 ? o->cols - 16 * v : 16));
+}
+
 /* Weights a group of panels may hold: each block of 32 rows runs over a whole group while its x stays in L1
  * (32 KiB at K = 1024) and the group in L2 (half of Sapphire and Granite Rapids' 2 MiB). Against panels
  * outside and rows inside, as avx512-vnni walks them: M=512 K=N=1024 510-590 -> 440 us; M=64 K=N=4096 (16
@@ -162,6 +179,8 @@ static void i8_amx_rows(const uint8_t* base, int32_t x_zp, const int32_t* w_rows
     _Alignas(64) int32_t c[32 * I8_NR];
     _Alignas(64) int8_t tail[I8_NR / QRT_STRIP][I8_AMX_BLOCK];
     int32_t offsets[I8_NR], start[I8_NR], f;
+    _Alignas(64) float scale[I8_NR], bias[I8_NR];
+    const int fused = i8_fused(e, x_rowsum, 0); /* AMX has one flavour: small x or not */
     if (tail_bytes && p1 > last)
         for (ptrdiff_t s = 0; s < I8_NR / QRT_STRIP; s++) {
             memcpy(tail[s], packed + last * I8_NR * kp + s * ss + whole * I8_AMX_BLOCK, (size_t)tail_bytes);
@@ -191,7 +210,14 @@ static void i8_amx_rows(const uint8_t* base, int32_t x_zp, const int32_t* w_rows
                     else
                         i8_amx_tile(x0, x0, 0, w, ss, blocks, wt, start + 32 * q, c + 32 * q);
                 }
-                qrt_epilogue_rows(e, i, i + 32 < i1 ? i + 32 : i1, n, j0, j1, c, I8_NR, w_zp, x_rowsum);
+                const ptrdiff_t iend = i + 32 < i1 ? i + 32 : i1;
+                if (fused) {
+                    i8_out out = i8_out_at(e, n, j0, j1, scale, bias);
+                    out.y = e->y + i * n + j0;
+                    i8_amx_dequantize(&out, iend - i, c);
+                } else {
+                    qrt_epilogue_rows(e, i, iend, n, j0, j1, c, I8_NR, w_zp, x_rowsum);
+                }
             }
     _tile_release();
 }
