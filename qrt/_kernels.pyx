@@ -828,6 +828,8 @@ cdef class PackedS8:
         cdef int helpers = split_work(m, panels, kern.i8_task_rows, product_work(m, n, k), MIN_WORK_I8, True, &cn,
                                       &cm)
         cdef i8_job j
+        if cm >= num_threads:  # rows enough for every thread: one loop, no wait between quantizing and product
+            cn = 1
         if kern.i8_packed_x_size(m, k) > SCRATCH_BYTES:
             xp = <uint8_t*>malloc(kern.i8_packed_x_size(m, k))
             if xp == NULL:
