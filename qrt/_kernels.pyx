@@ -820,7 +820,8 @@ cdef class PackedS8:
                           bint small_x, const qrt_epilogue* e) noexcept nogil:
         """matmul of x [m, k] (m, n, k > 0) quantized by kern.quantize_u8 (inv, x_zp, round_first) straight into
         the packed layout (i8_quantize_pack_x), for weights without zero points (no rowsum(x) to take). Split
-        by rows alone, each task quantizes its own rows and multiplies them. -1: out of memory."""
+        by rows alone where every thread gets a chunk, each task quantizing the rows it multiplies; else the
+        row chunks quantized first, then the product's grid. -1: out of memory."""
         cdef const qrt_kernels* kern = self.kern
         cdef Py_ssize_t n = self.n, k = self.k, cn, cm, panels = (n + kern.i8_nr - 1) // kern.i8_nr
         cdef uint8_t xp_stack[SCRATCH_BYTES]
