@@ -22,12 +22,12 @@ CASES = [("batch 1 x 16 tokens", 1, 16), ("batch 1 x 128 tokens", 1, 128)]
 
 def one_round(threads: list[int]) -> dict:
     """In the build on sys.path: {case: {threads: seconds}}."""
+    import qrt  # the build's, first: the examples put this checkout's root on sys.path
+
     sys.path.insert(0, os.path.join(HERE, "..", "examples"))
     import semantic_search as ss
     from bench_transformer import token_windows
     from harness import time_by_threads
-
-    import qrt
 
     model = qrt.load(os.path.join(ss.CACHE, ss.QRT_NAME))
     tok = ss.tokenizer()
