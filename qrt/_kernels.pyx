@@ -45,9 +45,11 @@ cdef extern from "qrt_kernels.h" nogil:
         const char* name
         const char* i8_isa
         const char* fp_isa
-        int i8_nr, i8_mr, i8_small_x, fp_nr, fp_mr
+        int i8_nr, i8_mr, i8_task_rows, i8_small_x, fp_nr, fp_mr
         ptrdiff_t (*i8_packed_x_size)(ptrdiff_t m, ptrdiff_t k) noexcept nogil
         int (*i8_pack_x)(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* out) noexcept nogil
+        void (*i8_quantize_pack_x)(const float* x, ptrdiff_t m, ptrdiff_t k, float inv, float zp, int round_first,
+                                   uint8_t* out) noexcept nogil
         void (*gemm_u8s8)(const uint8_t* xpacked, int32_t x_zp, const int32_t* w_rowsum, const int8_t* packed,
                           const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0,
                           ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, int small_x, int x_plain,
@@ -416,6 +418,12 @@ cdef inline int64_t min_pack() noexcept nogil:
     return max(MIN_WORK_I8 >> 3, 1)
 
 
+cdef inline int64_t min_range() noexcept nogil:
+    """Values of x per task of its range alone (x_range): a read, half a quantization's work, so that a BERT
+    linear's 128 x 384 input splits on 2 threads (its range took 3 us of a 22 us call)."""
+    return max(MIN_WORK_I8 >> 5, 1)
+
+
 cdef struct quantize_job:
     const qrt_kernels* kern
     const float* x
@@ -441,28 +449,41 @@ cdef void quantize_task(void* ctx, ptrdiff_t c) noexcept nogil:
     j.kern.quantize_u8(j.x + a, b - a, j.inv, j.zp, j.round_first, j.q + a)
 
 
-cdef int quantize_activations(const qrt_kernels* kern, const float* x, Py_ssize_t n, bint reduce_range,
-                              bint round_first, uint8_t* q, float* scale, int32_t* zero_point) noexcept nogil:
-    """Choose (scale, zp) from x's range and quantize x to quint8; returns 1 on NaN or infinity.
-    round_first: the zero point added after rounding, as torch on aarch64 (qrt_quantize_u8).
-
-    Large inputs are split across the threads: partial min/max combine exactly and
-    each value quantizes on its own, so the result does not depend on the split.
-    """
+cdef int x_range(const qrt_kernels* kern, const float* x, Py_ssize_t n, float* lo, float* hi) noexcept nogil:
+    """kern.min_max(x, n, lo, hi), large x split across the threads: partial min/max combine exactly.
+    Returns 1 on NaN or infinity."""
     cdef quantize_job j
     cdef Py_ssize_t c
-    j.parts = max(1, min(<Py_ssize_t>num_threads, n // min_quantize(), 64))
-    if j.parts == 1:  # the common small case: one call of the variant
-        return kern.quantize_dynamic(x, n, reduce_range, round_first, q, scale, zero_point)
-    j.kern, j.x, j.n, j.q, j.round_first = kern, x, n, q, round_first
+    j.parts = max(1, min(<Py_ssize_t>num_threads, n // min_range(), 64))
+    if j.parts == 1:
+        return kern.min_max(x, n, lo, hi)
+    j.kern, j.x, j.n = kern, x, n
     qrt_parallel_for(j.parts, <int>j.parts - 1, min_max_task, &j)
     for c in range(1, j.parts):
         j.bad[0] |= j.bad[c]
         j.lo[0] = j.lo[c] if j.lo[c] < j.lo[0] else j.lo[0]
         j.hi[0] = j.hi[c] if j.hi[c] > j.hi[0] else j.hi[0]
-    if j.bad[0]:
+    lo[0], hi[0] = j.lo[0], j.hi[0]
+    return j.bad[0]
+
+
+cdef int quantize_activations(const qrt_kernels* kern, const float* x, Py_ssize_t n, bint reduce_range,
+                              bint round_first, uint8_t* q, float* scale, int32_t* zero_point) noexcept nogil:
+    """Choose (scale, zp) from x's range and quantize x to quint8; returns 1 on NaN or infinity.
+    round_first: the zero point added after rounding, as torch on aarch64 (qrt_quantize_u8).
+
+    Large inputs are split across the threads (x_range); each value quantizes on its own, so the result
+    does not depend on the split.
+    """
+    cdef quantize_job j
+    j.parts = max(1, min(<Py_ssize_t>num_threads, n // min_quantize(), 64))
+    if j.parts == 1:  # the common small case: one call of the variant
+        return kern.quantize_dynamic(x, n, reduce_range, round_first, q, scale, zero_point)
+    cdef float lo, hi
+    if x_range(kern, x, n, &lo, &hi):
         return 1
-    qrt_choose_qparams(j.lo[0], j.hi[0], reduce_range, scale, zero_point)
+    j.kern, j.x, j.n, j.q, j.round_first = kern, x, n, q, round_first
+    qrt_choose_qparams(lo, hi, reduce_range, scale, zero_point)
     j.inv, j.zp = <float>1.0 / scale[0], <float>zero_point[0]
     qrt_parallel_for(j.parts, <int>j.parts - 1, quantize_task, &j)
     return 0
@@ -643,14 +664,18 @@ cdef struct pack_job:  # x's row tiles packed in chunks, task t the t-th chunk
     int largest[64]
 
 
+cdef inline Py_ssize_t packed_offset(const qrt_kernels* kern, Py_ssize_t r0, Py_ssize_t k) noexcept nogil:
+    """Where row r0, a row tile's first, is packed: a chunk of whole row tiles packs on its own into its place,
+    tile i at row i's packed offset (the size of r0 rows less that of none: a variant's room to align its
+    start, amx-int8's, counts once)."""
+    return kern.i8_packed_x_size(r0, k) - kern.i8_packed_x_size(0, k)
+
+
 cdef void pack_task(void* ctx, ptrdiff_t t) noexcept nogil:
     cdef pack_job* j = <pack_job*>ctx
     cdef Py_ssize_t mr = j.kern.i8_mr, tiles = (j.m + mr - 1) // mr
     cdef Py_ssize_t r0 = chunk(tiles, j.parts, t) * mr, r1 = min(chunk(tiles, j.parts, t + 1) * mr, j.m)
-    # a chunk of whole row tiles packs on its own into its place: tile i starts at row i's packed offset (the
-    # size of r0 rows less that of none: a variant's room to align its start, amx-int8's, counts once)
-    cdef Py_ssize_t offset = j.kern.i8_packed_x_size(r0, j.k) - j.kern.i8_packed_x_size(0, j.k)
-    j.largest[t] = j.kern.i8_pack_x(j.x + r0 * j.k, r1 - r0, j.k, j.out + offset)
+    j.largest[t] = j.kern.i8_pack_x(j.x + r0 * j.k, r1 - r0, j.k, j.out + packed_offset(j.kern, r0, j.k))
 
 
 cdef int pack_x(const qrt_kernels* kern, const uint8_t* x, Py_ssize_t m, Py_ssize_t k, uint8_t* out) noexcept nogil:
@@ -678,14 +703,44 @@ cdef struct i8_job:  # a product's tiles, task t the (t % cm)-th row chunk of th
     Py_ssize_t n, k, m, mr, panels, cn, cm
     int small_x, plain
     const qrt_epilogue* e
+    const float* xf  # float x, quantized into xp by row chunks (i8_quantize_task), when not NULL
+    float inv
+    int round_first
+
+
+cdef inline Py_ssize_t chunk_rows(const i8_job* j, Py_ssize_t r) noexcept nogil:
+    """The first row of the r-th of the cm row chunks (r = cm: m): whole row tiles but the last."""
+    return min(chunk((j.m + j.mr - 1) // j.mr, j.cm, r) * j.mr, j.m)
 
 
 cdef void i8_task(void* ctx, ptrdiff_t t) noexcept nogil:
     cdef i8_job* j = <i8_job*>ctx
-    cdef Py_ssize_t tiles = (j.m + j.mr - 1) // j.mr, r = t % j.cm, c = t // j.cm
-    j.kern.gemm_u8s8(j.xp, j.x_zp, j.rowsum, j.packed, j.w_zp, j.xsum, j.n, j.k, chunk(tiles, j.cm, r) * j.mr,
-                     min(chunk(tiles, j.cm, r + 1) * j.mr, j.m), chunk(j.panels, j.cn, c), chunk(j.panels, j.cn, c + 1),
-                     j.small_x, j.plain, j.e)
+    cdef Py_ssize_t r = t % j.cm, c = t // j.cm
+    j.kern.gemm_u8s8(j.xp, j.x_zp, j.rowsum, j.packed, j.w_zp, j.xsum, j.n, j.k, chunk_rows(j, r), chunk_rows(j, r + 1),
+                     chunk(j.panels, j.cn, c), chunk(j.panels, j.cn, c + 1), j.small_x, j.plain, j.e)
+
+
+cdef void i8_quantize_task(void* ctx, ptrdiff_t r) noexcept nogil:
+    """Row chunk r of xf quantized into its place in xp (packed_offset)."""
+    cdef i8_job* j = <i8_job*>ctx
+    cdef Py_ssize_t r0 = chunk_rows(j, r), r1 = chunk_rows(j, r + 1)
+    j.kern.i8_quantize_pack_x(j.xf + r0 * j.k, r1 - r0, j.k, j.inv, <float>j.x_zp, j.round_first,
+                              <uint8_t*>j.xp + packed_offset(j.kern, r0, j.k))
+
+
+cdef void i8_quantize_product_task(void* ctx, ptrdiff_t r) noexcept nogil:
+    """Row chunk r quantized, then its product (a grid of row chunks alone, cn 1): each task reads only the
+    rows it packed, so the two need no parallel loop, and no wait, between them."""
+    i8_quantize_task(ctx, r)
+    i8_task(ctx, r)
+
+
+cdef void run_product(i8_job* j, int helpers) noexcept nogil:
+    """The product of j's cm x cn grid: on the caller alone when it is one tile."""
+    if j.cn * j.cm == 1:
+        i8_task(j, 0)
+    else:
+        qrt_parallel_for(j.cn * j.cm, helpers, i8_task, j)
 
 
 cdef class PackedS8:
@@ -720,8 +775,8 @@ cdef class PackedS8:
     cdef int matmul(self, const uint8_t* x, Py_ssize_t m, int32_t x_zp, const qrt_epilogue* e) noexcept nogil:
         """(x - x_zp) @ (w - w_zp).T, exact in int32, to the epilogue e; x is [m, k]. -1: out of memory."""
         cdef const qrt_kernels* kern = self.kern
-        cdef Py_ssize_t n = self.n, k = self.k, i, t, cn, cm, nr = kern.i8_nr, mr = kern.i8_mr
-        cdef Py_ssize_t panels = (n + nr - 1) // nr
+        cdef Py_ssize_t n = self.n, k = self.k, i, t, cn, cm, mr = kern.i8_task_rows
+        cdef Py_ssize_t panels = (n + kern.i8_nr - 1) // kern.i8_nr
         # one row with whole groups of 4 k is read as it is; anything else is packed into row tiles
         cdef bint plain = m == 1 and k > 0 and k % 4 == 0, small_x
         # small buffers live on this call's stack (a batch-1 product allocates nothing), larger ones on the heap
@@ -752,18 +807,46 @@ cdef class PackedS8:
                     for t in range(k):
                         xsum[i] += x[i * k + t]
             helpers = split_work(m, panels, mr, product_work(m, n, k), MIN_WORK_I8, True, &cn, &cm)
-            if cn * cm == 1:
-                kern.gemm_u8s8(xp, x_zp, self.rowsum, self.packed, w_zp, xsum, n, k, 0, m, 0, panels, small_x, plain,
-                               e)
-            else:
-                j = i8_job(kern, xp, x_zp, self.rowsum, self.packed, w_zp, xsum, n, k, m, mr, panels, cn, cm,
-                           small_x, plain, e)
-                qrt_parallel_for(cn * cm, helpers, i8_task, &j)
+            j = i8_job(kern, xp, x_zp, self.rowsum, self.packed, w_zp, xsum, n, k, m, mr, panels, cn, cm, small_x,
+                       plain, e, NULL, 0, 0)
+            run_product(&j, helpers)
         if xsum != xsum_stack:
             free(xsum)
         if xp != xp_stack and not plain:
             free(xp)
         return err
+
+    cdef int matmul_float(self, const float* x, Py_ssize_t m, float inv, int32_t x_zp, bint round_first,
+                          bint small_x, const qrt_epilogue* e) noexcept nogil:
+        """matmul of x [m, k] (m, n, k > 0) quantized by kern.quantize_u8 (inv, x_zp, round_first) straight into
+        the packed layout (i8_quantize_pack_x), for weights without zero points (no rowsum(x) to take). Split
+        by rows alone where every thread gets a chunk, each task quantizing the rows it multiplies; else the
+        row chunks quantized first, then the product's grid. -1: out of memory."""
+        cdef const qrt_kernels* kern = self.kern
+        cdef Py_ssize_t n = self.n, k = self.k, cn, cm, panels = (n + kern.i8_nr - 1) // kern.i8_nr
+        cdef uint8_t xp_stack[SCRATCH_BYTES]
+        cdef uint8_t* xp = xp_stack
+        cdef int helpers = split_work(m, panels, kern.i8_task_rows, product_work(m, n, k), MIN_WORK_I8, True, &cn,
+                                      &cm)
+        cdef i8_job j
+        if cm >= num_threads:  # rows enough for every thread: one loop, no wait between quantizing and product
+            cn = 1
+        if kern.i8_packed_x_size(m, k) > SCRATCH_BYTES:
+            xp = <uint8_t*>malloc(kern.i8_packed_x_size(m, k))
+            if xp == NULL:
+                return -1
+        j = i8_job(kern, xp, x_zp, self.rowsum, self.packed, NULL, NULL, n, k, m, kern.i8_task_rows, panels, cn, cm,
+                   small_x, False, e, x, inv, round_first)
+        if cn * cm == 1:
+            i8_quantize_product_task(&j, 0)
+        elif cn == 1:
+            qrt_parallel_for(cm, helpers, i8_quantize_product_task, &j)
+        else:
+            qrt_parallel_for(cm, helpers, i8_quantize_task, &j)
+            qrt_parallel_for(cn * cm, helpers, i8_task, &j)
+        if xp != xp_stack:
+            free(xp)
+        return 0
 
     def __call__(self, const uint8_t[:, ::1] x, int32_t x_zp, int32_t[:, ::1] acc):
         """acc = (x - x_zp) @ (w - w_zp).T (for tests and benchmarks)."""
@@ -975,6 +1058,10 @@ cdef class DynamicLinear:
     cdef int forward(self, const float* x, Py_ssize_t m, float* y, bint relu) noexcept nogil:
         """y[m, n] from x[m, k], then max(y, 0) if relu. Returns 1 if x holds NaN or infinity, -1 if out
         of memory."""
+        cdef Py_ssize_t k = self.in_features
+        if (self.is_int8 and not self.per_row and not self.w8.any_zp and m and k and self.out_features
+                and not (m == 1 and k % 4 == 0)):  # one such row is read as it is: nothing to pack
+            return self.forward_packed(x, m, y, relu)
         cdef prepared_input p
         cdef uint8_t buf[SCRATCH_BYTES]  # a batch-1 input quantizes into this call's stack
         cdef int err = self.prepare(x, m, &p, buf, SCRATCH_BYTES)
@@ -982,6 +1069,24 @@ cdef class DynamicLinear:
             err = self.project(&p, 0, m, y, relu)
         release(&p)
         return err
+
+    cdef int forward_packed(self, const float* x, Py_ssize_t m, float* y, bint relu) noexcept nogil:
+        """forward() of int8 weights without zero points: x's range, then x quantized straight into the packed
+        layout the product reads (PackedS8.matmul_float), the q values and sums those of prepare() and project().
+        The largest q, which picks the product's flavour, is hi's: quantization is monotonic in x."""
+        cdef const qrt_kernels* kern = self.w8.kern
+        cdef float lo, hi
+        cdef uint8_t largest
+        cdef qrt_epilogue e
+        memset(&e, 0, sizeof(e))
+        if x_range(kern, x, m * self.in_features, &lo, &hi):
+            return 1
+        cdef int32_t zp
+        qrt_choose_qparams(lo, hi, self.reduce_range, &e.x_scale, &zp)
+        cdef float inv = <float>1.0 / e.x_scale
+        kern.quantize_u8(&hi, 1, inv, <float>zp, self.qnnpack, &largest)
+        e.y, e.w_scale, e.bias, e.relu, e.qnnpack = y, self.scale, self.bias, relu, self.qnnpack
+        return self.w8.matmul_float(x, m, inv, zp, self.qnnpack, largest <= 128, &e)
 
     def __call__(self, const float[:, ::1] x, float[:, ::1] y, bint relu=False):
         """y = layer(x), then max(y, 0) if relu. Shapes are checked here, before the GIL is released."""

@@ -64,6 +64,21 @@ def test_dynamic_linear_int8(tmp_path, in_features, out_features, per_channel, b
             np.testing.assert_array_equal(model.run(x), want, err_msg=f"m={m} {kind}")
 
 
+@pytest.mark.parametrize("in_features,out_features", [(300, 33), (65, 97)])
+def test_dynamic_linear_quantizes_into_row_tiles(tmp_path, in_features, out_features, variant, threads):
+    """x quantized straight into the product's row tiles (symmetric weights) on every variant, split by rows
+    alone (33 outputs: one panel) and by rows and panels: rows ending in a whole, a short and a one-row tile
+    (amx-int8's 16-row tiles; the register tiles of 6, 4 and 3), k of whole and partial 64-k blocks and
+    256-k chunks (300), all torch's bits."""
+    torch.manual_seed(in_features)
+    ref = quantized_copy(torch.nn.Linear(in_features, out_features), torch.qint8, False)
+    model = _dynamic_model(tmp_path / "m.qrt", ref, in_features)
+    rng = np.random.default_rng(in_features)
+    for m in (16, 17, 35):
+        x = _activations((m, in_features), "normal", rng)
+        np.testing.assert_array_equal(model.run(x), ref(torch.from_numpy(x)).detach().numpy(), err_msg=f"m={m}")
+
+
 @pytest.mark.parametrize(
     "in_features,out_features",
     SIZES + [(600, 37), (1100, 70), (513, 32), (1024, 65)],  # K > 512 with a partial block of 32 columns

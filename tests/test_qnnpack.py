@@ -118,12 +118,14 @@ def test_dynamic_linear_both_engines(tmp_path, in_features, out_features, per_ch
 
 @pytest.mark.parametrize("variant", RUNNABLE)
 @pytest.mark.parametrize("in_features,out_features", [(7, 5), (64, 40), (257, 65), (1030, 33)])
-def test_dynamic_linear_every_variant_against_the_oracle(in_features, out_features, variant):
-    """Every kernel variant (fused register epilogues included) gives the oracle's bits, weight zero points too."""
+@pytest.mark.parametrize("zero_points", [True, False], ids=["w_zp", "symmetric"])
+def test_dynamic_linear_every_variant_against_the_oracle(in_features, out_features, variant, zero_points):
+    """Every kernel variant (fused register epilogues included) gives the oracle's bits, with weight zero points
+    (x quantized, then packed) and without (x quantized straight into the row tiles)."""
     rng = np.random.default_rng(in_features)
     w = rng.integers(-128, 128, (out_features, in_features), dtype=np.int8)
     w_scale = rng.uniform(1e-3, 2e-2, out_features).astype(f32)
-    w_zp = rng.integers(-4, 5, out_features).astype(np.int32)
+    w_zp = rng.integers(-4, 5, out_features).astype(np.int32) * zero_points
     bias = rng.standard_normal(out_features).astype(f32)
     before = K.kernel_variant()
     try:

@@ -59,6 +59,39 @@ static int i8_largest(const uint8_t* x, ptrdiff_t count) {
     return largest;
 }
 
+/* Dynamic quantization's parameters (qrt_quantize_u8's): the packers quantize x on the way. */
+typedef struct {
+    float inv, zp;
+    int round_first;
+} i8_qparams;
+
+#define I8_QK 256 /* k a row quantizes at a time into the stack before the tile takes it: I8_MR x 256 bytes */
+
+/* Rows [i0, i0 + rows) of float x quantized into the tile at `tile` as i8_pack_tile lays them out, through a
+ * stack buffer of I8_QK k a row (in L1) rather than a q buffer of all of x. */
+static void i8_quantize_tile(uint8_t* tile, const float* x, ptrdiff_t k, ptrdiff_t i0, int rows, const i8_qparams* z) {
+    uint8_t q[I8_MR * I8_QK];
+    for (ptrdiff_t t0 = 0; t0 < k; t0 += I8_QK) {
+        const ptrdiff_t w = k - t0 < I8_QK ? k - t0 : I8_QK;
+        for (int r = 0; r < rows; r++)
+            qrt_quantize_span(x + (i0 + r) * k + t0, w, z->inv, z->zp, z->round_first, q + r * w);
+        i8_pack_tile(tile + t0 / 4 * I8_MR * 4, q, w, 0, rows); /* w is a multiple of 4 but at the end */
+    }
+}
+
+#if !defined(I8_AMX) /* which packs x its own way (gemm_i8_amx.h) */
+/* qrt_i8_pack_x of x quantized by qrt_quantize_u8 (inv, zp, round_first), without q in memory. */
+static void qrt_i8_quantize_pack_x(const float* x, ptrdiff_t m, ptrdiff_t k, float inv, float zp, int round_first,
+                                   uint8_t* out) {
+    const ptrdiff_t kx = qrt_round_up(k, I8_XALIGN);
+    const i8_qparams z = {inv, zp, round_first};
+    if (m % I8_MR || k % I8_XALIGN)
+        memset(out, 0, (size_t)qrt_i8_packed_x_size(m, k));
+    for (ptrdiff_t i0 = 0; i0 < m; i0 += I8_MR)
+        i8_quantize_tile(out + i0 * kx, x, k, i0, (int)(m - i0 < I8_MR ? m - i0 : I8_MR), &z);
+}
+#endif
+
 #if !defined(I8_AMX) /* which packs x its own way (gemm_i8_amx.h) */
 /* x[m][k] -> tiles of I8_MR rows (i8_pack_tile), padding rows and k 0. Returns the largest value of x. */
 static int qrt_i8_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* out) {

@@ -21,6 +21,10 @@
  * against 9.5 us). */
 #define I8_AMX_ROWS 2
 #define I8_AMX_BLOCK 1024 /* bytes of one tile register: 16 rows x 64 bytes */
+/* A task's rows: i8_amx_rows' blocks of 32 rows, in which each weight tile loaded serves two x tiles; tasks
+ * of 16 rows loaded the weights twice as often (a dynamic linear on 2 threads, M=128 K=N=384: 24 -> 17-18 us;
+ * K=384 N=1536: 48-52 -> 43-45 us). */
+#define I8_TASK_ROWS 32
 
 typedef struct {
     uint8_t palette, start_row, reserved[14];
@@ -63,6 +67,42 @@ static int qrt_i8_amx_pack_x(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t
     return i8_largest(x, m * k);
 }
 
+/* Rows [i0, i0 + rows) of float x quantized into an AMX tile as i8_amx_pack_tile lays q out: each whole 64 k a
+ * constant span, whose quantization inlines as straight vector code. */
+static void i8_amx_quantize_tile(uint8_t* tile, const float* x, ptrdiff_t k, ptrdiff_t i0, int rows,
+                                 const i8_qparams* z) {
+    for (int r = 0; r < rows; r++) {
+        const float* row = x + (i0 + r) * k;
+        ptrdiff_t t = 0;
+        if (z->round_first)
+            for (; t + 64 <= k; t += 64)
+                qrt_quantize_span(row + t, 64, z->inv, z->zp, 1, tile + t / 64 * I8_AMX_BLOCK + r * 64);
+        else
+            for (; t + 64 <= k; t += 64)
+                qrt_quantize_span(row + t, 64, z->inv, z->zp, 0, tile + t / 64 * I8_AMX_BLOCK + r * 64);
+        qrt_quantize_span(row + t, k - t, z->inv, z->zp, z->round_first, tile + t / 64 * I8_AMX_BLOCK + r * 64);
+    }
+}
+
+/* qrt_i8_amx_pack_x of x quantized by qrt_quantize_u8 (inv, zp, round_first), without q in memory: one pass
+ * over x after its range where quantize, pack and largest took three (a dynamic linear on one thread, M=128
+ * K=1536 N=384: 107 -> 96 us). */
+static void qrt_i8_amx_quantize_pack_x(const float* x, ptrdiff_t m, ptrdiff_t k, float inv, float zp, int round_first,
+                                       uint8_t* out) {
+    uint8_t* base = i8_amx_base(out);
+    const ptrdiff_t kx = qrt_round_up(k, I8_XALIGN);
+    const i8_qparams z = {inv, zp, round_first};
+    if (m % I8_MR || k % I8_XALIGN)
+        memset(base, 0, (size_t)qrt_i8_packed_x_size(m, k));
+    for (ptrdiff_t i0 = 0; i0 < m; i0 += I8_MR) {
+        const int rows = (int)(m - i0 < I8_MR ? m - i0 : I8_MR);
+        if (rows >= I8_AMX_ROWS)
+            i8_amx_quantize_tile(base + i0 * kx, x, k, i0, rows, &z);
+        else
+            i8_quantize_tile(base + i0 * kx, x, k, i0, rows, &z);
+    }
+}
+
 /* One block of 64 k: sums 0, 1 (and 2, 3 when two) += x tile x0 (x1) times weight blocks w0, w1. */
 QRT_INLINE void i8_amx_step(const uint8_t* x0, const uint8_t* x1, const int two, const int8_t* w0, const int8_t* w1) {
     _tile_loadd(4, x0, 64);
@@ -103,6 +143,23 @@ QRT_INLINE void i8_amx_tile(const uint8_t* x0, const uint8_t* x1, const int two,
     }
 }
 
+/* The dynamic linear's epilogue (i8_fused) of rows of one panel's sums c (rows I8_NR apart), a register at a time
+ * from o's tables: qrt_epilogue_rows' loop multiplied x_scale by w_scale[j] again on every row and tested e's
+ * fields on every row (M=128 K=384 N=1536, one thread: 77-79 -> 74-76 us; N=384 the same). */
+static void i8_amx_dequantize(const i8_out* o, ptrdiff_t rows, const int32_t* c) {
+    if (o->cols == I8_NR) {
+        for (ptrdiff_t r = 0; r < rows; r++)
+            QRT_UNROLL for (int v = 0; v < I8_NR / 16; v++)
+                I8_DEQUANTIZE(o->y + r * o->ldy + 16 * v, I8_LOADC(c + r * I8_NR + 16 * v), o->scale + 16 * v,
+                              o->bias + 16 * v, o->relu, 16);
+        return;
+    }
+    for (ptrdiff_t r = 0; r < rows; r++)
+        for (ptrdiff_t v = 0; 16 * v < o->cols; v++)
+            I8_DEQUANTIZE(o->y + r * o->ldy + 16 * v, I8_LOADC(c + r * I8_NR + 16 * v), o->scale + 16 * v,
+                          o->bias + 16 * v, o->relu, (int)(o->cols - 16 * v < 16 ? o->cols - 16 * v : 16));
+}
+
 /* Weights a group of panels may hold: each block of 32 rows runs over a whole group while its x stays in L1
  * (32 KiB at K = 1024) and the group in L2 (half of Sapphire and Granite Rapids' 2 MiB). Against panels
  * outside and rows inside, as avx512-vnni walks them: M=512 K=N=1024 510-590 -> 440 us; M=64 K=N=4096 (16
@@ -124,6 +181,8 @@ static void i8_amx_rows(const uint8_t* base, int32_t x_zp, const int32_t* w_rows
     _Alignas(64) int32_t c[32 * I8_NR];
     _Alignas(64) int8_t tail[I8_NR / QRT_STRIP][I8_AMX_BLOCK];
     int32_t offsets[I8_NR], start[I8_NR], f;
+    _Alignas(64) float scale[I8_NR], bias[I8_NR];
+    const int fused = i8_fused(e, x_rowsum, 0); /* AMX has one flavour: small x or not */
     if (tail_bytes && p1 > last)
         for (ptrdiff_t s = 0; s < I8_NR / QRT_STRIP; s++) {
             memcpy(tail[s], packed + last * I8_NR * kp + s * ss + whole * I8_AMX_BLOCK, (size_t)tail_bytes);
@@ -153,7 +212,14 @@ static void i8_amx_rows(const uint8_t* base, int32_t x_zp, const int32_t* w_rows
                     else
                         i8_amx_tile(x0, x0, 0, w, ss, blocks, wt, start + 32 * q, c + 32 * q);
                 }
-                qrt_epilogue_rows(e, i, i + 32 < i1 ? i + 32 : i1, n, j0, j1, c, I8_NR, w_zp, x_rowsum);
+                const ptrdiff_t iend = i + 32 < i1 ? i + 32 : i1;
+                if (fused) {
+                    i8_out out = i8_out_at(e, n, j0, j1, scale, bias);
+                    out.y = e->y + i * n + j0;
+                    i8_amx_dequantize(&out, iend - i, c);
+                } else {
+                    qrt_epilogue_rows(e, i, iend, n, j0, j1, c, I8_NR, w_zp, x_rowsum);
+                }
             }
     _tile_release();
 }

@@ -55,6 +55,7 @@ typedef struct {
     const char* i8_isa;   /* the primitives of each product */
     const char* fp_isa;
     int i8_nr, i8_mr;     /* panel columns and tile rows of the int8 product */
+    int i8_task_rows;     /* rows a task of it takes a multiple of: whole row tiles, or blocks of them */
     int i8_small_x;       /* whether the product has a faster flavour for activations <= 128 (its small_x) */
     int fp_nr, fp_mr;     /* ... and of the float product */
 
@@ -62,6 +63,8 @@ typedef struct {
      * weights' row sums, zero past n to a whole QRT_I8_NPAD; small_x: max(x) <= 128) */
     ptrdiff_t (*i8_packed_x_size)(ptrdiff_t m, ptrdiff_t k);
     int (*i8_pack_x)(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* out); /* returns max(x) */
+    void (*i8_quantize_pack_x)(const float* x, ptrdiff_t m, ptrdiff_t k, float inv, float zp, int round_first,
+                               uint8_t* out); /* i8_pack_x of quantize_u8's q for x, without q in memory */
     void (*gemm_u8s8)(const uint8_t* xpacked, int32_t x_zp, const int32_t* w_rowsum, const int8_t* packed,
                       const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0, ptrdiff_t i1,
                       ptrdiff_t p0, ptrdiff_t p1, int small_x, int x_plain, const qrt_epilogue* e);

@@ -38,7 +38,7 @@ static int qrt_min_max(const float* x, ptrdiff_t n, float* lo, float* hi) {
  * nearbyintf's). round_first keeps rne(x * inv) signed within [-256, 512] before adding the zero point (zp in
  * [0, 255]), which clamps the same. GCC compiled float clamps of nearbyintf's result into mask juggling: 2240
  * floats in 209 -> 113 ns on avx512-vnni, 531 -> 278 on avx2 (Zen 5). */
-static void qrt_quantize_u8(const float* x, ptrdiff_t n, float inv, float zp, int round_first, uint8_t* q) {
+QRT_INLINE void qrt_quantize_span(const float* x, ptrdiff_t n, float inv, float zp, int round_first, uint8_t* q) {
     const int32_t shift = 0x4b400000; /* the bits of 1.5 * 2^23 */
     if (round_first) {
         const int32_t z = (int32_t)zp;
@@ -55,6 +55,11 @@ static void qrt_quantize_u8(const float* x, ptrdiff_t n, float inv, float zp, in
         v = (v > shift ? v : shift) - shift; /* 0 at least */
         q[i] = (uint8_t)(v < 255 ? v : 255);
     }
+}
+
+/* The table's entry; the packers of x (gemm_i8.h, gemm_i8_amx.h) inline the span at a constant length. */
+static void qrt_quantize_u8(const float* x, ptrdiff_t n, float inv, float zp, int round_first, uint8_t* q) {
+    qrt_quantize_span(x, n, inv, zp, round_first, q);
 }
 
 /* The largest of x[0..n) (0 if n is 0): whether a row of x may take the int8 product's faster flavour. */
