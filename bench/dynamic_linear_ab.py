@@ -11,11 +11,10 @@ round's median time per call, in microseconds.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
-from harness import ab_builds, round_median
+from harness import ab_builds, ab_medians
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # (M, K, N): attention's q, k, v and output projections, q, k and v as one, the MLP's two
@@ -51,19 +50,7 @@ def main() -> None:
     parsed = ab_builds(__file__, __doc__, [1, 2], one_round)
     if parsed is None:  # the child process: it printed its round
         return
-    args, runs = parsed
-    builds = args.build
-    ts = [str(t) for t in args.threads]
-    print(f"{'M x K x N (us per call)':26s}" + "".join(f"{f'{n} {t}thr':>18s}" for t in ts for n in builds))
-    summary: dict = {}
-    for case in cases():
-        med = {(n, t): round_median(runs[n], case, t) for t in ts for n in builds}
-        summary[case] = {n: {t: med[n, t] for t in ts} for n in builds}
-        print(f"{case:26s}" + "".join(f"{med[n, t] * 1e6:18.1f}" for t in ts for n in builds))
-    print(f"load average (1 min) at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"threads": args.threads, "rounds": args.rounds, "builds": builds, "us": summary}, f, indent=1)
+    ab_medians(*parsed, cases(), "M x K x N (us per call)", 26, 18)
 
 
 if __name__ == "__main__":

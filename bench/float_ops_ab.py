@@ -10,11 +10,10 @@ round's median time per call, in microseconds.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
-from harness import ab_builds, round_median
+from harness import ab_builds, ab_medians
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHAPES = [(1, 128, 1536), (32, 128, 1536), (1, 128, 384), (32, 128, 384)]
@@ -58,18 +57,7 @@ def main() -> None:
     parsed = ab_builds(__file__, __doc__, [1, 2], one_round)
     if parsed is None:  # the child process: it printed its round
         return
-    args, runs = parsed
-    builds = args.build
-    ts = [str(t) for t in args.threads]
-    print(f"{'case (us per call)':34s}" + "".join(f"{f'{n} {t}thr':>14s}" for t in ts for n in builds))
-    summary: dict = {}
-    for case in cases():
-        med = {(n, t): round_median(runs[n], case, t) for t in ts for n in builds}
-        summary[case] = {n: {t: med[n, t] for t in ts} for n in builds}
-        print(f"{case:34s}" + "".join(f"{med[n, t] * 1e6:14.1f}" for t in ts for n in builds))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"threads": args.threads, "rounds": args.rounds, "builds": builds, "us": summary}, f, indent=1)
+    ab_medians(*parsed, cases(), "case (us per call)", 34)
 
 
 if __name__ == "__main__":

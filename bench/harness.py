@@ -141,6 +141,22 @@ def round_median(rounds: list[dict], *keys: str) -> float:
     return statistics.median(values)
 
 
+def ab_medians(args: argparse.Namespace, runs: dict[str, list[dict]], cases: list[str], label: str,
+               width: int = 26, column: int = 14) -> None:
+    """ab_builds' results as a table of microseconds a call, a row per case and a column per thread count and
+    build (each the median over the rounds), the load average after, and the same medians to --json."""
+    builds, ts = args.build, [str(t) for t in args.threads]
+    print(f"{label:{width}s}" + "".join(f"{f'{n} {t}thr':>{column}s}" for t in ts for n in builds))
+    summary: dict = {}
+    for case in cases:
+        med = {(n, t): round_median(runs[n], case, t) for t in ts for n in builds}
+        summary[case] = {n: {t: med[n, t] for t in ts} for n in builds}
+        print(f"{case:{width}s}" + "".join(f"{med[n, t] * 1e6:{column}.1f}" for t in ts for n in builds))
+    print(f"load average (1 min) at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    if args.json:
+        write_json(args.json, {"threads": args.threads, "rounds": args.rounds, "builds": builds, "us": summary})
+
+
 def ab_builds(script: str, doc: str, default_threads: list[int],
               one_round: Callable[[list[int]], dict]) -> tuple[argparse.Namespace, dict[str, list[dict]]] | None:
     """The A/B runner of two or more in-place builds of qrt (--build NAME=PATH): each build runs `script
