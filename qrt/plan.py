@@ -261,14 +261,15 @@ class Plan:
             return None
         nodes = self.graph.nodes
         static = self._fixed_by_shapes(env)
-        heads = {**self._attention_steps(env), **self._add_norm_steps(env, static)}
-        fused = self._fused | {j for step in heads.values() for j in step.pop("fused")}
+        # steps that also run nodes before them: attention through its heads' permutes, layer_norm with its add
+        merged = {**self._attention_steps(env), **self._add_norm_steps(env, static)}
+        fused = self._fused | {j for step in merged.values() for j in step.pop("fused")}
         fused |= {self._producer[v] for v in static}
-        stacked = self._stack_linears(env, heads, fused)
-        native = [heads.get(i) or stacked.get(i) or self._native(i, env, fused) for i in range(len(nodes))]
+        stacked = self._stack_linears(env, merged, fused)
+        native = [merged.get(i) or stacked.get(i) or self._native(i, env, fused) for i in range(len(nodes))]
         writes = {**{j: nodes[r].outputs[0] for j, r in self._relu_of.items()},
-                  **{i: step["y"] for i, step in {**heads, **stacked}.items()}}
-        step_reads = {i: [step[p] for p in ("a", "b", "c", "d") if p in step] for i, step in heads.items()}
+                  **{i: step["y"] for i, step in {**merged, **stacked}.items()}}
+        step_reads = {i: [step[p] for p in ("a", "b", "c", "d") if p in step] for i, step in merged.items()}
         # the storage of each root value
         inputs, outputs = set(self._input_names), set(self._output_names)
         kind: dict[str, int] = {}
@@ -451,23 +452,24 @@ class Plan:
                 found[readers[0]]["fused"].append(j)
         return found
 
-    def _stack_linears(self, env: dict[str, np.ndarray], heads: dict[int, dict], fused: set[int]) -> dict[int, dict]:
+    def _stack_linears(self, env: dict[str, np.ndarray], merged: dict[int, dict], fused: set[int]) -> dict[int, dict]:
         """The members of each group of linears reading one input (self._linear_groups) whose outputs only attention
         steps read, reading each as q, k or v (they take a row stride), at the shapes of env, run as one product
         (qrt/stacked_linears.py): its step by node, the group's first, writing a new value "#stacked<node>" (put in
-        env), the members' outputs side by side; the attention steps (heads) are changed to read them there, the
-        other members join fused. Where another step reads an output, its linear runs alone (no copy is made)."""
+        env), the members' outputs side by side; the attention steps among merged (the steps that also run nodes
+        before them) are changed to read them there, the other members join fused. Where another step reads an
+        output, its linear runs alone (no copy is made)."""
         nodes, outputs = self.graph.nodes, {self._root(v) for v in self._output_names}
         reads: dict[str, list[tuple[int, str | None]]] = {}  # root -> (node, its attention step's port or None)
         for i, node in enumerate(nodes):
             if i in fused or node.op in _VIEWS:
                 continue
-            if i in heads and heads[i]["op"] == PS_ATTENTION:
-                ports = [(p, heads[i][p]) for p in "abcd" if p in heads[i]]
-            elif i in heads:  # a layer_norm reading an add's operands
-                ports = [(None, heads[i][p]) for p in "ab"]
-            else:
+            step = merged.get(i)
+            if step is None:
                 ports = [(None, v) for v in self._args[i]]
+            else:  # an attention's q, k, v (and mask) by port; a layer_norm's add operands are plain reads
+                attention = step["op"] == PS_ATTENTION
+                ports = [(p if attention else None, step[p]) for p in "abcd" if p in step]
             for port, v in ports:
                 reads.setdefault(self._root(v), []).append((i, port))
         operand = dict(zip("abc", "qkv"))
@@ -477,8 +479,8 @@ class Plan:
             for i, port in reads.get(out, []):
                 if port not in operand:
                     return False
-                seen = env[heads[i][port]].shape  # [B, L, H, E] under the heads permute, else the operand's
-                through_heads = heads[i][port] != nodes[i].inputs[operand[port]]
+                seen = env[merged[i][port]].shape  # [B, L, H, E] under the heads permute, else the operand's
+                through_heads = merged[i][port] != nodes[i].inputs[operand[port]]
                 if math.prod(seen[-2:] if through_heads else seen[-1:]) != env[out].shape[-1]:
                     return False
             return out not in outputs
@@ -504,7 +506,7 @@ class Plan:
             stacked[members[0]] = {"op": PS_LINEAR_DYNAMIC, "a": nodes[members[0]].inputs["x"], "y": name, "m": m,
                                    "kernel": kernel, "relu": 0}
         for i, placed in columns.items():  # each attention step made again, reading its operands where they lie
-            node, step = nodes[i], heads[i]
+            node, step = nodes[i], merged[i]
             between = tuple(step[port] != node.inputs[p] for port, p in operand.items()) + (
                 step["y"] != node.outputs[0],)
             mask = node.inputs.get("mask")
