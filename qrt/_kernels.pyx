@@ -692,7 +692,7 @@ cdef int pack_x(const qrt_kernels* kern, const uint8_t* x, Py_ssize_t m, Py_ssiz
     return largest
 
 
-cdef struct i8_job:  # a product's tiles, task t the (t % cm)-th row chunk of the (t // cm)-th panel chunk
+cdef struct i8_job:  # a product's tiles, task t the (t // cn)-th row chunk's (t % cn)-th panel chunk (see i8_task)
     const qrt_kernels* kern
     const uint8_t* xp
     int32_t x_zp
@@ -714,8 +714,10 @@ cdef inline Py_ssize_t chunk_rows(const i8_job* j, Py_ssize_t r) noexcept nogil:
 
 
 cdef void i8_task(void* ctx, ptrdiff_t t) noexcept nogil:
+    """Tile t, consecutive tiles along a row chunk: the pool's shares of consecutive tasks (threadpool.h) give a
+    thread whole row chunks, the rows the row-split step before it wrote on that thread."""
     cdef i8_job* j = <i8_job*>ctx
-    cdef Py_ssize_t r = t % j.cm, c = t // j.cm
+    cdef Py_ssize_t r = t // j.cn, c = t % j.cn
     j.kern.gemm_u8s8(j.xp, j.x_zp, j.rowsum, j.packed, j.w_zp, j.xsum, j.n, j.k, chunk_rows(j, r), chunk_rows(j, r + 1),
                      chunk(j.panels, j.cn, c), chunk(j.panels, j.cn, c + 1), j.small_x, j.plain, j.e)
 
@@ -863,7 +865,8 @@ cdef class PackedS8:
             raise MemoryError()
 
 
-cdef struct fp_job:  # as i8_job, over row tiles of the float product
+cdef struct fp_job:  # as i8_job, over row tiles of the float product, but task t the (t % cm)-th row chunk of the
+    # (t // cm)-th panel chunk: a thread's share keeps its panels, whose weights it read the call before
     const qrt_kernels* kern
     const float* xp
     const void* packed

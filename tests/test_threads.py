@@ -207,16 +207,30 @@ def test_a_forked_child_gets_a_pool_of_its_own():
     assert r.returncode == 0 and r.stdout.strip() == "0", r.stderr
 
 
+def _build_stress(tmp_path, *flags: str) -> subprocess.CompletedProcess:
+    root = pathlib.Path(__file__).resolve().parent.parent
+    return subprocess.run(["cc", "-std=c11", "-O2", "-pthread", *flags, "-I", str(root / "qrt" / "kernels"),
+                           str(root / "tests" / "threadpool_stress.c"), str(root / "qrt" / "kernels" / "threadpool.c"),
+                           "-o", str(tmp_path / "stress")], capture_output=True, text=True)
+
+
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
 @pytest.mark.parametrize("wait", ["futex", "condvar"])
 def test_pool_under_stress(tmp_path, wait):
     """tests/threadpool_stress.c: thousands of loops of 1 to 300 tasks from several caller threads, nested
     loops, changing teams; every task runs exactly once. Built with the futex and with the condition
     variable that other systems get (QRT_POOL_CONDVAR)."""
-    root = pathlib.Path(__file__).resolve().parent.parent
-    exe = tmp_path / "stress"
-    subprocess.run(["cc", "-std=c11", "-O2", "-pthread", *(["-DQRT_POOL_CONDVAR"] if wait == "condvar" else []),
-                    "-I", str(root / "qrt" / "kernels"), str(root / "tests" / "threadpool_stress.c"),
-                    str(root / "qrt" / "kernels" / "threadpool.c"), "-o", str(exe)], check=True, capture_output=True)
-    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    _build_stress(tmp_path, *(["-DQRT_POOL_CONDVAR"] if wait == "condvar" else [])).check_returncode()
+    r = subprocess.run([str(tmp_path / "stress")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.startswith("ok"), r.stderr
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+def test_pool_under_stress_has_no_data_race(tmp_path):
+    """The stress program under ThreadSanitizer: the pool's shares are taken lock-free (threadpool.c), and a
+    read of the loop's fields by a thread a loop behind is a race no count of tasks would show."""
+    built = _build_stress(tmp_path, "-g", "-fsanitize=thread")
+    if built.returncode:
+        pytest.skip(f"this compiler cannot build with ThreadSanitizer: {built.stderr.strip()[-200:]}")
+    r = subprocess.run([str(tmp_path / "stress")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.startswith("ok") and "ThreadSanitizer" not in r.stderr, r.stderr[-3000:]

@@ -1,11 +1,19 @@
 /* qrt's thread pool (threadpool.h): pthreads, C11 atomics, a futex on Linux and a condition variable
  * elsewhere.
  *
- * One loop at a time holds the pool (pool.lock). Its state is one 64-bit word, job: the loop's number
- * (epoch), its task count and the next task to hand out. A thread takes a task by a compare-and-swap
- * that moves "next" on, so a thread still holding the word of an earlier loop fails the swap and can
- * never take a task, or read fn and ctx, of a loop that is not the one it sees. The caller waits for
- * `done` to reach the task count; fn and ctx stay valid until then. */
+ * One loop at a time holds the pool (pool.lock). Its tasks are dealt out as shares, near-equal runs of
+ * consecutive tasks, one to each thread it may wake (the caller is share 0, worker i share i). Each share is
+ * one 64-bit word: the loop's number (epoch), the share's end and its next task. A thread takes the tasks
+ * of its own share from the front, then, its share done, other shares' from the back; each take is a
+ * compare-and-swap on the share's word, so a thread still on an earlier loop (its epoch not the word's)
+ * never takes a task, or reads fn and ctx, of a loop that is not the one it sees. The caller waits for
+ * `done` to reach the task count; fn, ctx and tasks stay valid until then.
+ *
+ * Why shares: callers split rows into consecutive tasks the same way loop after loop (a product's row
+ * chunks, a float op's, layer_norm's), so a thread takes the same rows step after step and reads what it
+ * wrote from its own cache. Lines another core has just written cost about 3x as much to read and 4x to
+ * write over (2 vCPUs of a Xeon VM, 786 KiB: read in 11 against 32 us, written over in 43; docs/PERFORMANCE.md,
+ * "Threads"). Taken from one counter, a task went to whichever thread came first. */
 #define _GNU_SOURCE
 #include "threadpool.h"
 
@@ -28,9 +36,16 @@
 #define SPIN_NS 50000
 #define YIELD_NS 2000
 
-#define NEXT_BITS 20 /* the job word's "next" and "tasks" fields: QRT_POOL_MAX_TASKS fits either */
+#define NEXT_BITS 20 /* a share word's "next" and "end" fields: QRT_POOL_MAX_TASKS fits either */
 #define FIELD_MASK ((UINT64_C(1) << NEXT_BITS) - 1)
-#define JOB(epoch, tasks) (((uint64_t)(epoch) << (2 * NEXT_BITS)) | ((uint64_t)(tasks) << NEXT_BITS))
+#define EPOCH_MASK ((UINT32_C(1) << (64 - 2 * NEXT_BITS)) - 1)
+#define SHARE(epoch, next, end) \
+    (((uint64_t)((epoch) & EPOCH_MASK) << (2 * NEXT_BITS)) | ((uint64_t)(end) << NEXT_BITS) | (uint64_t)(next))
+#define MAX_SHARES 256 /* threads past it have no share of their own: they take from the others' */
+
+typedef struct {
+    _Alignas(64) _Atomic uint64_t word; /* epoch << 40 | end << 20 | next task; a cache line each */
+} qrt_share;
 
 typedef struct {
     pthread_mutex_t lock;           /* held by the loop in progress, and by configure */
@@ -38,7 +53,10 @@ typedef struct {
     int started;                    /* the team for `threads` was started (nworkers of it, if threads ran out) */
     int nworkers;                   /* worker threads running */
     pthread_t* workers;
-    _Atomic uint64_t job;           /* epoch << 40 | tasks << 20 | next task */
+    qrt_share shares[MAX_SHARES];   /* the loop's shares, nshares of them */
+    _Atomic int nshares;
+    ptrdiff_t tasks;                /* the loop's task count */
+    _Atomic int next_id;            /* the share the next worker to start takes */
     _Atomic uint32_t epoch;         /* the futex the workers sleep on: moves on with every loop */
     _Atomic uint32_t done;          /* tasks of this loop that have returned (the caller's futex) */
     _Atomic int sleepers;           /* workers asleep on epoch, or about to be */
@@ -121,26 +139,45 @@ static int spin_until(_Atomic uint32_t* word, uint32_t value, int equal) {
 
 /* ------------------------------------------------------------ running tasks */
 
-/* Takes and runs tasks of the loop in the job word until none is left. */
-static void run_tasks(void) {
+/* A task of share s of loop `epoch`, taken from the front (the share's own thread) or the back (another);
+ * -1 when the share has none left or belongs to another loop. */
+static ptrdiff_t take(qrt_share* s, uint32_t epoch, int front) {
+    uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
     for (;;) {
-        uint64_t w = atomic_load_explicit(&pool.job, memory_order_acquire), next, tasks;
-        do {
-            next = w & FIELD_MASK;
-            tasks = (w >> NEXT_BITS) & FIELD_MASK;
-            if (next >= tasks)
-                return;
-        } while (!atomic_compare_exchange_weak_explicit(&pool.job, &w, w + 1, memory_order_acquire,
-                                                        memory_order_acquire));
-        pool.fn(pool.ctx, (ptrdiff_t)next);
-        /* seq_cst with the caller's caller_asleep: either it sees this count or this sees its flag */
-        if (atomic_fetch_add(&pool.done, 1) + 1 == (uint32_t)tasks && atomic_load(&pool.caller_asleep))
-            wake(&pool.done, 1);
+        const uint64_t next = w & FIELD_MASK, end = (w >> NEXT_BITS) & FIELD_MASK;
+        if ((w >> (2 * NEXT_BITS)) != (epoch & EPOCH_MASK) || next >= end)
+            return -1;
+        const uint64_t taken = front ? w + 1 : w - (UINT64_C(1) << NEXT_BITS);
+        if (atomic_compare_exchange_weak_explicit(&s->word, &w, taken, memory_order_acquire, memory_order_acquire))
+            return (ptrdiff_t)(front ? next : end - 1);
+    }
+}
+
+static void run_task(ptrdiff_t t) {
+    const uint32_t tasks = (uint32_t)pool.tasks; /* read while the loop is sure to be this one: t is not done */
+    pool.fn(pool.ctx, t);
+    /* seq_cst with the caller's caller_asleep: either it sees this count or this sees its flag */
+    if (atomic_fetch_add(&pool.done, 1) + 1 == tasks && atomic_load(&pool.caller_asleep))
+        wake(&pool.done, 1);
+}
+
+/* Runs tasks of loop `epoch` until none is left: share `me`'s first, then the others' from the back. */
+static void run_tasks(int me, uint32_t epoch) {
+    const int n = atomic_load_explicit(&pool.nshares, memory_order_relaxed);
+    ptrdiff_t t;
+    if (me < n)
+        while ((t = take(&pool.shares[me], epoch, 1)) >= 0)
+            run_task(t);
+    for (int i = 1; i <= n; i++) {
+        qrt_share* s = &pool.shares[(me + i) % n];
+        while ((t = take(s, epoch, 0)) >= 0)
+            run_task(t);
     }
 }
 
 static void* worker_main(void* arg) {
     uint32_t seen = (uint32_t)(uintptr_t)arg;
+    const int me = atomic_fetch_add(&pool.next_id, 1);
     in_pool = 1;
     for (;;) {
         if (!spin_until(&pool.epoch, seen, 0)) {
@@ -153,7 +190,7 @@ static void* worker_main(void* arg) {
         seen = atomic_load_explicit(&pool.epoch, memory_order_acquire);
         if (atomic_load(&pool.stop))
             return NULL;
-        run_tasks();
+        run_tasks(me, seen);
     }
 }
 
@@ -182,6 +219,7 @@ static void start_workers(void) {
     if (pool.workers == NULL)
         return;
     uint32_t epoch = atomic_load(&pool.epoch);
+    atomic_store(&pool.next_id, 1);
     while (pool.nworkers < want &&
            pthread_create(&pool.workers[pool.nworkers], NULL, worker_main, (void*)(uintptr_t)epoch) == 0)
         pool.nworkers++;
@@ -250,20 +288,25 @@ void qrt_parallel_for(ptrdiff_t tasks, int helpers, qrt_task_fn fn, void* ctx) {
     if (!pool.started)
         start_workers();
     in_pool = 1;
-    pool.fn = fn;
-    pool.ctx = ctx;
-    atomic_store_explicit(&pool.done, 0, memory_order_relaxed);
-    uint32_t epoch = atomic_load_explicit(&pool.epoch, memory_order_relaxed) + 1;
-    atomic_store_explicit(&pool.job, JOB(epoch, tasks), memory_order_release);
-    atomic_store(&pool.epoch, epoch);
     /* wake no more threads than there are tasks beside the caller's */
     if (helpers > tasks - 1)
         helpers = (int)(tasks - 1);
     if (helpers > pool.nworkers)
         helpers = pool.nworkers;
+    pool.fn = fn;
+    pool.ctx = ctx;
+    pool.tasks = tasks;
+    atomic_store_explicit(&pool.done, 0, memory_order_relaxed);
+    const uint32_t epoch = atomic_load_explicit(&pool.epoch, memory_order_relaxed) + 1;
+    const int shares = helpers + 1 < MAX_SHARES ? helpers + 1 : MAX_SHARES;
+    atomic_store_explicit(&pool.nshares, shares, memory_order_relaxed);
+    for (int i = 0; i < shares; i++)
+        atomic_store_explicit(&pool.shares[i].word, SHARE(epoch, tasks * i / shares, tasks * (i + 1) / shares),
+                              memory_order_release);
+    atomic_store(&pool.epoch, epoch);
     if (helpers > 0 && atomic_load(&pool.sleepers) > 0)
         wake(&pool.epoch, helpers);
-    run_tasks();
+    run_tasks(0, epoch);
     uint32_t n = (uint32_t)tasks, d;
     if (!spin_until(&pool.done, n, 1)) {
         /* seq_cst with the last task's done count and caller_asleep load (run_tasks) */
