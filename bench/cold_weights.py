@@ -1,0 +1,48 @@
+"""A dynamic int8 Linear at all-MiniLM-L6-v2's shapes (128 tokens) with its weights warm in the cache and cold: one
+layer called again and again, against 8 layers of the same shape called in turn (their weights, 3.5-4.7 MiB, past
+a core's L2, as in the model), at 1 and 2 threads. Where a second thread gains less on cold weights, it is the
+weights' stream: split by rows, each thread reads all of them.
+
+    PYTHONPATH=. python bench/cold_weights.py
+
+Figures: per layer call, the best of 3 rounds of 100-call medians, microseconds."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+import qrt
+from qrt import _kernels as K
+
+SHAPES = [(128, 384, 1152), (128, 384, 1536), (128, 1536, 384)]
+
+
+def per_call(layers: list, x: np.ndarray, y: np.ndarray, threads: int) -> float:
+    qrt.set_num_threads(threads)
+    samples = []
+    for _ in range(100):
+        t = time.perf_counter()
+        for layer in layers:
+            layer(x, y)
+        samples.append(time.perf_counter() - t)
+    return statistics.median(samples) / len(layers)
+
+
+def main() -> None:
+    rng = np.random.default_rng(0)
+    print(f"{'M x K x N':16s}{'layers':>8s}{'1 thread':>10s}{'2 threads':>11s}{'ratio':>7s}  (us per layer call)")
+    for m, k, n in SHAPES:
+        x, y = rng.standard_normal((m, k)).astype(np.float32), np.empty((m, n), np.float32)
+        for count in (1, 8):
+            layers = [K.DynamicLinear(rng.integers(-127, 128, (n, k), dtype=np.int8),
+                                      (rng.random(n) * 0.01 + 1e-3).astype(np.float32), np.zeros(n, np.int32),
+                                      rng.standard_normal(n).astype(np.float32)) for _ in range(count)]
+            best = {t: min(per_call(layers, x, y, t) for _ in range(3)) for t in (1, 2)}
+            print(f"{f'{m}x{k}x{n}':16s}{count:8d}{best[1] * 1e6:10.1f}{best[2] * 1e6:11.1f}{best[1] / best[2]:7.2f}")
+
+
+if __name__ == "__main__":
+    main()
