@@ -5,30 +5,24 @@ weights' stream: split by rows, each thread reads all of them.
 
     PYTHONPATH=. python bench/cold_weights.py
 
-Figures: per layer call, the best of 3 rounds of 100-call medians, microseconds."""
+Figures: per layer call, medians of samples interleaved across the layer counts and thread counts of a shape
+(bench/harness.py time_calls), microseconds."""
 
 from __future__ import annotations
 
-import statistics
-import time
+import os
+import sys
 
 import numpy as np
 
 import qrt
 from qrt import _kernels as K
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import time_calls  # noqa: E402
+
 SHAPES = [(128, 384, 1152), (128, 384, 1536), (128, 1536, 384)]
-
-
-def per_call(layers: list, x: np.ndarray, y: np.ndarray, threads: int) -> float:
-    qrt.set_num_threads(threads)
-    samples = []
-    for _ in range(100):
-        t = time.perf_counter()
-        for layer in layers:
-            layer(x, y)
-        samples.append(time.perf_counter() - t)
-    return statistics.median(samples) / len(layers)
+COUNTS = (1, 8)
 
 
 def main() -> None:
@@ -36,12 +30,23 @@ def main() -> None:
     print(f"{'M x K x N':16s}{'layers':>8s}{'1 thread':>10s}{'2 threads':>11s}{'ratio':>7s}  (us per layer call)")
     for m, k, n in SHAPES:
         x, y = rng.standard_normal((m, k)).astype(np.float32), np.empty((m, n), np.float32)
-        for count in (1, 8):
+        fns, setups = [], []
+        for count in COUNTS:
             layers = [K.DynamicLinear(rng.integers(-127, 128, (n, k), dtype=np.int8),
                                       (rng.random(n) * 0.01 + 1e-3).astype(np.float32), np.zeros(n, np.int32),
                                       rng.standard_normal(n).astype(np.float32)) for _ in range(count)]
-            best = {t: min(per_call(layers, x, y, t) for _ in range(3)) for t in (1, 2)}
-            print(f"{f'{m}x{k}x{n}':16s}{count:8d}{best[1] * 1e6:10.1f}{best[2] * 1e6:11.1f}{best[1] / best[2]:7.2f}")
+
+            def calls(layers: list = layers, x: np.ndarray = x, y: np.ndarray = y) -> None:
+                for layer in layers:
+                    layer(x, y)
+
+            for threads in (1, 2):
+                fns.append(calls)
+                setups.append(lambda threads=threads: qrt.set_num_threads(threads))
+        times = iter(time_calls(fns, min_time=0.01, repeats=31, setups=setups))
+        for count in COUNTS:
+            one, two = (next(times) / count for _ in range(2))
+            print(f"{f'{m}x{k}x{n}':16s}{count:8d}{one * 1e6:10.1f}{two * 1e6:11.1f}{one / two:7.2f}")
 
 
 if __name__ == "__main__":

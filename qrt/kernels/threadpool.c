@@ -11,9 +11,9 @@
  *
  * Why shares: callers split rows into consecutive tasks the same way loop after loop (a product's row
  * chunks, a float op's, layer_norm's), so a thread takes the same rows step after step and reads what it
- * wrote from its own cache. Lines another core has just written cost about 3x as much to read and 4x to
- * write over (2 vCPUs of a Xeon VM, 786 KiB: read in 11 against 32 us, written over in 43; docs/PERFORMANCE.md,
- * "Threads"). Taken from one counter, a task went to whichever thread came first. */
+ * wrote from its own cache. Lines another core has just written cost about 3x as much to read and to write
+ * over (2 vCPUs of a Xeon VM, 786 KiB: read in 13 against 35 us, written over in 46; bench/cross_core.c,
+ * docs/PERFORMANCE.md "Shares"). Taken from one counter, a task went to whichever thread came first. */
 #define _GNU_SOURCE
 #include "threadpool.h"
 
