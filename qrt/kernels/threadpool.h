@@ -2,11 +2,12 @@
  *
  * qrt_parallel_for(tasks, fn, ctx) calls fn(ctx, t) once for each t in [0, tasks), on the calling thread
  * and the pool's workers, and returns when all calls have returned. The tasks are dealt out in shares of
- * consecutive tasks, the first to the caller and one to each worker woken; a thread done with its own share
- * takes the others' last tasks one at a time, so a worker that the OS does not schedule holds up at most the
- * task it took, never its share. A caller that splits rows into consecutive tasks the same way loop after
- * loop so gives each thread the same rows every time, mostly. Which thread runs which task still varies:
- * callers make every task write its own outputs, so results never depend on it.
+ * consecutive tasks, the first to the caller and one to each of the first `helpers` workers; a thread done
+ * with its own share takes the others' last tasks one at a time, so a worker that the OS does not schedule
+ * (or that sleeps through the loop) holds up at most the task it took, never its share. A caller that
+ * splits rows into consecutive tasks the same way loop after loop so gives each thread the same rows every
+ * time, mostly. Which thread runs which task still varies: callers make every task write its own outputs,
+ * so results never depend on it.
  *
  * The team is created on first use with qrt_pool_configure's thread count, capped at the CPUs the
  * process may use, and kept (no per-call resizing). More threads than CPUs would only take turns on
