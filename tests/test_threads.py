@@ -233,4 +233,8 @@ def test_pool_under_stress_has_no_data_race(tmp_path):
     if built.returncode:
         pytest.skip(f"this compiler cannot build with ThreadSanitizer: {built.stderr.strip()[-200:]}")
     r = subprocess.run([str(tmp_path / "stress")], capture_output=True, text=True, timeout=300)
+    if "FATAL: ThreadSanitizer" in r.stderr and "WARNING: ThreadSanitizer" not in r.stderr:
+        # its runtime refused this kernel's memory layout (newer kernels' wider mmap randomisation), before
+        # the program ran: nothing was checked
+        pytest.skip(f"ThreadSanitizer's runtime cannot start here: {r.stderr.strip().splitlines()[0][:200]}")
     assert r.returncode == 0 and r.stdout.startswith("ok") and "ThreadSanitizer" not in r.stderr, r.stderr[-3000:]
