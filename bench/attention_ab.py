@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 
-from harness import ab_builds, ab_medians
+from harness import ab_table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HEADS, E = 12, 32
@@ -31,9 +31,8 @@ def one_round(threads: list[int]) -> dict:
     """In the build on sys.path: {case: {threads: seconds}}."""
     sys.path.insert(0, HERE)
     import numpy as np
-    from harness import time_by_threads
+    from harness import time_cases
 
-    import qrt
     from qrt import _kernels as K
 
     ops, rng = K.AttentionOps(), np.random.default_rng(0)
@@ -48,15 +47,11 @@ def one_round(threads: list[int]) -> dict:
             mask = masks.get(kind)
             fns.append(lambda q=q, k=k, v=v, off=off, y=y, n=n, mask=mask, causal=kind == "causal":
                        ops.attention(q, off, k, off, v, off, mask, mask_off, 0, scale, causal, y, n, E))
-    entries = [(name, t, fn, lambda t=t: qrt.set_num_threads(t)) for t in threads for name, fn in zip(cases(), fns)]
-    return time_by_threads(entries, min_time=0.01, repeats=7)
+    return time_cases(cases(), fns, threads, repeats=7)
 
 
 def main() -> None:
-    parsed = ab_builds(__file__, __doc__, [1, 2], one_round)
-    if parsed is None:  # the child process: it printed its round
-        return
-    ab_medians(*parsed, cases(), "case (us per call)")
+    ab_table(__file__, __doc__, one_round, cases(), "case (us per call)")
 
 
 if __name__ == "__main__":

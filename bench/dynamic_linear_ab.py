@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
-from harness import ab_builds, ab_medians
+from harness import ab_table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # (M, K, N): attention's q, k, v and output projections, q, k and v as one, the MLP's two
@@ -29,9 +29,8 @@ def one_round(threads: list[int]) -> dict:
     """In the build on sys.path: {case: {threads: seconds}}."""
     sys.path.insert(0, HERE)
     import numpy as np
-    from harness import time_by_threads
+    from harness import time_cases
 
-    import qrt
     from qrt import _kernels as K
 
     rng = np.random.default_rng(0)
@@ -42,15 +41,11 @@ def one_round(threads: list[int]) -> dict:
         layer = K.DynamicLinear(w, scale, np.zeros(n, np.int32), rng.standard_normal(n).astype(np.float32))
         x, y = rng.standard_normal((m, k)).astype(np.float32), np.empty((m, n), np.float32)
         fns.append(lambda layer=layer, x=x, y=y: layer(x, y))
-    entries = [(name, t, fn, lambda t=t: qrt.set_num_threads(t)) for t in threads for name, fn in zip(cases(), fns)]
-    return time_by_threads(entries, min_time=0.01, repeats=9)
+    return time_cases(cases(), fns, threads, repeats=9)
 
 
 def main() -> None:
-    parsed = ab_builds(__file__, __doc__, [1, 2], one_round)
-    if parsed is None:  # the child process: it printed its round
-        return
-    ab_medians(*parsed, cases(), "M x K x N (us per call)", 26, 18)
+    ab_table(__file__, __doc__, one_round, cases(), "M x K x N (us per call)", 26, 18)
 
 
 if __name__ == "__main__":

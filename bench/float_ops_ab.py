@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from harness import ab_builds, ab_medians
+from harness import ab_table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHAPES = [(1, 128, 1536), (32, 128, 1536), (1, 128, 384), (32, 128, 384)]
@@ -32,9 +32,8 @@ def one_round(threads: list[int]) -> dict:
     """In the build on sys.path: {case: {threads: seconds}}."""
     sys.path.insert(0, HERE)
     import numpy as np
-    from harness import time_by_threads
+    from harness import time_cases
 
-    import qrt
     from qrt import _kernels as K
 
     ops, rng = K.FloatOps(), np.random.default_rng(0)
@@ -49,15 +48,11 @@ def one_round(threads: list[int]) -> dict:
         fns.append(lambda r=rows, w=w, b=b, yr=y_rows: ops.layer_norm(r, w, b, 1e-12, yr))
         fns.append(lambda r=rows[..., None], yr=y_rows[..., None]: ops.softmax(False, r, yr))
         fns.append(lambda x=x, b=b, y=y: ops.binary("add", x, b, y))
-    entries = [(name, t, fn, lambda t=t: qrt.set_num_threads(t)) for t in threads for name, fn in zip(cases(), fns)]
-    return time_by_threads(entries, min_time=0.01, repeats=7)
+    return time_cases(cases(), fns, threads, repeats=7)
 
 
 def main() -> None:
-    parsed = ab_builds(__file__, __doc__, [1, 2], one_round)
-    if parsed is None:  # the child process: it printed its round
-        return
-    ab_medians(*parsed, cases(), "case (us per call)", 34)
+    ab_table(__file__, __doc__, one_round, cases(), "case (us per call)", 34)
 
 
 if __name__ == "__main__":

@@ -73,6 +73,16 @@ def time_by_threads(entries: list[tuple[str, int, Callable[[], object], Callable
         out.setdefault(case, {})[str(threads)] = t
     return out
 
+def time_cases(cases: list[str], fns: list[Callable[[], object]], threads: list[int], repeats: int,
+               min_time: float = 0.01) -> dict[str, dict[str, float]]:
+    """time_by_threads of each case's fn at every thread count, qrt.set_num_threads(t) before each of its samples
+    (an A/B round of one build: the qrt it imports is the build's)."""
+    import qrt
+
+    return time_by_threads([(name, t, fn, lambda t=t: qrt.set_num_threads(t)) for t in threads
+                            for name, fn in zip(cases, fns)], min_time=min_time, repeats=repeats)
+
+
 def machine_line(info: dict, onnxruntime: str | None, note: str) -> str:
     """The line a benchmark prints first: the CPU, the kernels torch and qrt chose, ONNX Runtime's version."""
     import torch
@@ -155,6 +165,14 @@ def ab_medians(args: argparse.Namespace, runs: dict[str, list[dict]], cases: lis
     print(f"load average (1 min) at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     if args.json:
         write_json(args.json, {"threads": args.threads, "rounds": args.rounds, "builds": builds, "us": summary})
+
+
+def ab_table(script: str, doc: str, one_round: Callable[[list[int]], dict], cases: list[str], label: str,
+             *widths: int) -> None:
+    """A script's main: ab_builds at 1 and 2 threads by default, then ab_medians' table (in the child, nothing)."""
+    parsed = ab_builds(script, doc, [1, 2], one_round)
+    if parsed is not None:
+        ab_medians(*parsed, cases, label, *widths)
 
 
 def ab_builds(script: str, doc: str, default_threads: list[int],
