@@ -866,7 +866,7 @@ cdef class PackedS8:
 
 
 cdef struct fp_job:  # as i8_job, over row tiles of the float product, but task t the (t % cm)-th row chunk of the
-    # (t // cm)-th panel chunk: a thread's share keeps its panels, whose weights it read the call before
+    # (t // cm)-th panel chunk: panel chunks outermost, as its split (split_work, panels first)
     const qrt_kernels* kern
     const float* xp
     const void* packed
