@@ -12,6 +12,8 @@
  */
 #include "layout.h"
 
+#include <stdlib.h>
+
 #ifndef I8_ROWS
 #define I8_ROWS I8_MR /* rows the exact flavour keeps in registers per call */
 #endif
@@ -199,7 +201,8 @@ typedef struct {
 #define T_COLS I8_COLS
 #define T_ROWS I8_WIDE_ROWS
 #define T_LOADW I8_WIDE_LOADW
-#define T_SETX I8_SETX
+#define T_SETX I8_WIDE_SETX
+#define T_XWORD I8_WIDE_XWORD
 #define T_DOT I8_DOT
 #define T_STORE I8_STORE
 #define T_LOADC I8_LOADC
@@ -216,6 +219,13 @@ static void i8_widen(const int8_t* strip, ptrdiff_t g0, ptrdiff_t g1, int16_t* w
     const int8_t* w = strip + g0 * QRT_STRIP * 4;
     for (ptrdiff_t t = 0; t < (g1 - g0) * QRT_STRIP * 4; t++)
         wide[t] = w[t];
+}
+
+/* n bytes of packed x, each as an int16 in the same place (i8_tile_wide's T_XWORD): once a call, where the tiles
+ * read each of x's groups once per panel. */
+static void i8_widen_x(const uint8_t* x, ptrdiff_t n, int16_t* wide) {
+    for (ptrdiff_t t = 0; t < n; t++)
+        wide[t] = x[t];
 }
 #endif
 
@@ -457,6 +467,14 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int32_t* w
         qrt_gemm_row(xpacked + i0 * kx, xs, small_x, x_zp, w_rowsum, packed, w_zp, x_rowsum, n, k, i0, p0, p1, e);
         return;
     }
+#if defined(I8_WIDE)
+    /* the rows widened once where blocks of more than I8_MR rows will read widened weights (i0 starts a row tile;
+     * the rows to i1's tile end are packed); if memory runs out, their tiles widen in the loop as small blocks do */
+    const ptrdiff_t xwide_n = (qrt_round_up(i1, I8_MR) - i0) * kx;
+    int16_t* xwide = !small_x && i1 - i0 > I8_MR ? (int16_t*)malloc((size_t)xwide_n * sizeof(int16_t)) : NULL;
+    if (xwide)
+        i8_widen_x(xpacked + i0 * kx, xwide_n, xwide);
+#endif
     /* K slices let a block of rows share a panel's slice in L1; one row reads each weight once: no slices */
     ptrdiff_t kc = i1 - i0 == 1 && groups ? groups : I8_KC / 4;
     for (p = p0; p < p1; p++) {
@@ -473,7 +491,7 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int32_t* w
                 /* widened weights pay where more than one row tile reads them: up to 6 rows, widening in the
                  * loop was as fast or faster (M=6 K=N=256: 1.80x u7's time against 1.88x; M=12: 1.77 against
                  * 1.70; M=64: 1.75 against 1.52). Several rows: kc is I8_KC / 4, what the buffer holds. */
-                const int widen = !small_x && ie - ib > I8_MR;
+                const int widen = xwide && ie - ib > I8_MR;
                 if (widen)
                     i8_widen(panel, gb, ge, wide);
 #endif
@@ -486,8 +504,8 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int32_t* w
                     const i8_out* o = fused && ge == groups ? &out : NULL;
 #if defined(I8_WIDE)
                     if (widen) { /* the slice's groups count from 0 in the buffer */
-                        i8_tile_any_wide(xpacked + i * kx + gb * xs, xs, rows, (const int8_t*)wide, 0, 0, ge - gb,
-                                         first, f, ci, o);
+                        i8_tile_any_wide((const uint8_t*)(xwide + (i - i0) * kx + gb * xs), xs, rows,
+                                         (const int8_t*)wide, 0, 0, ge - gb, first, f, ci, o);
                         continue;
                     }
 #endif
@@ -498,4 +516,7 @@ static void qrt_gemm_u8s8(const uint8_t* xpacked, int32_t x_zp, const int32_t* w
                 qrt_epilogue_rows(e, ib, ie, n, j0, j1, c, I8_NR, w_zp, x_rowsum);
         }
     }
+#if defined(I8_WIDE)
+    free(xwide);
+#endif
 }

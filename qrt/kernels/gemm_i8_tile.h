@@ -10,6 +10,8 @@
  *                       (i8_out), its first `lanes` outputs stored
  *   T_AT(panel, ss, g, col)  optional: where T_LOADW finds a group's columns (I8_AT: the packed layout)
  *   T_PREFETCH          optional, 0: the tiles ask for no weights ahead (weights already in L1)
+ *   T_XWORD             optional, uint64_t: x is read widened to int16 (8 bytes a row's group of 4 k), T_SETX
+ *                       taking that word; by default uint32_t, x's packed bytes
  * and undefines them at the end. Without T_ROW, only the tiles are defined.
  */
 #define T_NV (I8_NR / T_COLS)
@@ -38,6 +40,11 @@
 #ifndef T_PREFETCH
 #define T_PREFETCH 1
 #endif
+#ifndef T_XWORD
+#define T_XWORD uint32_t
+#endif
+/* x's bytes per packed byte: 1, or 2 where T_XWORD holds 4 values widened to int16 */
+#define T_XSCALE ((ptrdiff_t)sizeof(T_XWORD) / 4)
 
 /* Independent sums per output for a tile of mr rows: a product's latency (vpdpbusd: 5 cycles) bounds a
  * tile with few accumulators, so a tile of few rows keeps 2 or 4 sums per output over alternate k groups
@@ -68,7 +75,7 @@ QRT_INLINE void T_FINISH(const i8_out* out, ptrdiff_t r, ptrdiff_t col, T_ACC ac
 }
 
 /* c[r][col] = start[col] + sum over the k of groups [g0, g1) of (x[r][t] - I8_XBIAS) * panel column col,
- * for the r < mr rows of one x tile: row r's group g at xtile + g * xs + 4 * r; the panel's strips are
+ * for the r < mr rows of one x tile: row r's group g at xtile + (g * xs + 4 * r) * T_XSCALE; the panel's strips are
  * ss bytes apart (where T_AT reads them so); start is init[col] * f (one row, shared by all rows) or, when init is
  * NULL, c itself (continuing an earlier slice). c rows are I8_NR apart; with out (the last slice), the rows go to out
  * instead. */
@@ -104,8 +111,8 @@ QRT_INLINE void T_TILE(const uint8_t* xtile, ptrdiff_t xs, const int mr, const i
                 w[v] = T_LOADW(T_AT(panel, ss, g + s, v * T_COLS));
             QRT_UNROLL for (r = 0; r < T_ROWS; r++) {
                 if (r < mr) {
-                    uint32_t word;
-                    memcpy(&word, xtile + (g + s) * xs + r * 4, 4);
+                    T_XWORD word;
+                    memcpy(&word, xtile + ((g + s) * xs + r * 4) * T_XSCALE, sizeof(word));
                     T_X xr = T_SETX(word);
                     QRT_UNROLL for (v = 0; v < T_NV; v++)
                         acc[s][r][v] = T_DOT(acc[s][r][v], xr, w[v]);
@@ -188,7 +195,7 @@ static void T_ROW_STREAM(const uint8_t* x, ptrdiff_t xs, const int8_t* strips, p
 static void T_TILE_ANY(const uint8_t* xtile, ptrdiff_t xs, int mr, const int8_t* panel, ptrdiff_t ss, ptrdiff_t g0,
                        ptrdiff_t g1, const int32_t* init, int32_t f, int32_t* c, const i8_out* out) {
     for (int r0 = 0; r0 < mr; r0 += T_ROWS) {
-        const uint8_t* xt = xtile + r0 * 4;
+        const uint8_t* xt = xtile + r0 * 4 * T_XSCALE;
         int32_t* cr = c + r0 * I8_NR;
         i8_out o;
         if (out) { /* the same columns, r0 rows further down */
@@ -232,3 +239,5 @@ static void T_TILE_ANY(const uint8_t* xtile, ptrdiff_t xs, int mr, const int8_t*
 #undef T_ADD
 #undef T_AT
 #undef T_PREFETCH
+#undef T_XWORD
+#undef T_XSCALE

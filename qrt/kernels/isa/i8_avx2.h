@@ -5,7 +5,7 @@
  * A pair of products of 8-bit activations (qnnpack's dynamic layers, static layers) needs 17 bits, past
  * vpmaddubsw's int16, so exact sums take a vpmaddwd and a vpaddd per 16 products where u7 takes vpmaddubsw,
  * vpmaddwd and vpaddd per 32: on a core with three vector ALU ports (Intel) exact can be no faster than 4/3
- * of u7's time; from widened weights it is about 1.5x, with in-loop widening (one row) about 1.7x
+ * of u7's time; from widened weights and x it is about 1.5x, with in-loop widening (one row) about 1.7x
  * (docs/PERFORMANCE.md). Splitting x into a 7-bit and a 1-bit or two 4-bit vpmaddubsw streams, summed in
  * int16 between flushes, needs as many instructions and ran no faster (a one-row product, Sapphire Rapids). */
 #include <immintrin.h>
@@ -35,10 +35,16 @@ typedef __m256i i8_x;
 /* The exact product from weights widened once per panel slice (gemm_i8.h, I8_WIDE): a plain load each, so a
  * row's 4 accumulators take one vpmaddwd and one vpaddd per 16 products, and no vpmovsxbw competes with the
  * x shuffles for port 5. 2 rows a call: with 3, GCC 12 kept each weight in a register for all 3 rows and
- * spilled accumulators (M=64 K=N=256: 100 us against 75). */
+ * spilled accumulators (M=64 K=N=256: 100 us against 75). x comes widened to int16 once a call (i8_widen_x):
+ * its 4 values a group are what vpmaddwd wants in each 64 bits, so one vpbroadcastq from memory (a load, no
+ * ALU port) where I8_SETX's vpshufb took a port-5 slot per row and group (one thread, 2-vCPU Sapphire Rapids
+ * VM, the product with its packing: M=64 K=N=256 73-75 -> 64 us, M=64 K=N=1024 1115-1136 -> 989-1018 us,
+ * M=512 K=N=1024 9.2-9.5 -> 8.8 ms; against u7's time 1.61-1.67x -> 1.48-1.54x). */
 #define I8_WIDE 1
 #define I8_WIDE_ROWS 2
 #define I8_WIDE_LOADW(p) _mm256_loadu_si256((const __m256i*)(p))
+#define I8_WIDE_XWORD uint64_t
+#define I8_WIDE_SETX(word) _mm256_set1_epi64x((long long)(word))
 /* 4 partial sums back into pair form: (c, 0) per column */
 #define I8_LOADC(p) _mm256_cvtepu32_epi64(_mm_loadu_si128((const __m128i*)(p)))
 #define I8_OFFSET(p, f) _mm256_cvtepu32_epi64(_mm_mullo_epi32(_mm_loadu_si128((const __m128i*)(p)), _mm_set1_epi32(f)))
