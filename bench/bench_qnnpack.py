@@ -7,8 +7,9 @@ Both run the same exact int8 product; they differ in the epilogue (docs/NUMERICS
 layers' multiply-then-add goes through the int32 buffer where x86's fma is fused into the tile's registers
 on the VNNI and dotprod variants, and the static layers add an int32 bias. And in the activations: qnnpack's
 dynamic layers quantize over 0..255, so on the avx2 variant they take the exact product, not the faster
-7-bit one x86's reduce_range allows (measured on a shared 2-core Xeon VM, one thread: about 1.6x at M=64 K=N=256 on
-avx2, 1.3-1.7x at M=1, docs/PERFORMANCE.md; within the machine's noise, +-15%, on avx512-vnni).
+7-bit one x86's reduce_range allows (docs/PERFORMANCE.md: on avx2 about 1.5x from 32 rows up, 1.45-1.75x at one
+row; on the VNNI variants within the machine's noise). The "product" rows time that product alone, on the
+activations each engine's dynamic layers give it.
 """
 
 from __future__ import annotations
@@ -62,12 +63,24 @@ def lstm_cell(batch: int, n_in: int, hidden: int) -> list[Callable[[], object]]:
     return [lambda cell=cell: cell.step(x, h, c, h_out, c_out) for cell in cells]
 
 
+def product(m: int, k: int, n: int) -> list[Callable[[], object]]:
+    """The int8 product alone (x packed, then multiplied into int32) on the activations each engine's dynamic
+    layers give it: at most 127 (x86, reduce_range) and up to 255 (qnnpack), which on avx2 take the 7-bit and
+    the exact flavour."""
+    rng = np.random.default_rng(m + k + n)
+    p = K.PackedS8(rng.integers(-128, 128, (n, k), dtype=np.int8), np.int32(0))
+    acc = np.empty((m, n), np.int32)
+    xs = [rng.integers(0, top + 1, (m, k), dtype=np.uint8) for top in (127, 255)]
+    return [lambda x=x: p(x, 0, acc) for x in xs]
+
+
 def cases(quick: bool) -> Iterator[tuple[str, Callable[..., list[Callable[[], object]]], tuple]]:
     shapes = [(256, 256)] if quick else [(256, 256), (1024, 1024)]
     for m in (1, 64) if quick else (1, 8, 64):
         for k, n in shapes:
             yield f"dynamic M={m} K={k} N={n}", dynamic, (m, k, n)
             yield f"static M={m} K={k} N={n}", static, (m, k, n)
+            yield f"product M={m} K={k} N={n}", product, (m, k, n)
     for batch in (1, 32):
         yield f"lstm_cell step B={batch} I=64 H=128", lstm_cell, (batch, 64, 128)
 
