@@ -819,19 +819,22 @@ cdef class PackedS8:
         return err
 
     cdef int matmul_float(self, const float* x, Py_ssize_t m, float inv, int32_t x_zp, bint round_first,
-                          bint small_x, const qrt_epilogue* e) noexcept nogil:
+                          bint small_x, const qrt_epilogue* e, bint by_panels) noexcept nogil:
         """matmul of x [m, k] (m, n, k > 0) quantized by kern.quantize_u8 (inv, x_zp, round_first) straight into
         the packed layout (i8_quantize_pack_x), for weights without zero points (no rowsum(x) to take). Split
         by rows alone where every thread gets a chunk, each task quantizing the rows it multiplies; else the
-        row chunks quantized first, then the product's grid. -1: out of memory."""
+        row chunks quantized first, then the product's grid. by_panels: the grid is panel chunks of all rows
+        (the columns a thread writes are the heads its next step reads). -1: out of memory."""
         cdef const qrt_kernels* kern = self.kern
         cdef Py_ssize_t n = self.n, k = self.k, cn, cm, panels = (n + kern.i8_nr - 1) // kern.i8_nr
         cdef uint8_t xp_stack[SCRATCH_BYTES]
         cdef uint8_t* xp = xp_stack
-        cdef int helpers = split_work(m, panels, kern.i8_task_rows, product_work(m, n, k), MIN_WORK_I8, True, &cn,
-                                      &cm)
+        cdef int helpers = split_work(m, panels, kern.i8_task_rows, product_work(m, n, k), MIN_WORK_I8,
+                                      not by_panels, &cn, &cm)
         cdef i8_job j
-        if cm >= num_threads:  # rows enough for every thread: one loop, no wait between quantizing and product
+        if by_panels and helpers:
+            cm, cn = 1, min(panels, helpers + 1)
+        elif cm >= num_threads:  # rows enough for every thread: one loop, no wait between quantizing and product
             cn = 1
         if kern.i8_packed_x_size(m, k) > SCRATCH_BYTES:
             xp = <uint8_t*>malloc(kern.i8_packed_x_size(m, k))
@@ -843,8 +846,10 @@ cdef class PackedS8:
             i8_quantize_product_task(&j, 0)
         elif cn == 1:
             qrt_parallel_for(cm, helpers, i8_quantize_product_task, &j)
-        else:
-            qrt_parallel_for(cm, helpers, i8_quantize_task, &j)
+        else:  # x's row chunks quantized first (a chunk a thread where the grid is panel chunks alone), then the grid
+            j.cm = max(cm, min((m + j.mr - 1) // j.mr, helpers + 1))
+            qrt_parallel_for(j.cm, helpers, i8_quantize_task, &j)
+            j.cm = cm
             qrt_parallel_for(cn * cm, helpers, i8_task, &j)
         if xp != xp_stack:
             free(xp)
@@ -1058,13 +1063,13 @@ cdef class DynamicLinear:
         e.x_scales = p.scales + row if self.per_row else NULL
         return self.w8.matmul(p.q + row * self.in_features, m, p.zero_point, &e)
 
-    cdef int forward(self, const float* x, Py_ssize_t m, float* y, bint relu) noexcept nogil:
-        """y[m, n] from x[m, k], then max(y, 0) if relu. Returns 1 if x holds NaN or infinity, -1 if out
-        of memory."""
+    cdef int forward(self, const float* x, Py_ssize_t m, float* y, bint relu, bint by_panels) noexcept nogil:
+        """y[m, n] from x[m, k], then max(y, 0) if relu. by_panels: threads split the product by columns
+        (PackedS8.matmul_float), where it can. Returns 1 if x holds NaN or infinity, -1 if out of memory."""
         cdef Py_ssize_t k = self.in_features
         if (self.is_int8 and not self.per_row and not self.w8.any_zp and m and k and self.out_features
                 and not (m == 1 and k % 4 == 0)):  # one such row is read as it is: nothing to pack
-            return self.forward_packed(x, m, y, relu)
+            return self.forward_packed(x, m, y, relu, by_panels)
         cdef prepared_input p
         cdef uint8_t buf[SCRATCH_BYTES]  # a batch-1 input quantizes into this call's stack
         cdef int err = self.prepare(x, m, &p, buf, SCRATCH_BYTES)
@@ -1073,7 +1078,7 @@ cdef class DynamicLinear:
         release(&p)
         return err
 
-    cdef int forward_packed(self, const float* x, Py_ssize_t m, float* y, bint relu) noexcept nogil:
+    cdef int forward_packed(self, const float* x, Py_ssize_t m, float* y, bint relu, bint by_panels) noexcept nogil:
         """forward() of int8 weights without zero points: x's range, then x quantized straight into the packed
         layout the product reads (PackedS8.matmul_float), the q values and sums those of prepare() and project().
         The largest q, which picks the product's flavour, is hi's: quantization is monotonic in x."""
@@ -1089,7 +1094,7 @@ cdef class DynamicLinear:
         cdef float inv = <float>1.0 / e.x_scale
         kern.quantize_u8(&hi, 1, inv, <float>zp, self.qnnpack, &largest)
         e.y, e.w_scale, e.bias, e.relu, e.qnnpack = y, self.scale, self.bias, relu, self.qnnpack
-        return self.w8.matmul_float(x, m, inv, zp, self.qnnpack, largest <= 128, &e)
+        return self.w8.matmul_float(x, m, inv, zp, self.qnnpack, largest <= 128, &e, by_panels)
 
     def __call__(self, const float[:, ::1] x, float[:, ::1] y, bint relu=False):
         """y = layer(x), then max(y, 0) if relu. Shapes are checked here, before the GIL is released."""
@@ -1099,7 +1104,7 @@ cdef class DynamicLinear:
         cdef int err
         with nogil:
             err = self.forward(&x[0, 0] if m and self.in_features else NULL, m,
-                               &y[0, 0] if m and self.out_features else NULL, relu)
+                               &y[0, 0] if m and self.out_features else NULL, relu, False)
         check_error(err)
 
 
@@ -1300,9 +1305,9 @@ cdef class Recurrent:
                        Py_ssize_t b, float* gi, float* gh) noexcept nogil:
         """One step on raw pointers; gi and gh are scratch of b * gates * hidden floats each.
         Returns 1 if x or h holds NaN or infinity, -1 if out of memory."""
-        cdef int err = self.ih.forward(x, b, gi, False)
+        cdef int err = self.ih.forward(x, b, gi, False, False)
         if err == 0:
-            err = self.hh.forward(h, b, gh, False)
+            err = self.hh.forward(h, b, gh, False, False)
         if err == 0:
             self.update(gi, gh, h, c, h_out, c_out, b)
         return err
@@ -1380,7 +1385,7 @@ cdef class Recurrent:
                 break
             t = steps - 1 - s if reverse else s
             if not whole:
-                err = self.ih.forward(x + t * b * n_in if n_in else NULL, b, gi, False)
+                err = self.ih.forward(x + t * b * n_in if n_in else NULL, b, gi, False, False)
                 gi_t = gi
             else:
                 if s % block == 0:  # project the block of steps s .. s + block - 1, in time order
@@ -1388,7 +1393,7 @@ cdef class Recurrent:
                     err = self.ih.project(&xin, first * b, min(block, steps - s) * b, gi, False)
                 gi_t = gi + (t - first) * b * rows
             if err == 0:
-                err = self.hh.forward(h_in, b, gh, False)
+                err = self.hh.forward(h_in, b, gh, False, False)
             if err:
                 break
             if h_in_y:

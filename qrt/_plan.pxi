@@ -117,7 +117,8 @@ cdef int run_native(const plan_step* s, void** P) noexcept nogil:
         err = (<StaticLinear>s.kernel).forward(<const uint8_t*>P[s.a], s.m, <uint8_t*>P[s.y])
     elif s.op == PS_LINEAR_DYNAMIC:
         # ReLU in the product's epilogue, on the output while it is in registers
-        err = (<DynamicLinear>s.kernel).forward(<const float*>P[s.a], s.m, <float*>P[s.y], s.relu)
+        # dtype 1: split by columns, each thread the heads its attention task reads next (Plan._stack_linears)
+        err = (<DynamicLinear>s.kernel).forward(<const float*>P[s.a], s.m, <float*>P[s.y], s.relu, s.dtype)
     elif s.op == PS_LINEAR_FLOAT:
         err = (<PackedFloat>s.kernel).gemm(<const float*>P[s.a], s.m, s.fvec, <float*>P[s.y])
         n = s.m * (<PackedFloat>s.kernel).n

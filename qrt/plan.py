@@ -24,7 +24,8 @@ for the whole model:
   heads of a [B, L, H, E] array, in place, and writes its context through the one that undoes it
   (a transformer's copies between the linears' layout and the heads' are not made). Int8 dynamic linears
   reading one input with the same settings (a transformer's query, key and value) whose outputs only such
-  attention reads run as one product over their stacked weights, read as its columns (qrt/stacked_linears.py);
+  attention reads run as one product over their stacked weights, read as its columns, head by head; at batch 1
+  its threads split it by columns, each writing the heads its attention task reads (qrt/stacked_linears.py);
   a layer_norm of an add whose output nothing else reads (a residual add) forms the sums row by row in its
   own step, in cache.
 - **Native steps** for quantize and dequantize, the linears, the cells, whole sequences (every layer
@@ -485,26 +486,41 @@ class Plan:
                     return False
             return out not in outputs
 
+        def heads_seen(t: int) -> tuple[int, int] | None:  # (B, H) where every reader takes t's output by heads
+            seen = set()
+            for i, port in reads.get(nodes[t].outputs[0], []):
+                if merged[i][port] == nodes[i].inputs[operand[port]]:
+                    return None
+                seen.add(env[merged[i][port]].shape[:-2][:1] + env[merged[i][port]].shape[-2:-1])
+            return seen.pop() if len(seen) == 1 else None
+
         stacked: dict[int, dict] = {}
         columns: dict[int, dict[str, tuple]] = {}  # attention node -> port -> (value, column offset, row width)
         for group in self._linear_groups:
             members = [t for t in group if t not in fused and strided(t)]
             if len(members) < 2:
                 continue
-            kernel = self._stacked.get(tuple(members))
+            # read by heads alike: the members' columns head by head (q, k, v of head 0, then of head 1, ...), so that
+            # a product split by panels writes whole heads, the ones the attention's task of those heads reads
+            seen = {heads_seen(t) for t in members}
+            batch, heads = seen.pop() if len(seen) == 1 and None not in seen else (0, 1)
+            kernel = self._stacked.get((tuple(members), heads))
             if kernel is None:
-                kernel = self._stacked[tuple(members)] = stacked_linear([nodes[t] for t in members], self._consts)
+                kernel = stacked_linear([nodes[t] for t in members], self._consts, heads)
+                self._stacked[(tuple(members), heads)] = kernel
             name, outs = f"#stacked{members[0]}", [env[nodes[t].outputs[0]] for t in members]
             m = outs[0].size // outs[0].shape[-1]
-            env[name] = np.concatenate([y.reshape(m, -1) for y in outs], axis=1)
+            env[name] = np.concatenate([y.reshape(m, heads, -1) for y in outs], axis=2).reshape(m, -1)
             offset = 0
             for t, y in zip(members, outs):
                 for i, port in reads.get(nodes[t].outputs[0], []):
-                    columns.setdefault(i, {})[port] = (name, offset, kernel.out_features)
-                offset += y.shape[-1]
+                    columns.setdefault(i, {})[port] = (name, offset, kernel.out_features) + (
+                        (kernel.out_features // heads,) if heads > 1 else ())
+                offset += y.shape[-1] // heads
             fused.update(members[1:])
+            # one batch's heads are split across the threads by the attention: the product splits its panels so
             stacked[members[0]] = {"op": PS_LINEAR_DYNAMIC, "a": nodes[members[0]].inputs["x"], "y": name, "m": m,
-                                   "kernel": kernel, "relu": 0}
+                                   "kernel": kernel, "relu": 0, "dtype": int(batch == 1 and heads > 1)}
         for i, placed in columns.items():  # each attention step made again, reading its operands where they lie
             node, step = nodes[i], merged[i]
             between = tuple(step[port] != node.inputs[p] for port, p in operand.items()) + (

@@ -27,15 +27,16 @@ def _linear(g: GraphBuilder, x: str, n: int, k: int, bias: bool, per_channel: bo
 
 
 def _block(tmp_path, k: int, heads: int, e: int, ev: int, biases: str, attrs: dict, in_place: bool = True,
-           also_out: str = "") -> qrt.Model:
+           also_out: str = "", zero_points: tuple = (3, -7, 0)) -> qrt.Model:
     """x -> q, k, v linears (biases: which have one; zero points and scales differing) -> attention -> output.
     in_place: q, k, v reshaped to [B, L, heads, e] and permuted to heads (BERT's layers); else read as they come,
-    [B, L, e] (heads 1). also_out: the linears ("qkv") whose outputs are also model outputs."""
+    [B, L, e] (heads 1). also_out: the linears ("qkv") whose outputs are also model outputs. zero_points: the q, k, v
+    weights' (all 0: x quantized straight into the product's layout, PackedS8.matmul_float)."""
     g = GraphBuilder()
     x = g.input("x", "float32", [None, None, k])
     symmetric = attrs.get("activation") == "per_row_symmetric"
     wired, outs = {}, []
-    for p, width, zp, per_channel in zip("qkv", (e, e, ev), (3, -7, 0), (False, True, True)):
+    for p, width, zp, per_channel in zip("qkv", (e, e, ev), zero_points, (False, True, True)):
         y = _linear(g, x, heads * width, k, p in biases, per_channel, 0 if symmetric else zp, attrs)
         if p in also_out:
             outs.append(y)
@@ -99,6 +100,24 @@ def test_every_kernel_variant(tmp_path):
         try:
             model = _block(tmp_path, 70, 4, 16, 16, "qkv", SETTINGS[0])
             assert _bits_and_products(model, _inputs(2, 33, 70)) == 1, variant
+        finally:
+            K._use_variant(before)
+
+
+def test_one_batch_splits_the_product_by_heads(tmp_path, threads):
+    """The product's columns go head by head (q, k and v of head 0, then of head 1, ...); at batch 1, whose heads
+    the attention splits across the threads, the threads split the product by columns, so that each writes the
+    heads its attention task reads; at batch 2 by rows. The per-node path's bits both ways, on every int8 kernel
+    this CPU runs (6 heads of 16 + 16 + 24 columns: several panels on every variant; weights without zero points,
+    as BERT's: the path that splits so)."""
+    for variant, ok in K.kernel_variants().items():
+        if not ok:
+            continue
+        before = K._use_variant(variant)
+        try:
+            model = _block(tmp_path, 45, 6, 16, 24, "qkv", SETTINGS[1], zero_points=(0, 0, 0))
+            for batch in (1, 2):
+                assert _bits_and_products(model, _inputs(batch, 11, 45)) == 1, variant
         finally:
             K._use_variant(before)
 

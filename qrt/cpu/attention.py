@@ -156,24 +156,26 @@ def _attention(node: Node, c: Mapping[str, np.ndarray]) -> Step:
     return step
 
 
-def _operand(shape: tuple, heads_between: bool, batch: tuple, columns: tuple[int, int] | None = None
+def _operand(shape: tuple, heads_between: bool, batch: tuple, columns: tuple[int, ...] | None = None
              ) -> tuple[np.ndarray, int, int]:
     """(element offset of each output batch's matrix, row stride, elements) of an operand the op sees as
     [*b, rows, width]: a contiguous array, or (heads_between) the [B, H, rows, width] permute (0, 2, 1, 3) of a
-    contiguous [B, rows, H, width] array, read in place. columns (offset, row width): that array is the columns
-    from offset on of a wider one whose rows lie `row width` apart (a plan's linears run as one product)."""
+    contiguous [B, rows, H, width] array, read in place. columns (offset, row width[, head stride]): that array is
+    the columns from offset on of a wider one whose rows lie `row width` apart (a plan's linears run as one
+    product), each head's `width` columns `head stride` apart (width: side by side)."""
     *b, rows, width = shape
-    offset, ld = columns or (0, b[1] * width if heads_between else width)
+    offset, ld, *head_stride = columns or (0, b[1] * width if heads_between else width)
     if not heads_between:
         return batch_offsets(tuple(b), batch, rows * ld) + offset, ld, math.prod(b) * rows * ld
     n, h = b
-    index = np.arange(n, dtype=np.int64)[:, None] * (rows * ld) + np.arange(h, dtype=np.int64) * width + offset
+    step = head_stride[0] if head_stride else width
+    index = np.arange(n, dtype=np.int64)[:, None] * (rows * ld) + np.arange(h, dtype=np.int64) * step + offset
     return np.ascontiguousarray(np.broadcast_to(index, batch).reshape(-1)), ld, n * rows * ld
 
 
 def native_attention(node: Node, kernel: Any, q: tuple, k: tuple, v: tuple, mask: np.ndarray | None,
                      heads_between: tuple[bool, bool, bool, bool],
-                     columns: tuple[tuple[int, int] | None, ...] = (None,) * 3) -> Any:
+                     columns: tuple[tuple[int, ...] | None, ...] = (None,) * 3) -> Any:
     """The execution plan's step of an attention node at these shapes (q, k, v as the op sees them), a
     K.AttentionStep; heads_between says which of q, k, v and y are the permute (0, 2, 1, 3) of a contiguous
     [B, L, H, E] array (read, or for y written, in place: no copy between the linears' layout and the
