@@ -832,8 +832,8 @@ cdef class PackedS8:
         cdef int helpers = split_work(m, panels, kern.i8_task_rows, product_work(m, n, k), MIN_WORK_I8,
                                       not by_panels, &cn, &cm)
         cdef i8_job j
-        if by_panels and helpers:
-            cm, cn = 1, min(panels, helpers + 1)
+        if by_panels and helpers:  # one chunk a thread, its heads (MiniLM's 128x384x1152 on 2 threads: 8 chunks,
+            cm, cn = 1, min(panels, helpers + 1)  # the usual 4 a thread, took 57.7 us against 49.0)
         elif cm >= num_threads:  # rows enough for every thread: one loop, no wait between quantizing and product
             cn = 1
         if kern.i8_packed_x_size(m, k) > SCRATCH_BYTES:

@@ -457,9 +457,10 @@ class Plan:
         """The members of each group of linears reading one input (self._linear_groups) whose outputs only attention
         steps read, reading each as q, k or v (they take a row stride), at the shapes of env, run as one product
         (qrt/stacked_linears.py): its step by node, the group's first, writing a new value "#stacked<node>" (put in
-        env), the members' outputs side by side; the attention steps among merged (the steps that also run nodes
-        before them) are changed to read them there, the other members join fused. Where another step reads an
-        output, its linear runs alone (no copy is made)."""
+        env), the members' outputs side by side (head by head where every reader takes them by heads); the
+        attention steps among merged (the steps that also run nodes before them) are changed to read them there,
+        the other members join fused. Where another step reads an output, its linear runs alone (no copy is
+        made)."""
         nodes, outputs = self.graph.nodes, {self._root(v) for v in self._output_names}
         reads: dict[str, list[tuple[int, str | None]]] = {}  # root -> (node, its attention step's port or None)
         for i, node in enumerate(nodes):
@@ -491,11 +492,13 @@ class Plan:
             for i, port in reads.get(nodes[t].outputs[0], []):
                 if merged[i][port] == nodes[i].inputs[operand[port]]:
                     return None
-                seen.add(env[merged[i][port]].shape[:-2][:1] + env[merged[i][port]].shape[-2:-1])
+                b, _, h, _ = env[merged[i][port]].shape  # [B, L, H, E], the heads permute's input
+                seen.add((b, h))
             return seen.pop() if len(seen) == 1 else None
 
         stacked: dict[int, dict] = {}
-        columns: dict[int, dict[str, tuple]] = {}  # attention node -> port -> (value, column offset, row width)
+        # attention node -> port -> (value, column offset, row width[, head stride])
+        columns: dict[int, dict[str, tuple]] = {}
         for group in self._linear_groups:
             members = [t for t in group if t not in fused and strided(t)]
             if len(members) < 2:
