@@ -846,8 +846,8 @@ cdef class PackedS8:
             i8_quantize_product_task(&j, 0)
         elif cn == 1:
             qrt_parallel_for(cm, helpers, i8_quantize_product_task, &j)
-        else:  # x's row chunks quantized first (a chunk a thread where the grid is panel chunks alone), then the grid
-            j.cm = max(cm, min((m + j.mr - 1) // j.mr, helpers + 1))
+        else:  # x's row chunks quantized first, then the grid; by_panels: a row chunk a thread (the grid's is all rows)
+            j.cm = min((m + j.mr - 1) // j.mr, helpers + 1) if by_panels else cm
             qrt_parallel_for(j.cm, helpers, i8_quantize_task, &j)
             j.cm = cm
             qrt_parallel_for(cn * cm, helpers, i8_task, &j)
