@@ -10,8 +10,9 @@
  *                       (i8_out), its first `lanes` outputs stored
  *   T_AT(panel, ss, g, col)  optional: where T_LOADW finds a group's columns (I8_AT: the packed layout)
  *   T_PREFETCH          optional, 0: the tiles ask for no weights ahead (weights already in L1)
- *   T_XWORD             optional, uint64_t: x is read widened to int16 (8 bytes a row's group of 4 k), T_SETX
- *                       taking that word; by default uint32_t, x's packed bytes
+ *   T_XWORD             optional, uint64_t: the tiles read x widened to int16 (8 bytes a row's group of 4 k),
+ *                       T_SETX taking that word; by default uint32_t, x's packed bytes (which the one-row
+ *                       functions always read, as they read I8_AT's weights whatever T_AT says)
  * and undefines them at the end. Without T_ROW, only the tiles are defined.
  */
 #define T_NV (I8_NR / T_COLS)
