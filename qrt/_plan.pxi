@@ -423,7 +423,7 @@ cdef class PlanProgram:
                 nd = len(shape)
                 for i in range(nd):
                     dims[i] = shape[i]
-                a = cnp.PyArray_EMPTY(nd, dims, typenum, 0)
+                a = empty_on_a_line(nd, dims, typenum)
                 bs.ptrs[slot] = cnp.PyArray_DATA(a)
                 bs.objs[slot] = a
             err = self.execute(bs, &failed, times)
@@ -543,6 +543,34 @@ cdef class PlanProgram:
             memcpy(cnp.PyArray_DATA(v), bs.ptrs[slot], cnp.PyArray_NBYTES(v))
             out[j] = v
         return out
+
+
+# A call's output arrays of this many bytes or more start on a cache line. numpy aligns to 16 bytes, and where an
+# output is not on a line, every 64-byte vector store of the step writing it spans two: a dynamic Linear writing
+# there took 1.17x its time at 128x384x1152, 1.15x at 512x256x256, 1.04x at K=N=1024 (bench/output_alignment.py).
+# The second allocation costs about 0.3 us, more than a memory-bound step's split stores save below this size.
+cdef Py_ssize_t LINE_ALIGNED_BYTES = 65536
+
+
+def _set_line_aligned_bytes(Py_ssize_t n) -> int:
+    """Set the size from which a call's outputs start on a cache line; returns the old one (bench A/Bs)."""
+    global LINE_ALIGNED_BYTES
+    old, LINE_ALIGNED_BYTES = LINE_ALIGNED_BYTES, n
+    return old
+
+
+cdef object empty_on_a_line(int nd, cnp.npy_intp* dims, int typenum):
+    """An uninitialised C-contiguous array: numpy's own where it starts on a 64-byte boundary or is small, else a
+    view of a byte buffer from its first 64-byte boundary on."""
+    a = cnp.PyArray_EMPTY(nd, dims, typenum, 0)
+    cdef cnp.npy_intp size = cnp.PyArray_NBYTES(a) + 63
+    if <size_t>cnp.PyArray_DATA(a) % 64 == 0 or size - 63 < LINE_ALIGNED_BYTES:
+        return a
+    buf = cnp.PyArray_EMPTY(1, &size, cnp.NPY_UINT8, 0)
+    cdef size_t start = <size_t>cnp.PyArray_DATA(buf)
+    a = cnp.PyArray_SimpleNewFromData(nd, dims, typenum, <void*>((start + 63) & ~(<size_t>63)))
+    cnp.set_array_base(a, buf)
+    return a
 
 
 cdef inline double monotonic_seconds() noexcept nogil:
