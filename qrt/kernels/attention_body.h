@@ -48,12 +48,6 @@ QRT_INLINE void qrt_mm_tile(const float* restrict a, ptrdiff_t lda, const float*
             y[r * ldy + c] = acc[r][c];
 }
 
-/* The last columns (w < QRT_MM_W) of a tile: the same chains, lengths known only here. */
-static void qrt_mm_tail(const float* a, ptrdiff_t lda, const float* b, ptrdiff_t ldb, float* y, ptrdiff_t ldy,
-                        int rows, int w, ptrdiff_t k) {
-    qrt_mm_tile(a, lda, b, ldb, y, ldy, rows, w, k);
-}
-
 /* Columns [c, c + W) of rows [0, rows), W constant: one instance per row count up to QRT_MM_R (the larger
  * ones never run). */
 #define QRT_MM_COLUMNS(W)                                                                                    \
@@ -72,20 +66,31 @@ static void qrt_mm_tail(const float* a, ptrdiff_t lda, const float* b, ptrdiff_t
 #define QRT_MM_CASE(R, W) \
     case R: qrt_mm_tile(a, lda, b + c, ldb, y + c, ldy, R < QRT_MM_R ? R : QRT_MM_R, W, k); break
 
-/* Rows [0, rows) (rows <= QRT_MM_R) of y = a b over columns [0, n): whole tiles, then one of half their width
- * (a head of 16 keys, say, on AVX-512), then the last columns. */
+/* Columns [c, c + W) where at least W are left, W constant. */
+#define QRT_MM_PIECE(W)             \
+    if (c + (W) <= n) {             \
+        QRT_MM_COLUMNS(W);          \
+        c += (W);                   \
+    }
+
+/* Rows [0, rows) (rows <= QRT_MM_R) of y = a b over columns [0, n): whole tiles, then pieces of half their
+ * width, a quarter, ... one column (a head of 16 keys on AVX-512, say; the last 4 of 100 keys), each of a
+ * constant width. The last columns as one tile of a width known only at run time kept its accumulators in
+ * memory, scalar by scalar: 100 keys took more time than 128. */
 static void qrt_mm_rows(const float* a, ptrdiff_t lda, const float* b, ptrdiff_t ldb, float* y, ptrdiff_t ldy,
                         int rows, ptrdiff_t k, ptrdiff_t n) {
     ptrdiff_t c = 0;
     for (; c + QRT_MM_W <= n; c += QRT_MM_W)
         QRT_MM_COLUMNS(QRT_MM_W);
-    if (c + QRT_MM_W / 2 <= n) {
-        QRT_MM_COLUMNS(QRT_MM_W / 2);
-        c += QRT_MM_W / 2;
-    }
-    if (c < n)
-        qrt_mm_tail(a, lda, b + c, ldb, y + c, ldy, rows, (int)(n - c), k);
+    QRT_MM_PIECE(QRT_MM_W / 2)
+    QRT_MM_PIECE(QRT_MM_W / 4)
+    QRT_MM_PIECE(QRT_MM_W / 8)
+    QRT_MM_PIECE(QRT_MM_W / 16)
+#if QRT_MM_W > 16
+    QRT_MM_PIECE(QRT_MM_W / 32)
+#endif
 }
+#undef QRT_MM_PIECE
 #undef QRT_MM_CASE
 #undef QRT_MM_COLUMNS
 

@@ -105,12 +105,16 @@ QRT_GATE_FN float qrt_expf_glibc(float x) {
 }
 
 /* exp(x) in double, x a float, within a few ulps of double (|r| <= ln2 / 2, Taylor to r^13 by Horner, two
- * exact scalings by powers of 2): rounded to float, or added to a float and rounded, it gives the bits that
- * a correctly rounded exp would, but where the exact value lies within about 2^-50 of the midpoint of two
- * floats. torch's tail calls the C exp(double) of glibc, which is as close. */
+ * exact scalings by powers of 2): rounded to float, it gives the bits that a correctly rounded exp would, but
+ * where the exact value lies within about 2^-50 of the midpoint of two floats. torch's tail calls the C
+ * exp(double) of glibc, which is as close. Below -104, exp(x) < 2^-150 rounds to +0 as a float: +0 at once,
+ * where the scalings would underflow through subnormal doubles, each a microcode assist of the multiply
+ * (a causal or padding mask's -inf keys in the tail took 46% of the attention's time at L = S = 100). */
 QRT_GATE_FN double qrt_exp_double(float x) {
     if (x != x)
         return (double)x;
+    if (x < -104.0f)
+        return 0.0;
     const double xd = x < -746.0f ? -746.0 : x > 710.0f ? 710.0 : (double)x;
     const double shift = 0x1.8p+52, ln2_hi = 0x1.62e42fefa39efp-1, ln2_lo = 0x1.abc9e3b39803fp-56;
     const double kd = (xd * 0x1.71547652b82fep+0 + shift) - shift; /* round(x / ln2) */
