@@ -547,8 +547,9 @@ cdef class PlanProgram:
 
 # A call's output arrays of this many bytes or more start on a cache line. numpy aligns to 16 bytes, and where an
 # output is not on a line, every 64-byte vector store of the step writing it spans two: a dynamic Linear writing
-# there took 1.17x its time at 128x384x1152, 1.15x at 512x256x256, 1.04x at K=N=1024 (bench/output_alignment.py).
-# The second allocation costs about 0.3 us, more than a memory-bound step's split stores save below this size.
+# there took 1.1-1.25x its time at 128x384x1152, 1.05-1.15x at 512x256x256, 1.02-1.1x at M=64 K=N=1024 (one
+# thread, runs of bench/output_alignment.py). The second allocation costs about 0.3 us, more than a memory-bound
+# step's split stores save below this size.
 cdef Py_ssize_t LINE_ALIGNED_BYTES = 65536
 
 
