@@ -37,15 +37,11 @@ cdef struct attention_job:  # `units` output rows (batches of l rows each), task
     Py_ssize_t l, s, e, ev, units, parts
     Py_ssize_t ldq, ldk, ldv, ldy  # the rows of each matrix lie this many floats apart
     float* y
-    float* scratch  # qrt_attention_scratch(s, e, ev) floats per task
-
-
-cdef inline float* on_a_line(float* p) noexcept nogil:
-    """p moved up to the next 64-byte boundary (up to 15 floats): the scratch then starts on a cache line wherever
-    the allocator put it, and with it each task's and score row's where s and e are multiples of 16 (BERT's heads,
-    windows of whole vectors). Left where it fell, the same code ran 12 heads at L=S=112 in 176 us in
-    one checkout and 187-196 us in another (pinned, one thread); on a line, 176-181 us in both."""
-    return <float*>((<size_t>p + 63) & ~(<size_t>63))
+    # qrt_attention_scratch(s, e, ev) floats per task, from a 64-byte boundary (16 floats more allocated): then
+    # each task's and score row's start on a cache line too where s and e are multiples of 16 (BERT's heads, windows
+    # of whole vectors). Left where the allocator put it, the same code ran 12 heads at L=S=112 in 176 us in one
+    # checkout and 187-196 us in another (pinned, one thread); on a line, 176-181 us in both.
+    float* scratch
 
 
 cdef void attention_task(void* ctx, ptrdiff_t t) noexcept nogil:
@@ -167,12 +163,12 @@ cdef class AttentionOps:
         if batches * l * ev == 0:
             return
         cdef Py_ssize_t parts = row_parts(batches * l, <int64_t>batches * l * s * (e + ev))
-        scratch = np.empty(parts * qrt_attention_scratch(s, e, ev) + 17, np.float32)  # + a line to start on one
+        scratch = np.empty(parts * qrt_attention_scratch(s, e, ev) + 17, np.float32)
         cdef float[::1] sv = scratch
         cdef attention_job j = attention_job(
             self.ops, first(q), first(k), first(v), NULL, &q_off[0], &k_off[0], &v_off[0], NULL, NULL, kind, causal,
             4 if kind == QRT_MASK_FLOAT else 1, mask_stride, scale, l, s, e, ev, batches * l, parts, e, e, ev, ev,
-            &y[0, 0, 0], on_a_line(&sv[0]))
+            &y[0, 0, 0], <float*>next_line(<size_t>&sv[0]))
         if kind != QRT_MASK_NONE and s > 0:  # no key, no mask value read
             j.mask, j.m_off = <const char*>&mask_bytes[0], &m_off[0]
         with nogil:
@@ -242,7 +238,7 @@ cdef class AttentionStep:
         cdef float* mem = <float*>malloc((j.parts * qrt_attention_scratch(j.s, j.e, j.ev) + 17) * sizeof(float))
         if mem == NULL:
             return -1
-        j.scratch = on_a_line(mem)
+        j.scratch = <float*>next_line(<size_t>mem)
         if j.parts == 1:
             attention_task(&j, 0)
         else:

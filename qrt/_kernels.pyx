@@ -22,7 +22,11 @@ import os
 
 import numpy as np
 
+cimport numpy as cnp
+
 from .layout import PackedMatrix, pack
+
+cnp.import_array()
 
 cdef extern from "qrt_kernels.h" nogil:
     ctypedef struct qrt_epilogue:
@@ -609,11 +613,25 @@ cdef enum:
     SCRATCH_ROWS = 64
 
 
+cdef inline size_t next_line(size_t address) noexcept nogil:
+    """address rounded up to a 64-byte boundary (a cache line)."""
+    return (address + 63) & ~(<size_t>63)
+
+
+cdef object empty_on_a_line(int nd, cnp.npy_intp* dims, int typenum):
+    """An uninitialised C-contiguous array starting on a 64-byte boundary: a view of a byte buffer 63 bytes
+    longer (numpy's own allocations are aligned to 16 bytes)."""
+    cdef cnp.npy_intp size = cnp.PyArray_MultiplyList(dims, nd) * cnp.PyArray_DescrFromType(typenum).itemsize + 63
+    buf = cnp.PyArray_EMPTY(1, &size, cnp.NPY_UINT8, 0)
+    a = cnp.PyArray_SimpleNewFromData(nd, dims, typenum, <void*>next_line(<size_t>cnp.PyArray_DATA(buf)))
+    cnp.set_array_base(a, buf)
+    return a
+
+
 cdef object aligned_empty(Py_ssize_t nbytes):
     """A uint8 array of nbytes starting on a 64-byte boundary (one cache line)."""
-    buf = np.empty(nbytes + 64, np.uint8)
-    cdef Py_ssize_t off = (-buf.ctypes.data) % 64
-    return buf[off:off + nbytes]
+    cdef cnp.npy_intp n = nbytes
+    return empty_on_a_line(1, &n, cnp.NPY_UINT8)
 
 
 cdef extern from "layout.h" nogil:

@@ -6,12 +6,9 @@
 # takes the GIL back for its Python step only. Buffer sets come from a per-program pool, one per
 # running call, so threads never share mutable buffers.
 
-cimport numpy as cnp
 from cpython.ref cimport PyObject
 from libc.stdlib cimport calloc
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
-
-cnp.import_array()
 
 cdef enum:
     PS_QUANT_T = 1
@@ -334,7 +331,8 @@ cdef class PlanProgram:
         self.fallbacks = list(spec["fallbacks"])
         self.outputs = list(spec["outputs"])
         self.keep, self.pool = [], []
-        self.fresh = [(i, s[2], s[3].num) for i, s in enumerate(self.slots) if s[0] == SLOT_FRESH]
+        self.fresh = [(i, s[2], s[3].num, s[3].itemsize * math.prod(s[2])) for i, s in enumerate(self.slots)
+                      if s[0] == SLOT_FRESH]  # (slot, shape, type, bytes)
         self.call_slots = [i for i, s in enumerate(self.slots) if s[0] in (SLOT_INPUT, SLOT_FRESH, SLOT_OBJECT)]
         named = [o[0] for o in self.outputs]
         self.direct = [o[0] >= 0 and self.slots[o[0]][0] == SLOT_FRESH and named.count(o[0]) == 1
@@ -419,11 +417,14 @@ cdef class PlanProgram:
                 if slot >= 0:
                     bs.ptrs[slot] = cnp.PyArray_DATA(a)
                     bs.objs[slot] = a
-            for slot, shape, typenum in self.fresh:
+            for slot, shape, typenum, nbytes in self.fresh:
                 nd = len(shape)
                 for i in range(nd):
                     dims[i] = shape[i]
-                a = empty_on_a_line(nd, dims, typenum)
+                if nbytes >= LINE_ALIGNED_BYTES:
+                    a = empty_on_a_line(nd, dims, typenum)
+                else:
+                    a = cnp.PyArray_EMPTY(nd, dims, typenum, 0)
                 bs.ptrs[slot] = cnp.PyArray_DATA(a)
                 bs.objs[slot] = a
             err = self.execute(bs, &failed, times)
@@ -545,11 +546,11 @@ cdef class PlanProgram:
         return out
 
 
-# A call's output arrays of this many bytes or more start on a cache line. numpy aligns to 16 bytes, and where an
-# output is not on a line, every 64-byte vector store of the step writing it spans two: a dynamic Linear writing
-# there took 1.1-1.25x its time at 128x384x1152, 1.05-1.15x at 512x256x256, 1.02-1.1x at M=64 K=N=1024 (one
-# thread, runs of bench/output_alignment.py). The second allocation costs about 0.3 us, more than a memory-bound
-# step's split stores save below this size.
+# A call's output arrays of this many bytes or more start on a cache line (empty_on_a_line). numpy aligns to 16
+# bytes, and where an output is not on a line, every 64-byte vector store of the step writing it spans two: a
+# dynamic Linear writing there took 1.1-1.25x its time at 128x384x1152, 1.05-1.15x at 512x256x256, 1.02-1.1x at
+# M=64 K=N=1024 (one thread, runs of bench/output_alignment.py). An output on a line costs about 0.3 us more to
+# make (a byte buffer and a view of it), more than a memory-bound step's split stores save below this size.
 cdef Py_ssize_t LINE_ALIGNED_BYTES = 65536
 
 
@@ -558,20 +559,6 @@ def _set_line_aligned_bytes(Py_ssize_t n) -> int:
     global LINE_ALIGNED_BYTES
     old, LINE_ALIGNED_BYTES = LINE_ALIGNED_BYTES, n
     return old
-
-
-cdef object empty_on_a_line(int nd, cnp.npy_intp* dims, int typenum):
-    """An uninitialised C-contiguous array: numpy's own where it starts on a 64-byte boundary or is small, else a
-    view of a byte buffer from its first 64-byte boundary on."""
-    a = cnp.PyArray_EMPTY(nd, dims, typenum, 0)
-    cdef cnp.npy_intp size = cnp.PyArray_NBYTES(a) + 63
-    if <size_t>cnp.PyArray_DATA(a) % 64 == 0 or size - 63 < LINE_ALIGNED_BYTES:
-        return a
-    buf = cnp.PyArray_EMPTY(1, &size, cnp.NPY_UINT8, 0)
-    cdef size_t start = <size_t>cnp.PyArray_DATA(buf)
-    a = cnp.PyArray_SimpleNewFromData(nd, dims, typenum, <void*>((start + 63) & ~(<size_t>63)))
-    cnp.set_array_base(a, buf)
-    return a
 
 
 cdef inline double monotonic_seconds() noexcept nogil:
