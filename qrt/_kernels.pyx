@@ -621,7 +621,8 @@ cdef inline size_t next_line(size_t address) noexcept nogil:
 cdef object empty_on_a_line(int nd, cnp.npy_intp* dims, int typenum):
     """An uninitialised C-contiguous array starting on a 64-byte boundary: a view of a byte buffer 63 bytes
     longer (numpy's own allocations are aligned to 16 bytes)."""
-    cdef cnp.npy_intp size = cnp.PyArray_MultiplyList(dims, nd) * cnp.PyArray_DescrFromType(typenum).itemsize + 63
+    cdef object descr = cnp.PyArray_DescrFromType(typenum)  # untyped: the typed .itemsize needs numpy 2's C API
+    cdef cnp.npy_intp size = cnp.PyArray_MultiplyList(dims, nd) * descr.itemsize + 63
     buf = cnp.PyArray_EMPTY(1, &size, cnp.NPY_UINT8, 0)
     a = cnp.PyArray_SimpleNewFromData(nd, dims, typenum, <void*>next_line(<size_t>cnp.PyArray_DATA(buf)))
     cnp.set_array_base(a, buf)
