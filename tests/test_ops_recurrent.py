@@ -34,11 +34,13 @@ WEIGHTS = {
 }
 
 
-def test_gate_activations_track_torch_on_a_dense_grid():
-    """qrt's vectorised tanh and sigmoid against torch's, over 3 million inputs.
+def test_gate_activations_are_within_ulps_of_exact_on_a_dense_grid():
+    """qrt's vectorised tanh and sigmoid against their exact values (float64), over 3 million inputs.
 
-    Bound: 1.8e-7, three ulps of values in [0.5, 1). Both sides approximate
-    (torch's sigmoid is itself up to 2 ulp off); measured 6e-8 for tanh and 1.2e-7 for sigmoid.
+    Bounds, in ulps of the exact value rounded to float32: tanh 1.5 and sigmoid 2.5 (measured 1.31 and
+    2.46). torch's own gates are within the same bounds of these values (its sigmoid is the 2.46), so
+    qrt tracks torch's gates; torch is not the oracle here because its tanh has once been seen 300 ulps off
+    at one element under load (x = 0.65, a 4-file run), which made this test flaky when it compared with torch.
     """
     from qrt import _kernels
 
@@ -51,9 +53,10 @@ def test_gate_activations_track_torch_on_a_dense_grid():
     ])
     tanh, sigmoid = np.empty_like(x), np.empty_like(x)
     _kernels.gate_activations(x, tanh, sigmoid)
-    tx = torch.from_numpy(x)
-    assert np.abs(tanh - torch.tanh(tx).numpy()).max() <= 1.8e-7
-    assert np.abs(sigmoid - torch.sigmoid(tx).numpy()).max() <= 1.8e-7
+    wide = x.astype(np.float64)
+    for got, exact, bound in ((tanh, np.tanh(wide), 1.5), (sigmoid, 1 / (1 + np.exp(-wide)), 2.5)):
+        ulp = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
+        assert (np.abs(got - exact) / ulp).max() <= bound
     assert np.all(np.abs(tanh) <= 1) and np.all((sigmoid >= 0) & (sigmoid <= 1))
 
 
