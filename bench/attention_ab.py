@@ -19,7 +19,7 @@ from harness import ab_table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HEADS, E = 12, 32
-TOKENS = [16, 100, 128]
+TOKENS = [16, 57, 100, 108, 128]
 KINDS = ["no mask", "bool mask", "float mask", "causal"]
 
 

@@ -237,11 +237,12 @@ static float qrt_torch_exp_sum(float* restrict t, ptrdiff_t s, float m) {
     return z;
 }
 
-/* kt[d][j] = k[j][d] (k's rows ldk apart, kt's s): 8 x 8 blocks through registers where the compiler has
- * shuffles and 8-float vectors (one unpack, one 128-bit shuffle, one lane swap per output: AVX2's transpose;
- * one by one it took an eighth of attention's own time at L=S=128, E=32), the edges one by one, written in
- * order and read across k's rows (1.5x faster than the other way). */
-static void qrt_transpose(const float* restrict k, ptrdiff_t ldk, float* restrict kt, ptrdiff_t s, ptrdiff_t e) {
+/* kt[d][j] = k[j][d] (k's rows ldk apart, kt's ldkt >= s, the columns from s to ldkt zero): 8 x 8 blocks
+ * through registers where the compiler has shuffles and 8-float vectors (one unpack, one 128-bit shuffle, one
+ * lane swap per output: AVX2's transpose; one by one it took an eighth of attention's own time at L=S=128,
+ * E=32), the edges one by one, written in order and read across k's rows (1.5x faster than the other way). */
+static void qrt_transpose(const float* restrict k, ptrdiff_t ldk, float* restrict kt, ptrdiff_t ldkt, ptrdiff_t s,
+                          ptrdiff_t e) {
     ptrdiff_t e8 = 0, s8 = 0; /* the dimensions and keys the blocks cover */
 #if QRT_ATTENTION_VECTORS && QRT_VW >= 8
     typedef float qrt_f8 __attribute__((vector_size(8 * sizeof(float))));
@@ -263,14 +264,17 @@ static void qrt_transpose(const float* restrict k, ptrdiff_t ldk, float* restric
             for (int c = 0; c < 4; c++) {
                 const qrt_f8 lo = QRT_SHUFFLE(u[c], u[c + 4], 0, 1, 2, 3, 8, 9, 10, 11);
                 const qrt_f8 hi = QRT_SHUFFLE(u[c], u[c + 4], 4, 5, 6, 7, 12, 13, 14, 15);
-                memcpy(kt + (d + c) * s + j, &lo, sizeof lo);
-                memcpy(kt + (d + c + 4) * s + j, &hi, sizeof hi);
+                memcpy(kt + (d + c) * ldkt + j, &lo, sizeof lo);
+                memcpy(kt + (d + c + 4) * ldkt + j, &hi, sizeof hi);
             }
         }
 #endif
-    for (ptrdiff_t d = 0; d < e; d++)
+    for (ptrdiff_t d = 0; d < e; d++) {
         for (ptrdiff_t j = d < e8 ? s8 : 0; j < s; j++)
-            kt[d * s + j] = k[j * ldk + d];
+            kt[d * ldkt + j] = k[j * ldk + d];
+        for (ptrdiff_t j = s; j < ldkt; j++)
+            kt[d * ldkt + j] = 0.0f;
+    }
 }
 
 /* Row i's scores from their chains in place, as torch takes them: t_j = fl(t_j * scale), or fma(t_j, scale,
@@ -328,24 +332,25 @@ static void qrt_attention(const float* q, ptrdiff_t ldq, const float* k, ptrdiff
                           const void* mask, int mask_kind, ptrdiff_t mask_stride, float scale, int causal,
                           ptrdiff_t row0, ptrdiff_t l, ptrdiff_t s, ptrdiff_t e, ptrdiff_t ev, float* y, ptrdiff_t ldy,
                           float* scratch) {
-    float* restrict kt = scratch;                        /* k transposed, [e][s]: the scores run across keys */
-    float* restrict tile = kt + e * s;                    /* QRT_MM_R rows of s scores */
-    float* restrict part = tile + QRT_ATTENTION_ROWS * s; /* QRT_MM_R rows of a partial context */
-    qrt_transpose(k, ldk, kt, s, e);
+    const ptrdiff_t sp = qrt_attention_keys_padded(s);
+    float* restrict kt = scratch;                         /* k transposed, [e][sp]: the scores run across keys */
+    float* restrict tile = kt + e * sp;                    /* QRT_MM_R rows of sp scores, the first s read */
+    float* restrict part = tile + QRT_ATTENTION_ROWS * sp; /* QRT_MM_R rows of a partial context */
+    qrt_transpose(k, ldk, kt, sp, s, e);
     for (ptrdiff_t i0 = 0; i0 < l; i0 += QRT_MM_R) {
         const int rows = l - i0 < QRT_MM_R ? (int)(l - i0) : QRT_MM_R;
         float* restrict yi = y + i0 * ldy;
         float run_max[QRT_MM_R], run_sum[QRT_MM_R];
-        qrt_mm_rows(q + i0 * ldq, ldq, kt, s, tile, s, rows, e, s);
+        qrt_mm_rows(q + i0 * ldq, ldq, kt, sp, tile, sp, rows, e, sp);
         for (int r = 0; r < rows; r++) {
             const ptrdiff_t i = i0 + r, causal_from = causal && row0 + i + 1 < s ? row0 + i + 1 : s;
             if (mask_kind == QRT_MASK_FLOAT)
-                qrt_scores(tile + r * s, s, scale, QRT_MASK_FLOAT, (const float*)mask + i * mask_stride, causal_from);
+                qrt_scores(tile + r * sp, s, scale, QRT_MASK_FLOAT, (const float*)mask + i * mask_stride, causal_from);
             else if (mask_kind == QRT_MASK_BOOL)
-                qrt_scores(tile + r * s, s, scale, QRT_MASK_BOOL, (const unsigned char*)mask + i * mask_stride,
+                qrt_scores(tile + r * sp, s, scale, QRT_MASK_BOOL, (const unsigned char*)mask + i * mask_stride,
                            causal_from);
             else
-                qrt_scores(tile + r * s, s, scale, QRT_MASK_NONE, NULL, causal_from);
+                qrt_scores(tile + r * sp, s, scale, QRT_MASK_NONE, NULL, causal_from);
             run_max[r] = -INFINITY;
             run_sum[r] = 0.0f;
         }
@@ -357,9 +362,9 @@ static void qrt_attention(const float* q, ptrdiff_t ldq, const float* k, ptrdiff
             const ptrdiff_t kb = s - n0 < QRT_TORCH_KV_BLOCK ? s - n0 : QRT_TORCH_KV_BLOCK;
             float block_max[QRT_MM_R];
             for (int r = 0; r < rows; r++) /* every row's first, their chains overlapping: 1.25x faster on AVX2 */
-                block_max[r] = qrt_lane_max(tile + r * s + n0, kb);
+                block_max[r] = qrt_lane_max(tile + r * sp + n0, kb);
             for (int r = 0; r < rows; r++) {
-                float* restrict t = tile + r * s + n0;
+                float* restrict t = tile + r * sp + n0;
                 const float m = run_max[r] > block_max[r] ? run_max[r] : block_max[r];
                 if (m == -INFINITY) {
                     for (ptrdiff_t j = 0; j < kb; j++)
@@ -374,7 +379,7 @@ static void qrt_attention(const float* q, ptrdiff_t ldq, const float* k, ptrdiff
                     for (ptrdiff_t d = 0; d < ev; d++)
                         yi[r * ldy + d] = yi[r * ldy + d] * c;
             }
-            qrt_torch_gemm_rows(tile + n0, s, v + n0 * ldv, ldv, yi, ldy, part, rows, kb, ev, n0 > 0);
+            qrt_torch_gemm_rows(tile + n0, sp, v + n0 * ldv, ldv, yi, ldy, part, rows, kb, ev, n0 > 0);
         }
         for (int r = 0; r < rows; r++) {
             const float recip = 1.0f / (run_sum[r] == 0.0f ? 1.0f : run_sum[r]);
