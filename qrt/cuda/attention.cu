@@ -140,7 +140,7 @@ extern "C" __global__ void attention_f32(const float* q, const float* k, const f
                     for (int i = 0; i < half; i++) lanes[i] = __fadd_rn(lanes[i], lanes[i + half]);
                 float z = lanes[0];
                 for (unsigned j = n0 + whole; j < n0 + kb_len; j++) {
-                    p[j] = __double2float_rn(qrt_exp_double(__fsub_rn(p[j], m)));
+                    p[j] = qrt_exp_rounded(__fsub_rn(p[j], m));
                     z = __fadd_rn(z, p[j]);
                 }
                 rescale = qrt_expf_glibc(__fsub_rn(run_max, m));

@@ -217,24 +217,41 @@ static float qrt_lane_max(const float* restrict x, ptrdiff_t n) {
     return total;
 }
 
-/* exp(t_j - m) of one row of s scores in place, m their max (finite), and their sum, in torch 2.13's
- * AVX-512 order (_exp_reduce_sum_fusion_kernel): lane l of 16 sums the p_j with j = l mod 16 of the whole
- * vectors in order from +0, vec_reduce_all folds the lanes as (l, l + 8), (l, l + 4), (l, l + 2),
- * (l, l + 1); the last s % 16 take exp in double rounded to float (torch's values: the correctly rounded
- * ones, measured; not this glibc's expf) and are added one by one. */
-static float qrt_torch_exp_sum(float* restrict t, ptrdiff_t s, float m) {
+/* The p_j = exp(t_j - m) of the whole vectors of one row of scores (the first s / 16 * 16) in place, m their
+ * max (finite), and their sum, in torch 2.13's AVX-512 order (_exp_reduce_sum_fusion_kernel): lane l of 16 sums
+ * the p_j with j = l mod 16 in order from +0, vec_reduce_all folds the lanes as (l, l + 8), (l, l + 4),
+ * (l, l + 2), (l, l + 1). torch takes the last s % 16 through exp in double rounded to float, added one by one:
+ * qrt_torch_exp_tails. */
+static float qrt_torch_exp_whole(float* restrict t, ptrdiff_t s, float m) {
     const ptrdiff_t whole = s / QRT_TORCH_LANES * QRT_TORCH_LANES;
     for (ptrdiff_t j = 0; j < whole; j++)
         t[j] = qrt_exp_u20(t[j] - m);
     qrt_lanes acc = qrt_lanes_set(0.0f);
     for (ptrdiff_t j = 0; j < whole; j += QRT_TORCH_LANES)
         acc = qrt_lanes_combine(QRT_RED_SUM, acc, qrt_lanes_load(t + j));
-    float z = qrt_lanes_fold(QRT_RED_SUM, acc);
-    for (ptrdiff_t j = whole; j < s; j++) {
-        t[j] = (float)qrt_exp_double(t[j] - m);
-        z = z + t[j];
+    return qrt_lanes_fold(QRT_RED_SUM, acc);
+}
+
+/* The last s % 16 scores of each row r < rows (row r at t + r * ldt, its max m[r], its whole vectors' sum z[r])
+ * as torch takes them: p_j = exp(t_j - m) correctly rounded (qrt_exp_rounded), then z[r] + p_j one by one in
+ * order. Rows whose m is -inf are left. The exps of every row run as one loop over a buffer, which vectorises
+ * whole (one row's 1 to 15 ran mostly in its scalar remainder). */
+static void qrt_torch_exp_tails(float* restrict t, ptrdiff_t ldt, ptrdiff_t s, int rows, const float* m, float* z) {
+    const ptrdiff_t whole = s / QRT_TORCH_LANES * QRT_TORCH_LANES, n = s - whole;
+    float p[QRT_MM_R * QRT_TORCH_LANES];
+    for (int r = 0; r < rows; r++)
+        for (ptrdiff_t j = 0; j < n; j++)
+            p[r * n + j] = t[r * ldt + whole + j] - m[r];
+    for (ptrdiff_t i = 0; i < rows * n; i++)
+        p[i] = qrt_exp_rounded(p[i]);
+    for (int r = 0; r < rows; r++) {
+        if (m[r] == -INFINITY)
+            continue;
+        for (ptrdiff_t j = 0; j < n; j++) {
+            t[r * ldt + whole + j] = p[r * n + j];
+            z[r] = z[r] + p[r * n + j];
+        }
     }
-    return z;
 }
 
 /* kt[d][j] = k[j][d] (k's rows ldk apart, kt's ldkt >= s, the columns from s to ldkt zero): 8 x 8 blocks
@@ -323,7 +340,7 @@ static void qrt_torch_gemm_rows(const float* a, ptrdiff_t lda, const float* b, p
  * (its sgemm's sums up to E = 384, measured; above, MKL's are not this); t_j = fl(s_j * scale), or fma(s_j, scale, mask_j) with a float mask (its
  * compiler contracts the product and sum), then -inf where a bool mask is 0 or, causal, j > i. Then over blocks of QRT_TORCH_KV_BLOCK keys in turn, its online softmax: m' = the
  * larger of the running max m and the block's; p_j = exp(fl(t_j - m')) and their sum z in torch's AVX-512 order
- * (qrt_torch_exp_sum); c = glibc's expf(fl(m - m')), Z = fma(c, Z, z), the context so far times c (from the
+ * (qrt_torch_exp_whole, qrt_torch_exp_tails); c = glibc's expf(fl(m - m')), Z = fma(c, Z, z), the context so far times c (from the
  * second block on), plus the block's p_j v_j (its sgemm's sums); m = m'. A block whose m' is -inf takes p_j = 0
  * and leaves the rest. y_i = fl(context * fl(1 / Z)), Z = 0 taken as 1: a row masked out entirely gives the
  * chain of 0 * v_j, as torch does. Scores live in a tile of QRT_MM_R rows only. */
@@ -363,18 +380,23 @@ static void qrt_attention(const float* q, ptrdiff_t ldq, const float* k, ptrdiff
             float block_max[QRT_MM_R];
             for (int r = 0; r < rows; r++) /* every row's first, their chains overlapping: 1.25x faster on AVX2 */
                 block_max[r] = qrt_lane_max(tile + r * sp + n0, kb);
+            float m[QRT_MM_R], z[QRT_MM_R];
             for (int r = 0; r < rows; r++) {
                 float* restrict t = tile + r * sp + n0;
-                const float m = run_max[r] > block_max[r] ? run_max[r] : block_max[r];
-                if (m == -INFINITY) {
+                m[r] = run_max[r] > block_max[r] ? run_max[r] : block_max[r];
+                if (m[r] == -INFINITY)
                     for (ptrdiff_t j = 0; j < kb; j++)
                         t[j] = 0.0f;
+                else
+                    z[r] = qrt_torch_exp_whole(t, kb, m[r]);
+            }
+            qrt_torch_exp_tails(tile + n0, sp, kb, rows, m, z);
+            for (int r = 0; r < rows; r++) {
+                if (m[r] == -INFINITY)
                     continue;
-                }
-                const float z = qrt_torch_exp_sum(t, kb, m);
-                const float c = qrt_expf_glibc(run_max[r] - m);
-                run_sum[r] = fmaf(c, run_sum[r], z);
-                run_max[r] = m;
+                const float c = qrt_expf_glibc(run_max[r] - m[r]);
+                run_sum[r] = fmaf(c, run_sum[r], z[r]);
+                run_max[r] = m[r];
                 if (n0 > 0)
                     for (ptrdiff_t d = 0; d < ev; d++)
                         yi[r * ldy + d] = yi[r * ldy + d] * c;

@@ -5,8 +5,8 @@
  *  - qrt_exp_u20: ATen's Vectorized<float>::exp_u20 (vec512_float.h; vec256_float.h's is the same sequence),
  *    the vector exp of its softmax: a degree-5 polynomial on x - n ln2, every step one fma or one rounded
  *    operation, as its intrinsics do;
- *  - qrt_exp_double: the exp its softmax takes for the keys past the last whole vector: torch's values there
- *    are the correctly rounded ones (measured), which exp in double rounded to float gives;
+ *  - qrt_exp_rounded: the exp its softmax takes for the keys past the last whole vector: torch's values there
+ *    are the correctly rounded ones (measured), which its exp in double rounded to float gives;
  *  - qrt_expf_glibc: glibc's expf on x86-64 CPUs with FMA (its __expf_fma ifunc), torch's std::exp(float) for
  *    the factor exp(m_old - m_new) that rescales its running sum between blocks of keys: x N / ln2 = k + r in
  *    double, 2^(k/N) from a table of N = 32 doubles, a cubic in r, each a + b c contracted to one fma as that
@@ -104,37 +104,30 @@ QRT_GATE_FN float qrt_expf_glibc(float x) {
     return (float)(s * fma(fma(c0, r, c1), r * r, fma(c2, r, 1.0)));
 }
 
-/* exp(x) in double, x a float, within a few ulps of double (|r| <= ln2 / 2, Taylor to r^13 by Horner, two
- * exact scalings by powers of 2): rounded to float, it gives the bits that a correctly rounded exp would, but
- * where the exact value lies within about 2^-50 of the midpoint of two floats. torch's tail calls the C
- * exp(double) of glibc, which is as close. Below -104, exp(x) < 2^-150 rounds to +0 as a float: +0 at once,
- * where the scalings would underflow through subnormal doubles, each a microcode assist of the multiply
- * (a causal or padding mask's -inf keys in the tail took 46% of the attention's time at L = S = 100). */
-QRT_GATE_FN double qrt_exp_double(float x) {
-    if (x != x)
-        return (double)x;
-    if (x < -104.0f)
-        return 0.0;
-    const double xd = x < -746.0f ? -746.0 : x > 710.0f ? 710.0 : (double)x;
-    const double shift = 0x1.8p+52, ln2_hi = 0x1.62e42fefa39efp-1, ln2_lo = 0x1.abc9e3b39803fp-56;
-    const double kd = (xd * 0x1.71547652b82fep+0 + shift) - shift; /* round(x / ln2) */
-    const double r = fma(-kd, ln2_lo, fma(-kd, ln2_hi, xd));
-    double p = 1.0 / 6227020800.0; /* 1/13!, then Horner down through 1/n! */
-    p = fma(p, r, 1.0 / 479001600.0);
-    p = fma(p, r, 1.0 / 39916800.0);
-    p = fma(p, r, 1.0 / 3628800.0);
-    p = fma(p, r, 1.0 / 362880.0);
-    p = fma(p, r, 1.0 / 40320.0);
-    p = fma(p, r, 1.0 / 5040.0);
-    p = fma(p, r, 1.0 / 720.0);
+/* exp(x) correctly rounded to float, as torch's tail gets it from the C exp(double) of glibc rounded to
+ * float: x 32 / ln2 = k + f (k an integer, by adding 1.5 2^52), r = x - k ln2 / 32 (|r| <= ln2 / 64) in two
+ * fma steps, 2^(k/32) from qrt_expf_tab, and exp(r) as Taylor to r^6 by Horner (truncation below 2^-58): within
+ * about 2 ulps of double, and rounded to float equal to expl(x) rounded to float on every float (checked
+ * exhaustively, and equal there to the Taylor-to-r^13 form on ln2 / 2 this replaces, at half its operations).
+ * Below -104 exp(x) < 2^-150 rounds to +0; above 89 to +inf. The edges are selects, not branches, so that a
+ * loop of it vectorises (the index k mod 32 is in the table whatever x is, NaN included). */
+QRT_GATE_FN float qrt_exp_rounded(float x) {
+    const float xc = x < -104.0f ? -104.0f : x > 89.0f ? 89.0f : x;
+    const double shift = 0x1.8p+52, n_ln2 = 0x1.71547652b82fep+0 * QRT_EXPF_N;
+    const double ln2n_hi = 0x1.62e42fefa39efp-1 / QRT_EXPF_N, ln2n_lo = 0x1.abc9e3b39803fp-56 / QRT_EXPF_N;
+    double kd = fma((double)xc, n_ln2, shift); /* x N / ln2 rounded to an integer k, held in the low bits */
+    const uint64_t ki = qrt_double_bits(kd);
+    kd -= shift;
+    const double r = fma(-kd, ln2n_lo, fma(-kd, ln2n_hi, (double)xc));
+    double p = 1.0 / 720.0; /* 1/6!, then Horner down through 1/n! */
     p = fma(p, r, 1.0 / 120.0);
     p = fma(p, r, 1.0 / 24.0);
     p = fma(p, r, 1.0 / 6.0);
     p = fma(p, r, 0.5);
     p = fma(p, r, 1.0);
     p = fma(p, r, 1.0);
-    const int k = (int)kd, h = k / 2; /* 2^k as two factors, each a normal double */
-    return p * qrt_bits_double((uint64_t)(h + 1023) << 52) * qrt_bits_double((uint64_t)(k - h + 1023) << 52);
+    const float y = (float)(qrt_bits_double(qrt_expf_tab[ki % QRT_EXPF_N] + (ki << (52 - QRT_EXPF_BITS))) * p);
+    return x != x ? x + x : x < -104.0f ? 0.0f : x > 89.0f ? INFINITY : y;
 }
 
 #endif /* QRT_TORCH_EXP_H */
