@@ -17,7 +17,8 @@ import sys
 from harness import ab_builds, round_median
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CASES = [("batch 1 x 16 tokens", 1, 16), ("batch 1 x 100 tokens", 1, 100), ("batch 1 x 128 tokens", 1, 128)]
+CASES = [("batch 1 x 16 tokens", 1, 16), ("batch 1 x 57 tokens", 1, 57), ("batch 1 x 100 tokens", 1, 100),
+         ("batch 1 x 108 tokens", 1, 108), ("batch 1 x 128 tokens", 1, 128)]
 
 
 def one_round(threads: list[int]) -> dict:

@@ -390,7 +390,8 @@ static void qrt_attention(const float* q, ptrdiff_t ldq, const float* k, ptrdiff
                 else
                     z[r] = qrt_torch_exp_whole(t, kb, m[r]);
             }
-            qrt_torch_exp_tails(tile + n0, sp, kb, rows, m, z);
+            if (kb % QRT_TORCH_LANES)
+                qrt_torch_exp_tails(tile + n0, sp, kb, rows, m, z);
             for (int r = 0; r < rows; r++) {
                 if (m[r] == -INFINITY)
                     continue;
