@@ -37,8 +37,8 @@ typedef struct {
 #define QRT_ATTENTION_ROWS 8
 
 /* The row length of k transposed and of the score rows: s keys rounded up to a cache line of floats, so that
- * every row starts on a line (from a scratch that does) and the score product runs whole vectors over zero
- * keys past s. Rows of 100 or 108 floats split a vector load in most rows across two lines: 108 keys took 1.9x
+ * every row starts on a line (from a scratch that does), the score product runs whole vectors over zero
+ * keys past s, and the softmax's max reads each row's last vector whole (its padding set to -inf). Rows of 100 or 108 floats split a vector load in most rows across two lines: 108 keys took 1.9x
  * the time of 112. */
 static inline ptrdiff_t qrt_attention_keys_padded(ptrdiff_t s) {
     return (s + 15) / 16 * 16;

@@ -349,7 +349,7 @@ static void qrt_attention(const float* q, ptrdiff_t ldq, const float* k, ptrdiff
                           float* scratch) {
     const ptrdiff_t sp = qrt_attention_keys_padded(s);
     float* restrict kt = scratch;                         /* k transposed, [e][sp]: the scores run across keys */
-    float* restrict tile = kt + e * sp;                    /* QRT_MM_R rows of sp scores, the first s read */
+    float* restrict tile = kt + e * sp;                    /* QRT_MM_R rows of s scores, then -inf to sp */
     float* restrict part = tile + QRT_ATTENTION_ROWS * sp; /* QRT_MM_R rows of a partial context */
     qrt_transpose(k, ldk, kt, sp, s, e);
     for (ptrdiff_t i0 = 0; i0 < l; i0 += QRT_MM_R) {
