@@ -9,15 +9,16 @@ cdef extern from "attention.h" nogil:
     ctypedef struct qrt_attention_ops:
         const char* name
         void (*matmul)(const float* a, const float* b, float* y, ptrdiff_t m, ptrdiff_t k,
-                       ptrdiff_t n) noexcept nogil
+                       ptrdiff_t n, float* scratch) noexcept nogil
         void (*attention)(const float* q, ptrdiff_t ldq, const float* k, ptrdiff_t ldk, const float* v,
                           ptrdiff_t ldv, const void* mask, int mask_kind, ptrdiff_t mask_stride, float scale,
                           int causal, ptrdiff_t row0, ptrdiff_t l, ptrdiff_t s, ptrdiff_t e, ptrdiff_t ev, float* y,
                           ptrdiff_t ldy, float* scratch) noexcept nogil
     const qrt_attention_ops* qrt_attention_ops_for(const char* kernel_variant)
     ptrdiff_t qrt_attention_scratch(ptrdiff_t s, ptrdiff_t e, ptrdiff_t ev)
+    ptrdiff_t qrt_matmul_scratch(ptrdiff_t k)
     enum:
-        QRT_MASK_NONE, QRT_MASK_BOOL, QRT_MASK_FLOAT
+        QRT_MASK_NONE, QRT_MASK_BOOL, QRT_MASK_FLOAT, QRT_MM_TAIL
 
 
 cdef struct attention_job:  # `units` output rows (batches of l rows each), task t the t-th chunk of them
@@ -70,15 +71,18 @@ cdef struct matmul_job:  # `units` output rows (batches of m rows each), task t 
     const int64_t* b_off
     Py_ssize_t m, k, n, units, parts
     float* y
+    float* scratch  # qrt_matmul_scratch(k) floats per task where n is off QRT_MM_TAIL, else NULL
 
 
 cdef void matmul_task(void* ctx, ptrdiff_t t) noexcept nogil:
     cdef matmul_job* j = <matmul_job*>ctx
     cdef Py_ssize_t u = chunk(j.units, j.parts, t), end = chunk(j.units, j.parts, t + 1), b, r0, r1
+    cdef float* scratch = j.scratch + t * qrt_matmul_scratch(j.k) if j.scratch != NULL else NULL
     while u < end:
         b, r0 = u // j.m, u % j.m
         r1 = min(j.m, r0 + end - u)
-        j.ops.matmul(j.a + j.a_off[b] + r0 * j.k, j.b + j.b_off[b], j.y + (b * j.m + r0) * j.n, r1 - r0, j.k, j.n)
+        j.ops.matmul(j.a + j.a_off[b] + r0 * j.k, j.b + j.b_off[b], j.y + (b * j.m + r0) * j.n, r1 - r0, j.k, j.n,
+                     scratch)
         u += r1 - r0
 
 
@@ -128,8 +132,13 @@ cdef class AttentionOps:
         if batches * m * n == 0:
             return
         cdef matmul_job j = matmul_job(self.ops, first(a), first(b),
-                                       &a_off[0], &b_off[0], m, k, n, batches * m, 1, &y[0, 0, 0])
+                                       &a_off[0], &b_off[0], m, k, n, batches * m, 1, &y[0, 0, 0], NULL)
         j.parts = row_parts(j.units, <int64_t>j.units * n * k)
+        cdef float[::1] sv
+        if n % QRT_MM_TAIL:
+            scratch = np.empty(j.parts * qrt_matmul_scratch(k), np.float32)
+            sv = scratch
+            j.scratch = &sv[0]
         with nogil:
             if j.parts == 1:
                 matmul_task(&j, 0)

@@ -221,9 +221,12 @@ def _normal(*shape, sd: float = 1.0) -> np.ndarray:
 # ------------------------------------------------------------ matmul
 
 # (a shape, b shape): odd sizes around the tile widths (16 and 32 columns, 4 rows), K = 1 and 0, batch
-# dimensions broadcast both ways, a matrix against a batch
+# dimensions broadcast both ways, a matrix against a batch; last columns past a multiple of 16 (run from a padded
+# copy of b's) after whole tiles and a half tile, and behind column blocks of one tile (K = 2100)
 MATMUL_SHAPES = [
     ((1, 1), (1, 1)),
+    ((2, 9, 32), (2, 32, 57)),
+    ((3, 2100), (2100, 50)),
     ((5, 3), (3, 33)),
     ((2, 7, 17), (2, 17, 16)),
     ((3, 1, 9, 40), (4, 40, 31)),

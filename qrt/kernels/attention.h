@@ -18,8 +18,9 @@ enum qrt_attention_mask { QRT_MASK_NONE, QRT_MASK_BOOL, QRT_MASK_FLOAT };
 typedef struct {
     const char* name; /* the float ops' build: "portable", "fma" or "avx512" */
     /* y[i][j] = the fma chain over t < k of a[i][t] * b[t][j], i < m, j < n; a, b, y row-major and
-     * contiguous ([m, k], [k, n], [m, n]) */
-    void (*matmul)(const float* a, const float* b, float* y, ptrdiff_t m, ptrdiff_t k, ptrdiff_t n);
+     * contiguous ([m, k], [k, n], [m, n]); scratch holds qrt_matmul_scratch(k) floats where n is not a
+     * multiple of QRT_MM_TAIL (else it may be NULL) */
+    void (*matmul)(const float* a, const float* b, float* y, ptrdiff_t m, ptrdiff_t k, ptrdiff_t n, float* scratch);
     /* One attention head: y[l][ev] = softmax(scale * q k^T + mask) v for the l query rows of q ([l, e]),
      * the s keys of k ([s, e]) and values of v ([s, ev]); q's first row is query row `row0` of the
      * head (for is_causal: key j is masked out for query row i when j > i). Each matrix's rows lie ld*
@@ -49,6 +50,14 @@ static inline ptrdiff_t qrt_attention_keys_padded(ptrdiff_t s) {
 static inline ptrdiff_t qrt_attention_scratch(ptrdiff_t s, ptrdiff_t e, ptrdiff_t ev) {
     const ptrdiff_t sp = qrt_attention_keys_padded(s);
     return (e * sp + QRT_ATTENTION_ROWS * (sp + ev) + 15) / 16 * 16;
+}
+
+/* matmul's last n % QRT_MM_TAIL columns run as QRT_MM_TAIL columns over a zero-padded copy of b's (k rows) into
+ * a tile of QRT_ATTENTION_ROWS rows, copied out: a whole vector a row on AVX-512, a whole tile on AVX2. */
+#define QRT_MM_TAIL 16
+
+static inline ptrdiff_t qrt_matmul_scratch(ptrdiff_t k) {
+    return (k + QRT_ATTENTION_ROWS) * QRT_MM_TAIL;
 }
 
 /* The table for the CPUs of a kernel variant: the float ops' choice (float_ops.h). */

@@ -94,17 +94,46 @@ static void qrt_mm_rows(const float* a, ptrdiff_t lda, const float* b, ptrdiff_t
 #undef QRT_MM_CASE
 #undef QRT_MM_COLUMNS
 
-static void qrt_matmul(const float* a, const float* b, float* y, ptrdiff_t m, ptrdiff_t k, ptrdiff_t n) {
-    ptrdiff_t cols = k > 0 ? QRT_MM_BLOCK_FLOATS / k / QRT_MM_W * QRT_MM_W : n;
+/* Columns [c, n) of y = a b (n - c < QRT_MM_TAIL), a [m, k]: b's columns copied into bt ([k][QRT_MM_TAIL], zero
+ * past them), each tile of rows run as QRT_MM_TAIL columns into yt, its first n - c copied out. As pieces of
+ * 8, 4, 2 and 1 columns (qrt_mm_rows) each cost a whole tile's broadcasts of a: the scores [57, 32] x [32, 57]
+ * took 2.1x the time of [64, 32] x [32, 64]. */
+static void qrt_matmul_tail(const float* a, const float* b, float* y, ptrdiff_t m, ptrdiff_t k, ptrdiff_t n,
+                            ptrdiff_t c, float* restrict scratch) {
+    float* restrict bt = scratch;
+    float* restrict yt = bt + k * QRT_MM_TAIL;
+    const ptrdiff_t w = n - c;
+    for (ptrdiff_t t = 0; t < k; t++)
+        for (ptrdiff_t j = 0; j < QRT_MM_TAIL; j++)
+            bt[t * QRT_MM_TAIL + j] = j < w ? b[t * n + c + j] : 0.0f;
+    for (ptrdiff_t i = 0; i < m; i += QRT_MM_R) {
+        const int rows = m - i < QRT_MM_R ? (int)(m - i) : QRT_MM_R;
+        qrt_mm_rows(a + i * k, k, bt, QRT_MM_TAIL, yt, QRT_MM_TAIL, rows, k, QRT_MM_TAIL);
+        for (int r = 0; r < rows; r++)
+            for (ptrdiff_t j = 0; j < w; j++)
+                y[(i + r) * n + c + j] = yt[r * QRT_MM_TAIL + j];
+    }
+}
+
+static void qrt_matmul(const float* a, const float* b, float* y, ptrdiff_t m, ptrdiff_t k, ptrdiff_t n,
+                       float* scratch) {
+    const ptrdiff_t whole = n / QRT_MM_TAIL * QRT_MM_TAIL;
+    ptrdiff_t cols = k > 0 ? QRT_MM_BLOCK_FLOATS / k / QRT_MM_W * QRT_MM_W : whole;
     cols = cols < QRT_MM_W ? QRT_MM_W : cols;
-    for (ptrdiff_t c0 = 0; c0 < n; c0 += cols) {
-        const ptrdiff_t nc = n - c0 < cols ? n - c0 : cols;
+    for (ptrdiff_t c0 = 0; c0 < whole; c0 += cols) {
+        const ptrdiff_t nc = whole - c0 < cols ? whole - c0 : cols;
         for (ptrdiff_t i = 0; i < m; i += QRT_MM_R) {
             const int rows = m - i < QRT_MM_R ? (int)(m - i) : QRT_MM_R;
             qrt_mm_rows(a + i * k, k, b + c0, n, y + i * n + c0, n, rows, k, nc);
         }
     }
+    if (whole < n)
+        qrt_matmul_tail(a, b, y, m, k, n, whole, scratch);
 }
+
+#if QRT_MM_TAIL % (QRT_MM_W / 2) || QRT_MM_TAIL > QRT_MM_W
+#error "attention.h's QRT_MM_TAIL must be a whole tile or half of one (no narrower piece)"
+#endif
 
 /* torch's vector width in its softmax (AVX-512's 16 floats): exp_u20 and lane sums on whole vectors of
  * keys, then exp in double and a running sum over the last s % 16. */
@@ -366,11 +395,13 @@ static void qrt_attention(const float* q, ptrdiff_t ldq, const float* k, ptrdiff
                            causal_from);
             else
                 qrt_scores(tile + r * sp, s, scale, QRT_MASK_NONE, NULL, causal_from);
-            for (ptrdiff_t j = s; j < sp; j++) /* the padding, for qrt_lane_max */
-                tile[r * sp + j] = -INFINITY;
             run_max[r] = -INFINITY;
             run_sum[r] = 0.0f;
         }
+        if (sp > s) /* the padding, for qrt_lane_max */
+            for (int r = 0; r < rows; r++)
+                for (ptrdiff_t j = s; j < sp; j++)
+                    tile[r * sp + j] = -INFINITY;
         if (s == 0) /* no key: the context is the empty sum */
             for (int r = 0; r < rows; r++)
                 for (ptrdiff_t d = 0; d < ev; d++)
