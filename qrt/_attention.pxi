@@ -39,9 +39,9 @@ cdef struct attention_job:  # `units` output rows (batches of l rows each), task
     Py_ssize_t ldq, ldk, ldv, ldy  # the rows of each matrix lie this many floats apart
     float* y
     # qrt_attention_scratch(s, e, ev) floats per task, from a 64-byte boundary (16 floats more allocated): then
-    # each task's and score row's start on a cache line too where s and e are multiples of 16 (BERT's heads, windows
-    # of whole vectors). Left where the allocator put it, the same code ran 12 heads at L=S=112 in 176 us in one
-    # checkout and 187-196 us in another (pinned, one thread); on a line, 176-181 us in both.
+    # each task's scratch and score row start on a cache line too (attention.h pads both to whole lines). Left where
+    # the allocator put it, the same code ran 12 heads at L=S=112 in 176 us in one checkout and 187-196 us in
+    # another (pinned, one thread); on a line, 176-181 us in both.
     float* scratch
 
 

@@ -13,6 +13,8 @@
 
 #include <stddef.h>
 
+#include "common.h"
+
 enum qrt_attention_mask { QRT_MASK_NONE, QRT_MASK_BOOL, QRT_MASK_FLOAT };
 
 typedef struct {
@@ -37,19 +39,22 @@ typedef struct {
 /* Query rows an attention call takes at a time at most: its score rows held at once. */
 #define QRT_ATTENTION_ROWS 8
 
+/* Floats in a cache line */
+#define QRT_LINE_FLOATS 16
+
 /* The row length of k transposed and of the score rows: s keys rounded up to a cache line of floats, so that
  * every row starts on a line (from a scratch that does), the score product runs whole vectors over zero
- * keys past s, and the softmax's max reads each row's last vector whole (its padding set to -inf). Rows of 100 or 108 floats split a vector load in most rows across two lines: 108 keys took 1.9x
- * the time of 112. */
+ * keys past s, and the softmax's max reads each row's last vector whole (its padding set to -inf). Rows of
+ * 100 or 108 floats split a vector load in most rows across two lines: 108 keys took 1.9x the time of 112. */
 static inline ptrdiff_t qrt_attention_keys_padded(ptrdiff_t s) {
-    return (s + 15) / 16 * 16;
+    return qrt_round_up(s, QRT_LINE_FLOATS);
 }
 
 /* Floats of scratch one attention call needs: k transposed, a tile of score rows, and one of partial contexts,
  * rounded up to a cache line of floats so that the scratches of tasks laid end to end each start on a line. */
 static inline ptrdiff_t qrt_attention_scratch(ptrdiff_t s, ptrdiff_t e, ptrdiff_t ev) {
     const ptrdiff_t sp = qrt_attention_keys_padded(s);
-    return (e * sp + QRT_ATTENTION_ROWS * (sp + ev) + 15) / 16 * 16;
+    return qrt_round_up(e * sp + QRT_ATTENTION_ROWS * (sp + ev), QRT_LINE_FLOATS);
 }
 
 /* matmul's last n % QRT_MM_TAIL columns run as QRT_MM_TAIL columns over a zero-padded copy of b's (k rows) into
