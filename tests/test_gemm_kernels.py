@@ -366,3 +366,18 @@ def test_gemv_floor_benchmark_builds_and_runs(tmp_path):
                    capture_output=True)
     out = subprocess.run([str(exe), "37", "70"], check=True, capture_output=True, text=True).stdout
     assert "qrt one-row product" in out and f"variant {RUNNABLE[0]}" in out
+
+
+@pytest.mark.skipif(shutil.which("cc") is None or not K.kernel_variants().get("amx-int8", False),
+                    reason="no C compiler, or no amx-int8 variant that runs here")
+def test_amx_product_benchmark_builds_and_runs(tmp_path):
+    """bench/amx_product.c calls the amx-int8 table entry directly: keep it compiling and running as it changes."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    exe = tmp_path / "amx_product"
+    kernels = sorted(str(p) for p in (root / "qrt" / "kernels").glob("*.c"))
+    subprocess.run(["cc", "-O2", "-ffp-contract=off", "-std=c11", "-I", str(root / "qrt" / "kernels"),
+                    str(root / "bench" / "amx_product.c"), *kernels, "-o", str(exe), "-pthread", "-lm"], check=True,
+                   capture_output=True)
+    out = subprocess.run([str(exe), "37", "100", "70", "32", "2"], check=True, capture_output=True, text=True).stdout
+    assert "qrt 37 x 100 x 70, tasks of 32 rows, 2 weight copies" in out
+    assert "tdpbusd, 2 x 2 tiles, loads from L1" in out and "tdpbusd, 2 x 2 tiles, registers" in out
