@@ -54,7 +54,7 @@ bench: build
 ASAN_TESTS := tests/test_gemm_kernels.py tests/test_api.py tests/test_robustness.py tests/test_format.py \
 	tests/test_fuzz_loader.py tests/test_atomic_write.py tests/test_golden.py
 asan: $(VENV)/.installed
-	rm -rf build/asan && mkdir -p build/asan && cp -r qrt tests docs setup.py pyproject.toml build/asan/
+	rm -rf build/asan && mkdir -p build/asan && cp -r qrt tests docs bench setup.py pyproject.toml build/asan/
 	rm -f build/asan/qrt/*.so build/asan/qrt/_kernels.c
 	cd build/asan && QRT_EXTRA_CFLAGS="-fsanitize=address -fno-omit-frame-pointer -g" \
 		QRT_EXTRA_LDFLAGS="-fsanitize=address" $(CURDIR)/$(PY) setup.py -q build_ext --inplace

@@ -306,14 +306,16 @@ def test_dynamic_epilogue_identical_to_portable(variant_name, m, k, n, bias, rel
         assert np.signbit(zeros).any() and not np.signbit(zeros).all()
 
 
-@pytest.mark.parametrize("k", [1, 7, 16, 33, 100])
+@pytest.mark.parametrize("k", [1, 7, 16, 33, 100, 300])
 def test_dynamic_quantization_refuses_nan_and_infinity_anywhere(k, variant):
-    """Each variant's range (qrt_min_max, on order keys) finds a NaN of either sign or an infinity wherever it
-    lies in the vector loop, first, last or between; the same input with a finite value there quantizes."""
+    """Each variant's range (qrt_min_max: order keys, or the ISA's float compares, isa/range_*.h) finds a NaN of
+    either sign or an infinity wherever it lies: first, last, in each of the unrolled loop's accumulators (16
+    floats apart on AVX-512, 8 on AVX2), the masked or scalar tail; the same input with a finite value there
+    quantizes."""
     rng = np.random.default_rng(k)
     layer = K.DynamicLinear(rng.integers(-128, 128, (5, k), dtype=np.int8), np.float32(0.01), np.zeros(5, np.int32))
     y = np.empty((2, 5), np.float32)
-    for at in sorted({0, k // 2, 2 * k - 1}):
+    for at in sorted({0, k // 2, 2 * k - 1, *(a for a in (9, 17, 25, 40, 63, 590) if a < 2 * k)}):
         for special in (np.nan, -np.nan, np.inf, -np.inf):
             x = rng.standard_normal((2, k)).astype(np.float32)
             x.flat[at] = special
@@ -321,6 +323,46 @@ def test_dynamic_quantization_refuses_nan_and_infinity_anywhere(k, variant):
                 layer(x, y)
             x.flat[at] = -0.0
             layer(x, y)
+
+
+@pytest.mark.parametrize("variant_name", [v for v in RUNNABLE if v != "portable"])
+def test_dynamic_quantization_range_edges_identical_to_portable(variant_name):
+    """The range that picks the scale gives portable's bits on every variant (whose range may be the ISA's float
+    compares where portable takes order keys): the row's largest or smallest value at every position of 203
+    floats (every lane of the unrolled loop's accumulators, the masked or scalar tail), every value zero of either
+    sign, all negative, all positive, the largest finite floats, subnormals; rows of 1 to 203 floats."""
+    k, n = 203, 19
+    rng = np.random.default_rng(36)
+    w8 = rng.integers(-128, 128, (n, k), dtype=np.int8)
+    big, tiny = np.finfo(np.float32).max, np.float32(1e-40)
+    rows = [
+        np.where(rng.random(k) < 0.5, -0.0, 0.0),
+        -np.abs(rng.standard_normal(k)) - 0.5,
+        np.abs(rng.standard_normal(k)) + 0.5,
+        rng.choice([big, -big, 1.0, -0.0], k),
+        rng.choice([tiny, -tiny, 0.0], k),
+    ]
+    for at in range(k):
+        for extreme in (7.0, -7.0):
+            row = np.full(k, 1.5) if extreme > 0 else np.full(k, -1.5)
+            row[at] = extreme
+            rows.append(row)
+    x = np.ascontiguousarray(rows, np.float32)
+
+    def outputs(name: str, m: int) -> np.ndarray:
+        def make():
+            return K.DynamicLinear(w8[:, :m], np.float32(0.02), np.zeros(n, np.int32))
+
+        def run(layer):
+            y = np.empty((len(x), n), np.float32)
+            for r in range(len(x)):  # one row a call: each its own range
+                layer(np.ascontiguousarray(x[r : r + 1, :m]), y[r : r + 1])
+            return [y]
+
+        return _outputs_of(name, make, run)[0]
+
+    for m in (1, 15, 64, 203):
+        np.testing.assert_array_equal(outputs(variant_name, m), outputs("portable", m))
 
 
 @pytest.mark.parametrize("variant_name", [v for v in RUNNABLE if v != "portable"])

@@ -12,12 +12,16 @@ QRT_INLINE int32_t qrt_order_key(float v) { return (int32_t)qrt_order_flip(qrt_f
 QRT_INLINE float qrt_order_float(int32_t key) { return qrt_bits_float(qrt_order_flip((uint32_t)key)); }
 
 /* Min and max of x[0..n) (n >= 1); returns 1 if any is NaN or infinite (torch's parameter choice has no
- * defined result for those: its zero point becomes a cast of NaN), lo and hi then unset. Taken on order keys,
- * whose min and max every ISA vectorises as integer instructions: float compares and selects took 6 cycles a
+ * defined result for those: its zero point becomes a cast of NaN), lo and hi then unset. Where the ISA has a
+ * float form (I8_RANGE, isa/range_*.h: vminps and vmaxps), that; else taken on order keys, whose min and max
+ * every ISA vectorises as integer instructions: compares and selects as GCC vectorises them took 6 cycles a
  * 16-float vector (Zen 5, avx512-vnni, 2240 floats: 193 -> 73 ns; portable, SSE2: 6.1 -> 0.9 us). A NaN or
- * an infinity leaves a key at or past an infinity's. -0.0 orders below +0.0; callers extend the range to
- * include 0, which makes either zero +0. */
+ * an infinity leaves a key at or past an infinity's. -0.0 orders below +0.0 here, and either may come out of
+ * the float form; callers extend the range to include 0, which makes either zero +0. */
 static int qrt_min_max(const float* x, ptrdiff_t n, float* lo, float* hi) {
+#if defined(I8_RANGE)
+    return I8_RANGE(x, n, lo, hi);
+#else
     int32_t mn = INT32_MAX, mx = INT32_MIN;
     for (ptrdiff_t i = 0; i < n; i++) {
         const int32_t key = qrt_order_key(x[i]);
@@ -27,6 +31,7 @@ static int qrt_min_max(const float* x, ptrdiff_t n, float* lo, float* hi) {
     *lo = qrt_order_float(mn);
     *hi = qrt_order_float(mx);
     return mx >= qrt_order_key(INFINITY) || mn <= qrt_order_key(-INFINITY);
+#endif
 }
 
 /* q = clamp(rne(fma(x, inv, zp)), 0, 255) (NUMERICS.md Q1, torch on x86) or, round_first, clamp(rne(fl(x * inv)) +

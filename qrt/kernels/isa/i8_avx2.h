@@ -10,6 +10,7 @@
  * int16 between flushes, needs as many instructions and ran no faster (a one-row product, Sapphire Rapids). */
 #include <immintrin.h>
 
+#include "range_avx2.h"
 #include "requantize_avx2.h"
 #define QRT_I8_ISA "avx2"
 #define I8_NR 16

@@ -1,5 +1,7 @@
 /* u8 x s8 primitives, AVX-512 VNNI: 16 columns per register, one vpdpbusd per 4 k. */
 #include <immintrin.h>
+
+#include "range_avx512.h"
 #ifndef QRT_I8_ISA /* isa/i8_amx.h: its own name and tile rows */
 #define QRT_I8_ISA "avx512vnni"
 #define I8_MR 6

@@ -2,6 +2,7 @@
  * of 4 k per register, summed into int32 without saturation, so one flavour is exact for any u8. */
 #include <immintrin.h>
 
+#include "range_avx2.h"
 #include "requantize_avx2.h"
 #define QRT_I8_ISA "avx-vnni"
 #define I8_NR 16
