@@ -397,16 +397,21 @@ def test_recurrent_steps_identical_to_portable(variant_name, kind):
         np.testing.assert_array_equal(g, w)
 
 
+def _run_bench_c(tmp_path, name: str, *args: str) -> str:
+    """bench/<name>.c built against the kernel sources (it links the variants directly) and run; its output."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    exe = tmp_path / name
+    kernels = sorted(str(p) for p in (root / "qrt" / "kernels").glob("*.c"))
+    subprocess.run(["cc", "-O2", "-ffp-contract=off", "-std=c11", "-I", str(root / "qrt" / "kernels"),
+                    str(root / "bench" / f"{name}.c"), *kernels, "-o", str(exe), "-pthread", "-lm"], check=True,
+                   capture_output=True)
+    return subprocess.run([str(exe), *args], check=True, capture_output=True, text=True).stdout
+
+
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
 def test_gemv_floor_benchmark_builds_and_runs(tmp_path):
     """bench/gemv_floor.c links the kernel variants directly: keep it compiling as they change."""
-    root = pathlib.Path(__file__).resolve().parent.parent
-    exe = tmp_path / "gemv_floor"
-    kernels = sorted(str(p) for p in (root / "qrt" / "kernels").glob("*.c"))
-    subprocess.run(["cc", "-O2", "-ffp-contract=off", "-std=c11", "-I", str(root / "qrt" / "kernels"),
-                    str(root / "bench" / "gemv_floor.c"), *kernels, "-o", str(exe), "-pthread", "-lm"], check=True,
-                   capture_output=True)
-    out = subprocess.run([str(exe), "37", "70"], check=True, capture_output=True, text=True).stdout
+    out = _run_bench_c(tmp_path, "gemv_floor", "37", "70")
     assert "qrt one-row product" in out and f"variant {RUNNABLE[0]}" in out
 
 
@@ -414,12 +419,16 @@ def test_gemv_floor_benchmark_builds_and_runs(tmp_path):
                     reason="no C compiler, or no amx-int8 variant that runs here")
 def test_amx_product_benchmark_builds_and_runs(tmp_path):
     """bench/amx_product.c calls the amx-int8 table entry directly: keep it compiling and running as it changes."""
-    root = pathlib.Path(__file__).resolve().parent.parent
-    exe = tmp_path / "amx_product"
-    kernels = sorted(str(p) for p in (root / "qrt" / "kernels").glob("*.c"))
-    subprocess.run(["cc", "-O2", "-ffp-contract=off", "-std=c11", "-I", str(root / "qrt" / "kernels"),
-                    str(root / "bench" / "amx_product.c"), *kernels, "-o", str(exe), "-pthread", "-lm"], check=True,
-                   capture_output=True)
-    out = subprocess.run([str(exe), "37", "100", "70", "32", "2"], check=True, capture_output=True, text=True).stdout
+    out = _run_bench_c(tmp_path, "amx_product", "37", "100", "70", "32", "2")
     assert "qrt 37 x 100 x 70, tasks of 32 rows, 2 weight copies" in out
     assert "tdpbusd, 2 x 2 tiles, loads from L1" in out and "tdpbusd, 2 x 2 tiles, registers" in out
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+def test_range_pass_benchmark_builds_and_runs(tmp_path):
+    """bench/range_pass.c calls every runnable variant's min_max: keep it compiling, and its range right."""
+    out = _run_bench_c(tmp_path, "range_pass", "37")
+    for name in RUNNABLE:
+        line = next(s for s in out.splitlines() if s.split()[0] == name)
+        lo, hi = (float(v) for v in line.split("[")[1].rstrip("]").split(","))
+        assert -0.3 <= lo < hi <= 0.7
