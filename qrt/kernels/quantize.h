@@ -13,7 +13,7 @@ QRT_INLINE float qrt_order_float(int32_t key) { return qrt_bits_float(qrt_order_
 
 /* Min and max of x[0..n) (n >= 1); returns 1 if any is NaN or infinite (torch's parameter choice has no
  * defined result for those: its zero point becomes a cast of NaN), lo and hi then unset. Where the ISA has a
- * float form (I8_RANGE, isa/range_*.h: vminps and vmaxps), that; else taken on order keys, whose min and max
+ * float form (I8_RANGE, isa/range_body.h: vminps and vmaxps), that; else taken on order keys, whose min and max
  * every ISA vectorises as integer instructions: compares and selects as GCC vectorises them took 6 cycles a
  * 16-float vector (Zen 5, avx512-vnni, 2240 floats: 193 -> 73 ns; portable, SSE2: 6.1 -> 0.9 us). A NaN or
  * an infinity leaves a key at or past an infinity's. -0.0 orders below +0.0 here, and either may come out of
