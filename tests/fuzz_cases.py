@@ -865,7 +865,10 @@ def make_case(rnd: random.Random) -> tuple[str, bytes]:
 
 # ValueError reasons a model that loaded may give at run time (docs/FORMAT.md, "Run time").
 # "x has 3 features, expected 4": a recurrent cell's free input dimension disagreeing with its weights.
-RUNTIME_REASONS = re.compile(r"NaN|shape|batch|reshape|mismatch|out of range|offsets|features, expected|broadcast")
+# "index must lie in [0, 3), got values in [0, 4]": a gather or index_select index outside x (section 6).
+RUNTIME_REASONS = re.compile(
+    r"NaN|shape|batch|reshape|mismatch|out of range|must lie in|offsets|features, expected|broadcast"
+)
 MAX_RUN_ELEMENTS = 1_000_000  # a valid file may declare big inputs; the harness does not feed those
 
 
