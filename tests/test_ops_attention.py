@@ -502,6 +502,25 @@ def test_fully_masked_rows_give_zero_as_torch(tmp_path):
         assert np.all(np.isfinite(got))
 
 
+@pytest.mark.parametrize("s", [5, 16, 37, 128])
+def test_nonfinite_scores_same_bits_on_every_build(tmp_path, s):
+    """NaN and infinities in q, k, v and a float mask reach the softmax's max and exp (NaN scores, scores of
+    +-inf, a max of +inf): every build gives the plain C build's NaNs where it has them and its bits elsewhere
+    (a NaN's sign and payload are outside the contract, docs/NUMERICS.md section 4); its scalar exp_u20 is the
+    oracle of the AVX2 and AVX-512 builds' intrinsics (torch_exp_rows.h). 9 query rows: a full tile and a part
+    of one, as the exp runs them."""
+    q, k, v, mask = _normal(2, 9, 8, sd=1.5), _normal(2, s, 8, sd=1.5), _normal(2, s, 3), _normal(2, 9, s)
+    q[0, 1, 3], q[0, 2, 0], q[0, 7, 5] = np.nan, np.inf, -np.inf  # a NaN row, rows of +-inf scores
+    mask[0, 3, s // 2], mask[0, 4, :2], mask[0, 8, 0] = np.inf, -np.inf, np.nan
+    k[1, s - 1, 2], v[1, 0, 1] = -np.inf, np.inf  # batch 1: a key of +-inf scores, a value of inf
+    outs = _every_build(tmp_path, "attention", {"q": q, "k": k, "v": v, "mask": mask})
+    want = outs["portable"]
+    assert np.isnan(want).any() and not np.isnan(want).all()
+    for got in outs.values():
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        _bits(np.where(np.isnan(want), f32(0), got), np.where(np.isnan(want), f32(0), want))
+
+
 def test_default_scale_is_torchs(tmp_path):
     """scale null: fl(1 / sqrt(E)) in double, rounded to float32, as torch's CPU kernel takes it; E = 5 is not a
     power of 4, so the rounding shows."""

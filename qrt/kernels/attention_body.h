@@ -224,21 +224,27 @@ QRT_INLINE float qrt_lanes_fold(int op, qrt_lanes v) {
 #endif
 }
 
-/* The max of x[0, n) in qrt_lane_reduce's order (float_ops_body.h: blocks of QRT_BLOCK, 16 lanes each,
- * NaN propagated as there, so the same value and the same NaN), x[n, n rounded up to 16) holding -inf, which
- * leaves a lane as it is: the last vector is read whole (a score row's padding, qrt_attention). Built lane by
- * lane in a stack array, it was stored as 16 floats and loaded as one vector, a failed store forwarding on
- * every row (12% of the attention's own time at 100 keys). */
-static float qrt_lane_max(const float* restrict x, ptrdiff_t n) {
-    float total = -INFINITY;
+/* out[r] = the max of row r's x[0, n) (rows ldx floats apart), r < rows, in qrt_lane_reduce's order
+ * (float_ops_body.h: blocks of QRT_BLOCK, 16 lanes each, NaN propagated as there, so the same value and the same
+ * NaN), x[n, n rounded up to 16) holding -inf, which leaves a lane as it is: the last vector is read whole (a
+ * score row's padding, qrt_attention). The rows advance together, a vector each in turn, their chains
+ * overlapping: row after row, each row's chain of compares and blends waited on the last (Zen 5, 12 heads at
+ * 128 keys: 1.06x the attention's time). Inlined with a constant row count. */
+QRT_INLINE void qrt_lane_max_rows(const float* restrict x, ptrdiff_t ldx, ptrdiff_t n, const int rows,
+                                  float* restrict out) {
+    for (int r = 0; r < rows; r++)
+        out[r] = -INFINITY;
     for (ptrdiff_t j0 = 0; j0 < n; j0 += QRT_BLOCK) {
         const ptrdiff_t nb = n - j0 < QRT_BLOCK ? n - j0 : QRT_BLOCK;
-        qrt_lanes acc = qrt_lanes_set(-INFINITY);
+        qrt_lanes acc[QRT_MM_R];
+        QRT_UNROLL for (int r = 0; r < rows; r++)
+            acc[r] = qrt_lanes_set(-INFINITY);
         for (ptrdiff_t j = j0; j < j0 + nb; j += 16)
-            acc = qrt_lanes_combine(QRT_RED_MAX, acc, qrt_lanes_load(x + j));
-        total = qrt_red_combine(QRT_RED_MAX, total, qrt_lanes_fold(QRT_RED_MAX, acc));
+            QRT_UNROLL for (int r = 0; r < rows; r++)
+                acc[r] = qrt_lanes_combine(QRT_RED_MAX, acc[r], qrt_lanes_load(x + r * ldx + j));
+        for (int r = 0; r < rows; r++)
+            out[r] = qrt_red_combine(QRT_RED_MAX, out[r], qrt_lanes_fold(QRT_RED_MAX, acc[r]));
     }
-    return total;
 }
 
 /* The p_j = exp(t_j - m) of the whole vectors of one row of scores (the first s / 16 * 16) in place, m their
@@ -254,6 +260,25 @@ static float qrt_torch_exp_whole(float* restrict t, ptrdiff_t s, float m) {
     for (ptrdiff_t j = 0; j < whole; j += QRT_TORCH_LANES)
         acc = qrt_lanes_combine(QRT_RED_SUM, acc, qrt_lanes_load(t + j));
     return qrt_lanes_fold(QRT_RED_SUM, acc);
+}
+
+/* qrt_torch_exp_whole of rows [0, rows) of t (ldt floats apart), each with a finite max m[r], their sums into z:
+ * with the build's QRT_EXP_ROWS (torch_exp_rows.h: the rows together, in intrinsics) where it has one, else row
+ * by row. */
+static void qrt_torch_exp_rows(float* restrict t, ptrdiff_t ldt, ptrdiff_t s, int rows, const float* m, float* z) {
+#if defined(QRT_EXP_ROWS)
+    const ptrdiff_t whole = s / QRT_TORCH_LANES * QRT_TORCH_LANES;
+    float lanes[QRT_MM_R * QRT_TORCH_LANES];
+    if (rows == QRT_MM_R)
+        QRT_EXP_ROWS(t, ldt, whole, QRT_MM_R, m, lanes);
+    else
+        QRT_EXP_ROWS(t, ldt, whole, rows, m, lanes);
+    for (int r = 0; r < rows; r++)
+        z[r] = qrt_lanes_fold(QRT_RED_SUM, qrt_lanes_load(lanes + r * QRT_TORCH_LANES));
+#else
+    for (int r = 0; r < rows; r++)
+        z[r] = qrt_torch_exp_whole(t + r * ldt, s, m[r]);
+#endif
 }
 
 /* The last s % 16 scores of each row r < rows (row r at t + r * ldt, its max m[r], its whole vectors' sum z[r])
@@ -398,7 +423,7 @@ static void qrt_attention(const float* q, ptrdiff_t ldq, const float* k, ptrdiff
             run_max[r] = -INFINITY;
             run_sum[r] = 0.0f;
         }
-        if (sp > s) /* the padding, for qrt_lane_max */
+        if (sp > s) /* the padding, for qrt_lane_max_rows */
             for (int r = 0; r < rows; r++)
                 for (ptrdiff_t j = s; j < sp; j++)
                     tile[r * sp + j] = -INFINITY;
@@ -409,18 +434,27 @@ static void qrt_attention(const float* q, ptrdiff_t ldq, const float* k, ptrdiff
         for (ptrdiff_t n0 = 0; n0 < s; n0 += QRT_TORCH_KV_BLOCK) {
             const ptrdiff_t kb = s - n0 < QRT_TORCH_KV_BLOCK ? s - n0 : QRT_TORCH_KV_BLOCK;
             float block_max[QRT_MM_R];
-            for (int r = 0; r < rows; r++) /* every row's first, their chains overlapping: 1.25x faster on AVX2 */
-                block_max[r] = qrt_lane_max(tile + r * sp + n0, kb);
+            if (rows == QRT_MM_R)
+                qrt_lane_max_rows(tile + n0, sp, kb, QRT_MM_R, block_max);
+            else
+                qrt_lane_max_rows(tile + n0, sp, kb, rows, block_max);
             float m[QRT_MM_R], z[QRT_MM_R];
+            int finite = 1;
             for (int r = 0; r < rows; r++) {
-                float* restrict t = tile + r * sp + n0;
                 m[r] = run_max[r] > block_max[r] ? run_max[r] : block_max[r];
-                if (m[r] == -INFINITY)
-                    for (ptrdiff_t j = 0; j < kb; j++)
-                        t[j] = 0.0f;
-                else
-                    z[r] = qrt_torch_exp_whole(t, kb, m[r]);
+                finite &= m[r] != -INFINITY;
             }
+            if (finite)
+                qrt_torch_exp_rows(tile + n0, sp, kb, rows, m, z);
+            else /* a row masked out entirely so far */
+                for (int r = 0; r < rows; r++) {
+                    float* restrict t = tile + r * sp + n0;
+                    if (m[r] == -INFINITY)
+                        for (ptrdiff_t j = 0; j < kb; j++)
+                            t[j] = 0.0f;
+                    else
+                        z[r] = qrt_torch_exp_whole(t, kb, m[r]);
+                }
             if (kb % QRT_TORCH_LANES)
                 qrt_torch_exp_tails(tile + n0, sp, kb, rows, m, z);
             for (int r = 0; r < rows; r++) {

@@ -18,6 +18,8 @@
 #define QRT_FLOAT_OPS_LANES_IN_ONE 1 /* a register holds the reductions' 16 lanes (float_ops_body.h) */
 #include "torch_gelu_avx512.h"
 #define QRT_GELU_ROW qrt_gelu_row_avx512
+#include "torch_exp_avx512.h"
+#define QRT_EXP_ROWS qrt_exp_rows
 #include "float_ops_body.h"
 #include "attention_body.h"
 

@@ -15,6 +15,8 @@
 #define QRT_FLOAT_OPS_NAME "fma"
 #include "torch_gelu_avx2.h"
 #define QRT_GELU_ROW qrt_gelu_row_avx2
+#include "torch_exp_avx2.h"
+#define QRT_EXP_ROWS qrt_exp_rows
 #include "float_ops_body.h"
 #include "attention_body.h"
 
