@@ -4,8 +4,8 @@ layer with the same weights and inputs, timed interleaved (harness.time_calls), 
     PYTHONPATH=. .venv/bin/python bench/bench_qnnpack.py [--quick]
 
 Both run the same exact int8 product; they differ in the epilogue (docs/NUMERICS.md section 9): the dynamic
-layers' multiply-then-add goes through the int32 buffer where x86's fma is fused into the tile's registers
-on the VNNI and dotprod variants, and the static layers add an int32 bias. And in the activations: qnnpack's
+layers multiply then add where x86's fuse the two into an fma (both from the tile's registers on the VNNI and
+dotprod variants), and the static layers add an int32 bias. And in the activations: qnnpack's
 dynamic layers quantize over 0..255, so on the avx2 variant they take the exact product, not the faster
 7-bit one x86's reduce_range allows (docs/PERFORMANCE.md: on avx2 about 1.5x from 32 rows up, 1.45-1.75x at one
 row; on the VNNI variants within the machine's noise). The "product" rows time that product alone, on the

@@ -117,7 +117,9 @@ typedef struct {
     ptrdiff_t cols;      /* columns that are outputs: fewer than a panel's where n ends */
     const float* scale;  /* fl(x_scale * w_scale[j]) from the first column */
     const float* bias;   /* e->bias from the first column (a copy where n ends inside the panel); -0.0 for a
-                          * layer without bias: fma(a, s, -0.0) is fl(a * s), zeros' signs included */
+                          * layer without bias: fma(a, s, -0.0) and fl(a * s) + -0.0 are fl(a * s), zeros' signs
+                          * included */
+    int separate;        /* e->qnnpack: fl(fl(a * s) + bias), qnnpack's multiply then add, not the fma */
     int relu;            /* e->relu */
 } i8_out;
 
@@ -353,8 +355,8 @@ static void qrt_epilogue_rows(const qrt_epilogue* e, ptrdiff_t i0, ptrdiff_t i1,
  * linear's outputs (not raw sums, not requantized), with no w_zp * rowsum(x) to subtract first, in a flavour
  * that has the ISA's one-register epilogue. */
 static int i8_fused(const qrt_epilogue* e, const int32_t* x_rowsum, int small_x) {
-    if (e->acc || e->q || x_rowsum || e->qnnpack || e->x_scales) /* qnnpack's multiply-then-add, per-row scales: */
-        return 0;                                                   /* through qrt_dequantize_row(_scaled) */
+    if (e->acc || e->q || x_rowsum || e->x_scales) /* per-row scales: through qrt_dequantize_row_scaled */
+        return 0;
 #if defined(I8_U7_COLS)
     if (small_x)
         return I8_U7_FUSES;
@@ -377,7 +379,7 @@ static i8_out i8_out_at(const qrt_epilogue* e, ptrdiff_t n, ptrdiff_t j0, ptrdif
             bias[j] = e->bias ? e->bias[j0 + j] : -0.0f;
     for (ptrdiff_t j = cols; j < end; j++)
         scale[j] = bias[j] = 0.0f;
-    i8_out out = {NULL, n, cols, scale, copy ? bias : e->bias + j0, e->relu};
+    i8_out out = {NULL, n, cols, scale, copy ? bias : e->bias + j0, e->qnnpack, e->relu};
     return out;
 }
 

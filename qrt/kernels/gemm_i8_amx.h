@@ -151,13 +151,13 @@ static void i8_amx_dequantize(const i8_out* o, ptrdiff_t rows, const int32_t* c)
         for (ptrdiff_t r = 0; r < rows; r++)
             QRT_UNROLL for (int v = 0; v < I8_NR / 16; v++)
                 I8_DEQUANTIZE(o->y + r * o->ldy + 16 * v, I8_LOADC(c + r * I8_NR + 16 * v), o->scale + 16 * v,
-                              o->bias + 16 * v, o->relu, 16);
+                              o->bias + 16 * v, o->separate, o->relu, 16);
         return;
     }
     for (ptrdiff_t r = 0; r < rows; r++)
         for (ptrdiff_t v = 0; 16 * v < o->cols; v++)
             I8_DEQUANTIZE(o->y + r * o->ldy + 16 * v, I8_LOADC(c + r * I8_NR + 16 * v), o->scale + 16 * v,
-                          o->bias + 16 * v, o->relu, (int)(o->cols - 16 * v < 16 ? o->cols - 16 * v : 16));
+                          o->bias + 16 * v, o->separate, o->relu, (int)(o->cols - 16 * v < 16 ? o->cols - 16 * v : 16));
 }
 
 /* Weights a group of panels may hold: each block of 32 rows runs over a whole group while its x stays in L1

@@ -6,8 +6,8 @@
  *   T_ROW, T_ROW_PART, T_ROW_STREAM  names of the one-row functions; T_ROW_NV: accumulators a one-row pass keeps
  *   T_LOADW(p), T_SETX(word), T_DOT(acc, x, w), T_STORE(out, acc), T_LOADC(p), T_ADD(a, b) (a + b, lane by lane)
  *   T_OFFSET(p, f)      where a sum starts: p[col] * f (wrapping), in the accumulator's form
- *   T_DEQUANTIZE(y, acc, scale, bias, relu, lanes)  optional: the dynamic linear's epilogue on one accumulator
- *                       (i8_out), its first `lanes` outputs stored
+ *   T_DEQUANTIZE(y, acc, scale, bias, separate, relu, lanes)  optional: the dynamic linear's epilogue on one
+ *                       accumulator (i8_out), its first `lanes` outputs stored
  *   T_AT(panel, ss, g, col)  optional: where T_LOADW finds a group's columns (I8_AT: the packed layout)
  *   T_PREFETCH          optional, 0: the tiles ask for no weights ahead (weights already in L1)
  *   T_XWORD             optional, uint64_t: the tiles read x widened to int16 (8 bytes a row's group of 4 k),
@@ -62,9 +62,9 @@ QRT_INLINE void T_FINISH(const i8_out* out, ptrdiff_t r, ptrdiff_t col, T_ACC ac
     if (out) {
         float* y = out->y + r * out->ldy + col;
         if (col + T_COLS <= out->cols) /* a whole register: the lane count a constant, a plain store */
-            T_DEQUANTIZE(y, acc, out->scale + col, out->bias + col, out->relu, T_COLS);
+            T_DEQUANTIZE(y, acc, out->scale + col, out->bias + col, out->separate, out->relu, T_COLS);
         else if (col < out->cols)
-            T_DEQUANTIZE(y, acc, out->scale + col, out->bias + col, out->relu, (int)(out->cols - col));
+            T_DEQUANTIZE(y, acc, out->scale + col, out->bias + col, out->separate, out->relu, (int)(out->cols - col));
         return;
     }
 #else
