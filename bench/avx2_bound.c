@@ -13,40 +13,14 @@
  */
 #define _POSIX_C_SOURCE 200112L
 #include "layout.h"
+#include "layout.h"
 #include "qrt_kernels.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-#define ITERS 50000000L
-
-/* best of 3 timings of ITERS runs of f, in seconds per run */
-static double best_of_3(void (*f)(void)) {
-    double best = 1e30;
-    for (int trial = 0; trial < 3; trial++) {
-        const double t = now();
-        f();
-        const double s = (now() - t) / ITERS;
-        best = s < best ? s : best;
-    }
-    return best;
-}
 
 #if defined(__x86_64__)
-static void add_chain(void) { /* 4 dependent adds */
-    long a = 0;
-    for (long i = 0; i < ITERS; i++)
-        __asm__ volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0" : "+r"(a));
-}
-
 /* 4 groups a run: ymm15 x ymm14 into ymm0-3, widened by ones (ymm13), added to ymm4-7 */
 __attribute__((target("avx2"))) static void madd_groups(void) {
     for (long i = 0; i < ITERS; i++)

@@ -9,35 +9,10 @@
  */
 #define _POSIX_C_SOURCE 200112L
 #include <stdio.h>
-#include <time.h>
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-#define ITERS 50000000L
-
-/* best of 3 timings of ITERS runs of f, in seconds per run */
-static double best_of_3(void (*f)(void)) {
-    double best = 1e30;
-    for (int trial = 0; trial < 3; trial++) {
-        const double t = now();
-        f();
-        const double s = (now() - t) / ITERS;
-        best = s < best ? s : best;
-    }
-    return best;
-}
+#include "cycles.h"
 
 #if defined(__x86_64__)
-static void add_chain(void) { /* 4 dependent adds */
-    long a = 0;
-    for (long i = 0; i < ITERS; i++)
-        __asm__ volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0" : "+r"(a));
-}
-
 #define CHAINS(REG) /* 12 vpdpbusd a run, REG31 x REG30 into REG0-11 */                                       \
     DP(REG, 0) DP(REG, 1) DP(REG, 2) DP(REG, 3) DP(REG, 4) DP(REG, 5) DP(REG, 6) DP(REG, 7) DP(REG, 8) DP(REG, 9) \
         DP(REG, 10) DP(REG, 11)
