@@ -12,7 +12,7 @@
  * qrt: the avx2 variant's product, float epilogue, weights from cache, one thread, best of 7.
  */
 #define _POSIX_C_SOURCE 200112L
-#include "layout.h"
+#include "cycles.h"
 #include "layout.h"
 #include "qrt_kernels.h"
 
