@@ -262,7 +262,7 @@ static float qrt_torch_exp_whole(float* restrict t, ptrdiff_t s, float m) {
     return qrt_lanes_fold(QRT_RED_SUM, acc);
 }
 
-/* qrt_torch_exp_whole of rows [0, rows) of t (ldt floats apart), each with a finite max m[r], their sums into z:
+/* qrt_torch_exp_whole of rows [0, rows) of t (ldt floats apart), no max m[r] -inf, their sums into z:
  * with the build's QRT_EXP_ROWS (torch_exp_rows.h: the rows together, in intrinsics) where it has one, else row
  * by row. */
 static void qrt_torch_exp_rows(float* restrict t, ptrdiff_t ldt, ptrdiff_t s, int rows, const float* m, float* z) {
@@ -439,14 +439,14 @@ static void qrt_attention(const float* q, ptrdiff_t ldq, const float* k, ptrdiff
             else
                 qrt_lane_max_rows(tile + n0, sp, kb, rows, block_max);
             float m[QRT_MM_R], z[QRT_MM_R];
-            int finite = 1;
+            int none_masked = 1; /* no row masked out entirely so far */
             for (int r = 0; r < rows; r++) {
                 m[r] = run_max[r] > block_max[r] ? run_max[r] : block_max[r];
-                finite &= m[r] != -INFINITY;
+                none_masked &= m[r] != -INFINITY;
             }
-            if (finite)
+            if (none_masked)
                 qrt_torch_exp_rows(tile + n0, sp, kb, rows, m, z);
-            else /* a row masked out entirely so far */
+            else
                 for (int r = 0; r < rows; r++) {
                     float* restrict t = tile + r * sp + n0;
                     if (m[r] == -INFINITY)

@@ -33,7 +33,8 @@ QRT_INLINE E_VEC qrt_exp_u20_vec(E_VEC x) {
     return E_ADD(p, p); /* times 2: exact, as the scalar's p * pow2 * 2.0f */
 }
 
-/* Rows r < rows of t (ldt floats apart), each with a finite max m[r]: t_j = qrt_exp_u20(t_j - m[r]) in place
+/* Rows r < rows of t (ldt floats apart), each with a max m[r] other than -inf (+inf and NaN included: the exp
+ * takes them as the scalar does): t_j = qrt_exp_u20(t_j - m[r]) in place
  * for j < whole (a multiple of 16), and lanes[16 r + l] = the sum of row r's p_j with j = l mod 16, in order
  * from +0 (torch's lane sums, which the caller folds). Inlined with a constant row count. */
 QRT_INLINE void qrt_exp_rows(float* restrict t, ptrdiff_t ldt, ptrdiff_t whole, const int rows, const float* m,
