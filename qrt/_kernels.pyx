@@ -329,6 +329,10 @@ cdef int64_t MIN_WORK_I8 = 1 << 19  # multiply-adds per task, about 2 us on AVX-
 cdef int64_t MIN_WORK_F16 = 1 << 18
 cdef int WAKE_SHIFT = 3
 cdef int TASKS_PER_THREAD = 4
+# int8 products split rows first (i8_rows_first) where their weights take at most half a core's L2 (qrt.threads
+# sets it from the CPU's; 1 MiB here, Zen 4 and 5's), or where each row chunk has I8_ROWS_FIRST_ROWS rows or more
+cdef int64_t I8_ROWS_FIRST_BYTES = 1 << 19
+cdef Py_ssize_t I8_ROWS_FIRST_ROWS = 32
 cdef int64_t MIN_GATE_UNITS = 8192  # batch rows times hidden units per task
 # Bytes of input projections computed ahead of the recurrent steps that read them: a block this size
 # stays in L2 (beside the hidden-to-hidden weights) until it is read.
@@ -369,6 +373,14 @@ def _set_min_work(int64_t i8, int64_t f16, int64_t gate_units) -> tuple:
     return old
 
 
+def _set_rows_first_bytes(int64_t n) -> int:
+    """Set the int8 weights' size up to which products split rows first whatever their rows (i8_rows_first);
+    returns the old one (qrt.threads: half the L2; tests: 0, every product of few rows split panels first)."""
+    global I8_ROWS_FIRST_BYTES
+    old, I8_ROWS_FIRST_BYTES = I8_ROWS_FIRST_BYTES, max(n, 0)
+    return old
+
+
 def _set_projection_bytes(Py_ssize_t n) -> int:
     """Set the recurrent layers' input projection block (bytes); returns the old one (for tests)."""
     global PROJECTION_BYTES
@@ -381,13 +393,13 @@ cdef inline int split_work(Py_ssize_t m, Py_ssize_t panels, Py_ssize_t mr, int64
     """Tile grid: cm chunks of rows times cn chunks of panels, none with less than min_work; returns the
     sleeping workers worth waking for it. A product that pays for no wake-up is one tile: the caller's,
     whatever the pool's workers are doing. The int8 product splits rows first (panels for the tasks rows
-    cannot give): on 2 CPUs every shape measured ran faster so at 2 threads than split by panels first
-    (amx-int8 M=128 K=384 N=1536 90 -> 50 us, 73 on 1 thread; M=512 K=N=1024 415 -> 270, 495 on 1;
-    avx512-vnni 150 -> 127 and 937 -> 803 us; avx2 equal or better; docs/PERFORMANCE.md, "Threads"). The
-    float product splits panels first (a row chunk rereads the weights; rows first measured equal or up to
-    8% slower there)."""
+    cannot give) where its weights fit a core's L2 (rows_first): on 2 CPUs every such shape measured ran
+    faster so at 2 threads than split by panels first (amx-int8 M=128 K=384 N=1536 90 -> 50 us, 73 on 1
+    thread; M=512 K=N=1024 415 -> 270, 495 on 1; avx512-vnni 150 -> 127 and 937 -> 803 us; avx2 equal or
+    better; docs/PERFORMANCE.md, "Threads"). The float product splits panels first (a row chunk rereads the
+    weights; rows first measured equal or up to 8% slower there)."""
     cdef int64_t helpers = min(<int64_t>num_threads - 1, work // (min_work << WAKE_SHIFT) - 1)
-    cdef int64_t nt = min(<int64_t>num_threads * TASKS_PER_THREAD, max(work // min_work, 1))
+    cdef int64_t nt = task_count(work, min_work)
     cdef Py_ssize_t row_tiles = (m + mr - 1) // mr
     if helpers <= 0:
         cn[0] = cm[0] = 1
@@ -399,6 +411,24 @@ cdef inline int split_work(Py_ssize_t m, Py_ssize_t panels, Py_ssize_t mr, int64
         cn[0] = min(panels, <Py_ssize_t>nt)
         cm[0] = min(row_tiles, (nt + cn[0] - 1) // cn[0])
     return <int>helpers
+
+
+cdef inline int64_t task_count(int64_t work, int64_t min_work) noexcept nogil:
+    """The tasks split_work cuts a product of `work` multiply-adds into: none under min_work, at most
+    TASKS_PER_THREAD a thread."""
+    return min(<int64_t>num_threads * TASKS_PER_THREAD, max(work // min_work, 1))
+
+
+cdef inline bint i8_rows_first(Py_ssize_t m, Py_ssize_t n, Py_ssize_t k, Py_ssize_t mr, int64_t work) noexcept nogil:
+    """Whether an int8 product splits rows first (split_work). Each row chunk reads all the weights: where they
+    take at most half a core's L2 (I8_ROWS_FIRST_BYTES), from there after the first; larger, from L3 or memory
+    again, which a chunk's products hide only from I8_ROWS_FIRST_ROWS rows up. Else panels first: each thread
+    reads its own part of the weights, once. 2-CPU Zen 5 (1 MiB L2), avx512-vnni, dynamic linears at 2 threads,
+    rows first / panels first, us: M=16 K=N=1024 28.6 / 21.1, M=16 K=384 N=1536 15.1 / 12.0, M=16 K=N=4096 440
+    / 291, M=64 K=N=4096 1349 / 1137, M=128 K=N=1024 160 / 161 (16 rows a chunk); M=512 K=N=1024 595 / 703, M=512
+    K=384 N=1536 354 / 441 (64 rows a chunk)."""
+    cdef Py_ssize_t chunks = min((m + mr - 1) // mr, <Py_ssize_t>task_count(work, MIN_WORK_I8))
+    return <int64_t>n * k <= I8_ROWS_FIRST_BYTES or m >= I8_ROWS_FIRST_ROWS * chunks
 
 
 cdef inline int64_t product_work(Py_ssize_t m, Py_ssize_t n, Py_ssize_t k) noexcept nogil:
@@ -807,6 +837,7 @@ cdef class PackedS8:
         cdef const int32_t* w_zp = self.zp if self.any_zp else NULL
         cdef uint8_t* xp = <uint8_t*>x if plain else xp_stack
         cdef int err = 0, helpers
+        cdef int64_t work
         cdef i8_job j
         if m == 0 or n == 0:
             return 0
@@ -827,7 +858,8 @@ cdef class PackedS8:
                     xsum[i] = 0
                     for t in range(k):
                         xsum[i] += x[i * k + t]
-            helpers = split_work(m, panels, mr, product_work(m, n, k), MIN_WORK_I8, True, &cn, &cm)
+            work = product_work(m, n, k)
+            helpers = split_work(m, panels, mr, work, MIN_WORK_I8, i8_rows_first(m, n, k, mr, work), &cn, &cm)
             j = i8_job(kern, xp, x_zp, self.rowsum, self.packed, w_zp, xsum, n, k, m, mr, panels, cn, cm, small_x,
                        plain, e, NULL, 0, 0)
             run_product(&j, helpers)
@@ -848,8 +880,9 @@ cdef class PackedS8:
         cdef Py_ssize_t n = self.n, k = self.k, cn, cm, panels = (n + kern.i8_nr - 1) // kern.i8_nr
         cdef uint8_t xp_stack[SCRATCH_BYTES]
         cdef uint8_t* xp = xp_stack
-        cdef int helpers = split_work(m, panels, kern.i8_task_rows, product_work(m, n, k), MIN_WORK_I8,
-                                      not by_panels, &cn, &cm)
+        cdef int64_t work = product_work(m, n, k)
+        cdef int helpers = split_work(m, panels, kern.i8_task_rows, work, MIN_WORK_I8,
+                                      not by_panels and i8_rows_first(m, n, k, kern.i8_task_rows, work), &cn, &cm)
         cdef i8_job j
         if by_panels and helpers:  # one chunk a thread, its heads (MiniLM's 128x384x1152 on 2 threads: 8 chunks,
             cm, cn = 1, min(panels, helpers + 1)  # the usual 4 a thread, took 57.7 us against 49.0)

@@ -5,6 +5,9 @@ its CPU quota (cgroup v2 ``cpu.max``, or v1 ``cpu.cfs_quota_us`` over ``cpu.cfs_
 tightest along the cgroup's path), rounded up. A container limited to 2 CPUs on a 64-CPU host thus
 gets 2 threads, not 64. ``QRT_NUM_THREADS``, then ``OMP_NUM_THREADS``, override it.
 ``qrt.thread_info()`` says which applied.
+
+How a product splits between the threads depends on a core's L2 (``l2_bytes``: int8 weights that fit half of
+it are read again from there by each chunk of rows; larger ones split by columns), read from Linux's sysfs.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from . import _kernels
 
 PROC_CGROUP = "/proc/self/cgroup"
 CGROUP_ROOT = "/sys/fs/cgroup"
+CPU_ROOT = "/sys/devices/system/cpu"
 ENV_VARS = ("QRT_NUM_THREADS", "OMP_NUM_THREADS")
 
 
@@ -150,9 +154,40 @@ def default_threads(environ: Mapping[str, str] | None = None, proc_cgroup: str =
     return ThreadInfo(threads=cpus, source=source, **base)
 
 
+def _cache_size(text: str | None) -> int | None:
+    """sysfs's cache size ("1024K", "2M", or bytes) in bytes; None if it is not one."""
+    text = (text or "").strip()
+    scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+    digits = text[:-1] if scale > 1 else text
+    return int(digits) * scale if digits.isascii() and digits.isdigit() and int(digits) > 0 else None
+
+
+def l2_bytes(root: str = CPU_ROOT, cpu: int | None = None) -> int | None:
+    """A core's L2 (data or unified) in bytes, as sysfs gives it for `cpu` (by default the first CPU this
+    process may run on); None where sysfs does not say (not Linux, or a VM that hides its caches)."""
+    if cpu is None:
+        try:
+            cpu = min(os.sched_getaffinity(0))
+        except (AttributeError, ValueError):
+            cpu = 0
+    base = os.path.join(root, f"cpu{cpu}", "cache")
+    try:
+        entries = sorted(os.listdir(base))
+    except OSError:
+        return None
+    for entry in entries:
+        level, kind = (_read(os.path.join(base, entry, f)) for f in ("level", "type"))
+        if (level or "").strip() == "2" and (kind or "").strip() != "Instruction":
+            return _cache_size(_read(os.path.join(base, entry, "size")))
+    return None
+
+
 _default = default_threads()
 _kernels._set_available_cpus(_default.cpus)
 _kernels.set_num_threads(_default.threads)
+_l2 = l2_bytes()
+if _l2:
+    _kernels._set_rows_first_bytes(_l2 // 2)
 
 
 def thread_info() -> ThreadInfo:

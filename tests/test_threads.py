@@ -15,7 +15,7 @@ import pytest
 
 import qrt
 from qrt import _kernels as K
-from qrt.threads import ThreadInfo, cgroup_quota, default_threads
+from qrt.threads import ThreadInfo, cgroup_quota, default_threads, l2_bytes
 
 
 def tree(tmp_path, proc_cgroup: str, files: dict[str, str]) -> tuple[str, str]:
@@ -87,6 +87,34 @@ def test_default_threads_from_quota_affinity_and_environment(tmp_path, cpu_max, 
     assert str(info.threads) in info.describe() and (quota is None or "cgroup quota" in info.describe())
 
 
+def cache(level: str, kind: str, size: str) -> dict[str, str]:
+    return {"level": level, "type": kind, "size": size}
+
+
+@pytest.mark.parametrize(
+    "indexes, want",
+    [
+        # Zen 5 as its sysfs says: L1d, L1i, L2, L3 (sysfs prints sizes in K)
+        ([cache("1", "Data", "48K\n"), cache("1", "Instruction", "32K\n"), cache("2", "Unified", "1024K\n"),
+          cache("3", "Unified", "32768K\n")], 1 << 20),
+        ([cache("1", "Data", "48K"), cache("2", "Unified", "2M")], 2 << 20),  # a size in M
+        ([cache("2", "Instruction", "64K"), cache("2", "Data", "512K")], 512 << 10),  # split L2: the data side
+        ([cache("1", "Data", "32K"), cache("3", "Unified", "8192K")], None),  # no L2 listed
+        ([cache("2", "Unified", "0K")], None),
+        ([cache("2", "Unified", "lots")], None),
+        ([], None),  # a VM that lists no caches
+    ],
+)
+def test_l2_from_a_fake_sysfs_tree(tmp_path, indexes, want):
+    for i, files in enumerate(indexes):
+        d = tmp_path / "cpu3" / "cache" / f"index{i}"
+        d.mkdir(parents=True)
+        for name, text in files.items():
+            (d / name).write_text(text)
+    assert l2_bytes(str(tmp_path), cpu=3) == want
+    assert l2_bytes(str(tmp_path / "absent"), cpu=3) is None
+
+
 def test_a_bad_environment_value_is_named_and_ignored(tmp_path):
     proc, root = tree(tmp_path, "0::/\n", {"cpu.max": "200000 100000"})
     with pytest.warns(UserWarning, match="ignoring QRT_NUM_THREADS='0'"):
@@ -110,19 +138,23 @@ def test_thread_info_follows_set_num_threads():
 # ------------------------------------------------------------------ the pool
 
 
-def outputs_at(threads: int, calls) -> list[np.ndarray]:
+def outputs_at(threads: int, calls, rows_first_bytes: int) -> list[np.ndarray]:
     before, floors = qrt.get_num_threads(), K._set_min_work(1, 1, 1)
+    split = K._set_rows_first_bytes(rows_first_bytes)
     try:
         qrt.set_num_threads(threads)
         return [call() for call in calls]
     finally:
+        K._set_rows_first_bytes(split)
         K._set_min_work(*floors)
         qrt.set_num_threads(before)
 
 
-def test_same_bits_at_every_thread_count_oversubscribed_included():
+@pytest.mark.parametrize("rows_first_bytes", [1 << 20, 0], ids=["int8-rows-first", "int8-panels-first"])
+def test_same_bits_at_every_thread_count_oversubscribed_included(rows_first_bytes):
     """Every parallel loop split as finely as it goes (work floors of 1), at 1 thread up to many more
-    threads than this machine has CPUs: the same bits, and the pool's team is the asked-for size."""
+    threads than this machine has CPUs, int8 products split rows first (their weights fit the bound) or panels
+    first (a bound of 0): the same bits, and the pool's team is the asked-for size."""
     rng = np.random.default_rng(5)
     x = rng.standard_normal((37, 300)).astype(np.float32)
     w8 = rng.integers(-128, 128, (70, 300), dtype=np.int8)
@@ -145,10 +177,19 @@ def test_same_bits_at_every_thread_count_oversubscribed_included():
 
     calls = [lambda: linear(lin8, x, 70), lambda: linear(lin16, x, 70),
              lambda: linear(lin_big, big.reshape(10, 7000), 8), unary, lambda: np.asarray(K.data_checksum(data))]
-    want = outputs_at(1, calls)
+    lin8_static = K.StaticLinear(w8, np.float32(0.01), np.int32(0), None, 0.05, 3, 0.2, 60, relu=False)
+    xq = rng.integers(0, 256, (37, 300), dtype=np.uint8)
+
+    def static():
+        y = np.empty((37, 70), np.uint8)
+        lin8_static(xq, y)
+        return y
+
+    calls.append(static)
+    want = outputs_at(1, calls, rows_first_bytes)
     cpus = os.cpu_count() or 1
     for threads in sorted({2, 3, cpus, cpus + 1, 4 * cpus, 64}):
-        got = outputs_at(threads, calls)
+        got = outputs_at(threads, calls, rows_first_bytes)
         for a, b in zip(want, got):
             assert a.tobytes() == b.tobytes(), threads
     before, floors = qrt.get_num_threads(), K._set_min_work(1, 1, 1)
