@@ -9,6 +9,7 @@
  *
  * Arguments: M K N T L. Figures: the best of 7 rounds, microseconds a call and multiply-adds a nanosecond. */
 #define _GNU_SOURCE
+#include "clock.h"
 #include "layout.h"
 #include "qrt_kernels.h"
 
@@ -16,13 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 typedef struct {
     uint8_t palette, start_row, reserved[14];

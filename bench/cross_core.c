@@ -6,6 +6,8 @@
  *
  * Arguments: buffer sizes in KiB. Needs 2 CPUs (0 and 1). */
 #define _GNU_SOURCE
+#include "clock.h"
+
 #include <immintrin.h>
 #include <pthread.h>
 #include <sched.h>
@@ -13,17 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static _Atomic int turn; /* 1: the other thread writes; 2: it has; -1: it returns */
 static float* buf;
 static size_t n;
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static void pin(int cpu) {
     cpu_set_t s;

@@ -1,16 +1,10 @@
-/* Timing for the instruction-bound probes (avx2_bound.c, vnni_peak.c): a monotonic clock, the best of 3 timings
+/* Timing for the instruction-bound probes (avx2_bound.c, vnni_peak.c): clock.h's clock, the best of 3 timings
  * of ITERS runs of a loop, and a chain of dependent adds (one cycle each) to count core cycles against, since
  * the clock varies. Each probe includes it and builds as one file. */
 #ifndef QRT_BENCH_CYCLES_H
 #define QRT_BENCH_CYCLES_H
 
-#include <time.h>
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "clock.h"
 
 #define ITERS 50000000L
 

@@ -11,6 +11,7 @@
  * code under a target pragma.
  */
 #define _POSIX_C_SOURCE 200112L
+#include "clock.h"
 #include "common.h"
 #include "torch_gelu_avx2.h"
 
@@ -31,15 +32,8 @@ __attribute__((noinline)) static void gelu_scalar(const float* restrict x, float
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #define CHUNK (1 << 20)
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 typedef void (*gelu_row)(const float* restrict, float* restrict, ptrdiff_t);
 

@@ -11,18 +11,12 @@
  * Best of 7 timings of many repetitions each (the weights stay wherever they settled).
  */
 #define _POSIX_C_SOURCE 200112L
+#include "clock.h"
 #include "layout.h"
 #include "qrt_kernels.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -6,17 +6,11 @@
  *   taskset -c 1 /tmp/range_pass 49152 196608   # MiniLM's Linear inputs at 128 tokens: 128 x 384, 128 x 1536
  */
 #define _GNU_SOURCE
+#include "clock.h"
 #include "qrt_kernels.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 int main(int argc, char** argv) {
     if (argc < 2)
