@@ -329,8 +329,9 @@ cdef int64_t MIN_WORK_I8 = 1 << 19  # multiply-adds per task, about 2 us on AVX-
 cdef int64_t MIN_WORK_F16 = 1 << 18
 cdef int WAKE_SHIFT = 3
 cdef int TASKS_PER_THREAD = 4
-# int8 products split rows first (i8_rows_first) where their weights take at most half a core's L2 (qrt.threads
-# sets it from the CPU's; 1 MiB here, Zen 4 and 5's), or where each row chunk has I8_ROWS_FIRST_ROWS rows or more
+# int8 products split rows first (i8_rows_first) where their weights take at most I8_ROWS_FIRST_BYTES, half a
+# core's L2 (qrt.threads sets it from sysfs; by default half of Zen 4 and 5's 1 MiB), or where each row chunk has
+# I8_ROWS_FIRST_ROWS rows or more
 cdef int64_t I8_ROWS_FIRST_BYTES = 1 << 19
 cdef Py_ssize_t I8_ROWS_FIRST_ROWS = 32
 cdef int64_t MIN_GATE_UNITS = 8192  # batch rows times hidden units per task
@@ -393,11 +394,11 @@ cdef inline int split_work(Py_ssize_t m, Py_ssize_t panels, Py_ssize_t mr, int64
     """Tile grid: cm chunks of rows times cn chunks of panels, none with less than min_work; returns the
     sleeping workers worth waking for it. A product that pays for no wake-up is one tile: the caller's,
     whatever the pool's workers are doing. The int8 product splits rows first (panels for the tasks rows
-    cannot give) where its weights fit a core's L2 (rows_first): on 2 CPUs every such shape measured ran
-    faster so at 2 threads than split by panels first (amx-int8 M=128 K=384 N=1536 90 -> 50 us, 73 on 1
-    thread; M=512 K=N=1024 415 -> 270, 495 on 1; avx512-vnni 150 -> 127 and 937 -> 803 us; avx2 equal or
-    better; docs/PERFORMANCE.md, "Threads"). The float product splits panels first (a row chunk rereads the
-    weights; rows first measured equal or up to 8% slower there)."""
+    cannot give) where i8_rows_first says so. On the 2-vCPU Sapphire Rapids VM every shape measured (weights of
+    at most 1 MiB) ran faster so at 2 threads than split by panels first (amx-int8 M=128 K=384 N=1536 90 -> 50
+    us, 73 on 1 thread; M=512 K=N=1024 415 -> 270, 495 on 1; avx512-vnni 150 -> 127 and 937 -> 803 us; avx2
+    equal or better; docs/PERFORMANCE.md, "Threads"). The float product splits panels first (a row chunk
+    rereads the weights; rows first measured equal or up to 8% slower there)."""
     cdef int64_t helpers = min(<int64_t>num_threads - 1, work // (min_work << WAKE_SHIFT) - 1)
     cdef int64_t nt = task_count(work, min_work)
     cdef Py_ssize_t row_tiles = (m + mr - 1) // mr

@@ -6,8 +6,9 @@ tightest along the cgroup's path), rounded up. A container limited to 2 CPUs on 
 gets 2 threads, not 64. ``QRT_NUM_THREADS``, then ``OMP_NUM_THREADS``, override it.
 ``qrt.thread_info()`` says which applied.
 
-How a product splits between the threads depends on a core's L2 (``l2_bytes``: int8 weights that fit half of
-it are read again from there by each chunk of rows; larger ones split by columns), read from Linux's sysfs.
+How an int8 product splits between the threads depends on a core's L2, read from Linux's sysfs (``l2_bytes``):
+weights that fit half of it are read again from there by each chunk of rows; larger ones, unless the chunks
+have many rows, are split by columns, each thread reading its own part once.
 """
 
 from __future__ import annotations
