@@ -267,6 +267,22 @@ def test_pool_under_stress(tmp_path, wait):
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+@pytest.mark.skipif("QEMU_CPU" in os.environ, reason="builds and runs a program for the host, not the emulated CPU")
+def test_a_worker_woken_on_its_callers_cpu_moves_off_it(tmp_path):
+    """tests/threadpool_placement.c: the caller pinned to one CPU wakes the sleeping worker 40 times; the worker
+    never runs a task on the caller's CPU and keeps its whole affinity mask (Linux wakes a thread on its
+    waker's CPU often, and on a VM left it there loop after loop: docs/PERFORMANCE.md, "Threads")."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    subprocess.run(["cc", "-std=c11", "-O2", "-pthread", "-I", str(root / "qrt" / "kernels"),
+                    str(root / "tests" / "threadpool_placement.c"), str(root / "qrt" / "kernels" / "threadpool.c"),
+                    "-o", str(tmp_path / "placement")], check=True, capture_output=True, text=True)
+    r = subprocess.run([str(tmp_path / "placement")], capture_output=True, text=True, timeout=60)
+    if r.stdout.startswith("skip"):
+        pytest.skip(r.stdout.strip())
+    assert r.returncode == 0 and r.stdout.startswith("ok"), r.stdout + r.stderr
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
 def test_pool_under_stress_has_no_data_race(tmp_path):
     """The stress program under ThreadSanitizer: the pool's shares are taken lock-free (threadpool.c), and a
     read of the loop's fields by a thread a loop behind is a race no count of tasks would show."""
