@@ -8,6 +8,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -202,6 +203,36 @@ def test_same_bits_at_every_thread_count_oversubscribed_included(rows_first_byte
         assert K._pool_workers() == qrt.thread_info().cpus - 1  # no more threads than CPUs
     finally:
         K._set_min_work(*floors)
+        qrt.set_num_threads(before)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names are set on Linux only")
+def test_workers_are_named():
+    """The pool's workers call themselves qrt-worker (what top -H, perf and /proc show), the caller keeps its name."""
+    if qrt.thread_info().cpus < 2:
+        pytest.skip("one CPU: the pool starts no worker")
+    before = qrt.get_num_threads()
+    try:
+        qrt.set_num_threads(2)
+        data = np.arange(1 << 22, dtype=np.uint32).view(np.uint8)
+        K.data_checksum(data, threads=2)
+        assert K._pool_workers() == 1
+
+        def names() -> list[str]:
+            out = []
+            for comm in pathlib.Path("/proc/self/task").glob("*/comm"):
+                try:
+                    out.append(comm.read_text().strip())
+                except FileNotFoundError:  # a thread (not the pool's) that ended meanwhile
+                    pass
+            return out
+
+        deadline = time.monotonic() + 10  # the name is set as the worker starts, perhaps after the loop it joined
+        while names().count("qrt-worker") != 1 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert names().count("qrt-worker") == 1
+        assert pathlib.Path(f"/proc/self/task/{threading.get_native_id()}/comm").read_text().strip() != "qrt-worker"
+    finally:
         qrt.set_num_threads(before)
 
 

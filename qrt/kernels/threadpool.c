@@ -201,6 +201,9 @@ static void* worker_main(void* arg) {
     uint32_t seen = (uint32_t)(uintptr_t)arg;
     const int me = atomic_fetch_add(&pool.next_id, 1);
     in_pool = 1;
+#if defined(__linux__)
+    pthread_setname_np(pthread_self(), "qrt-worker"); /* what top -H, perf and /proc/<pid>/task/<tid>/comm show */
+#endif
     for (;;) {
         if (!spin_until(&pool.epoch, seen, 0)) {
             /* seq_cst with the caller's epoch store and sleepers load (see qrt_parallel_for) */
