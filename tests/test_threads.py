@@ -299,10 +299,11 @@ def test_pool_under_stress(tmp_path, wait):
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
 @pytest.mark.skipif("QEMU_CPU" in os.environ, reason="builds and runs a program for the host, not the emulated CPU")
-def test_a_worker_woken_on_its_callers_cpu_moves_off_it(tmp_path):
-    """tests/threadpool_placement.c: the caller pinned to one CPU wakes the sleeping worker 40 times; the worker
-    never runs a task on the caller's CPU and keeps its whole affinity mask (Linux wakes a thread on its
-    waker's CPU often, and on a VM left it there loop after loop: docs/PERFORMANCE.md, "Threads")."""
+def test_a_worker_on_its_callers_cpu_moves_off_it(tmp_path):
+    """tests/threadpool_placement.c: a caller pinned to one CPU wakes the sleeping worker 20 times, then moves onto
+    the CPU of the worker 20 times; the worker never runs a task on the caller's CPU and keeps its whole affinity
+    mask (Linux often wakes a thread on its waker's CPU, and on a VM left the two together loop after loop:
+    docs/PERFORMANCE.md, "Where Linux puts the worker")."""
     root = pathlib.Path(__file__).resolve().parent.parent
     subprocess.run(["cc", "-std=c11", "-O2", "-pthread", "-I", str(root / "qrt" / "kernels"),
                     str(root / "tests" / "threadpool_placement.c"), str(root / "qrt" / "kernels" / "threadpool.c"),

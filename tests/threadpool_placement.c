@@ -1,11 +1,13 @@
-/* Where the pool's worker runs after a wake-up (tests/test_threads.py): the caller pins itself to one CPU,
- * sleeps long enough that the worker sleeps too, then runs a loop of two long tasks. A worker woken on the
- * caller's CPU must move off it before it takes a task (threadpool.c, step_off_waker_cpu), and must keep the
- * affinity it had (the move narrows it for an instant only). Prints "ok" and the rounds in which the worker
- * ran a task; "skip" without Linux or two CPUs. Exits 1 on the first worker task on the caller's CPU, or
- * with a narrowed affinity; 2 if the worker ran a task in fewer than 10 of the 40 rounds (nothing checked).
- * Before the move existed, the worker's first task after the first sleep ran on the caller's CPU in each of
- * 3 runs (2-CPU Zen 5 VM). */
+/* Where the pool's worker runs (tests/test_threads.py). A worker that starts a loop on its caller's CPU must
+ * move off it before it takes a task (threadpool.c, step_off_caller_cpu), and must keep the affinity it had
+ * (the move narrows it for an instant only). Two ways they meet, 20 rounds each, loops of two 3 ms tasks:
+ * - the worker asleep and woken by a caller pinned to one CPU (Linux often wakes a thread on its waker's CPU);
+ * - the worker just done with a loop and the caller moved onto the worker's CPU (as when the caller wakes
+ *   from a sleep of its own there).
+ * Prints "ok" and the rounds in which the worker ran a task; "skip" without Linux or two CPUs. Exits 1 on the
+ * first worker task on the caller's CPU, or with a narrowed affinity; 2 if the worker ran a task in fewer than
+ * 10 rounds of either kind (nothing checked). The pool before the move failed the first round of the first
+ * kind in each of 3 runs (2-CPU Zen 5 VM). */
 #define _GNU_SOURCE
 #include "threadpool.h"
 
@@ -16,8 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#if defined(__linux__)
 static pthread_t caller;
-static int caller_cpu, cpus;
 static _Atomic int worker_cpu, worker_mask; /* -1: no worker task this round */
 
 static void spin_us(long us) {
@@ -35,45 +37,69 @@ static void task(void* ctx, ptrdiff_t t) {
         atomic_store(&worker_cpu, sched_getcpu());
         atomic_store(&worker_mask, sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : -1);
     }
-    /* long enough that a worker woken behind the caller on its CPU gets to run (a scheduler tick) before the
-     * caller, done with its own task, takes the worker's */
+    /* long enough that a worker queued behind the caller on its CPU gets to run (a scheduler tick) before the
+     * caller, done with its own task, takes the worker's; and over the pool's 1 ms between two moves */
     spin_us(3000);
 }
 
-int main(void) {
-#if defined(__linux__)
-    cpu_set_t mask;
-    if (sched_getaffinity(0, sizeof mask, &mask) != 0 || (cpus = CPU_COUNT(&mask)) < 2) {
-        printf("skip: fewer than 2 CPUs\n");
-        return 0;
-    }
-    caller = pthread_self();
-    qrt_pool_configure(2, 2);
-    qrt_parallel_for(2, 1, task, NULL); /* the worker starts with the process's whole mask */
-    for (caller_cpu = 0; !CPU_ISSET(caller_cpu, &mask); caller_cpu++)
-        ;
+static int pin_caller(int cpu) {
     cpu_set_t one;
     CPU_ZERO(&one);
-    CPU_SET(caller_cpu, &one);
-    if (sched_setaffinity(0, sizeof one, &one) != 0)
-        return 1;
-    int ran = 0;
-    for (int round = 0; round < 40; round++) {
-        usleep(2000); /* the worker spins 50 us (SPIN_NS), then sleeps */
+    CPU_SET(cpu, &one);
+    return sched_setaffinity(0, sizeof one, &one);
+}
+
+/* 20 loops; before each the caller sleeps (the worker too: it spins 50 us, then sleeps) or moves onto the CPU
+ * the worker last ran on. Returns the rounds the worker ran a task in, or -1 on a fault. */
+static int rounds(int cpus, int first_cpu, int onto_worker) {
+    int ran = 0, last = first_cpu;
+    if (!onto_worker && pin_caller(first_cpu) != 0)
+        return -1;
+    for (int round = 0; round < 20; round++) {
+        if (onto_worker) {
+            if (pin_caller(last) != 0)
+                return -1;
+        } else {
+            usleep(2000);
+        }
+        const int here = sched_getcpu();
         atomic_store(&worker_cpu, -1);
         qrt_parallel_for(2, 1, task, NULL);
         const int cpu = atomic_load(&worker_cpu), n = atomic_load(&worker_mask);
         if (cpu < 0)
             continue;
         ran++;
-        if (cpu == caller_cpu || n != cpus) {
-            fprintf(stderr, "round %d: the worker ran on CPU %d (the caller's: %d) with %d of %d CPUs\n", round,
-                    cpu, caller_cpu, n, cpus);
-            return 1;
+        if (cpu == here || n != cpus) {
+            fprintf(stderr, "%s, round %d: the worker ran on CPU %d (the caller's: %d) with %d of %d CPUs\n",
+                    onto_worker ? "caller moved onto the worker" : "worker woken", round, cpu, here, n, cpus);
+            return -1;
         }
+        last = cpu;
     }
-    printf("%s: the worker ran a task in %d of 40 rounds\n", ran >= 10 ? "ok" : "too few", ran);
-    return ran >= 10 ? 0 : 2;
+    return ran;
+}
+#endif
+
+int main(void) {
+#if defined(__linux__)
+    cpu_set_t mask;
+    int cpus, first = 0;
+    if (sched_getaffinity(0, sizeof mask, &mask) != 0 || (cpus = CPU_COUNT(&mask)) < 2) {
+        printf("skip: fewer than 2 CPUs\n");
+        return 0;
+    }
+    while (!CPU_ISSET(first, &mask))
+        first++;
+    caller = pthread_self();
+    qrt_pool_configure(2, 2);
+    qrt_parallel_for(2, 1, task, NULL); /* the worker starts with the process's whole mask */
+    const int woken = rounds(cpus, first, 0), moved = rounds(cpus, first, 1);
+    if (woken < 0 || moved < 0)
+        return 1;
+    const int enough = woken >= 10 && moved >= 10;
+    printf("%s: the worker ran a task in %d of 20 rounds woken, %d of 20 with the caller moved onto it\n",
+           enough ? "ok" : "too few", woken, moved);
+    return enough ? 0 : 2;
 #else
     printf("skip: not Linux\n");
     return 0;

@@ -62,12 +62,12 @@ typedef struct {
     _Atomic int sleepers;           /* workers asleep on epoch, or about to be */
     _Atomic int caller_asleep;      /* the caller sleeps on done */
     _Atomic int stop;               /* workers return */
-    _Atomic int waker_cpu;          /* the CPU of the caller that last woke sleeping workers; -1: unknown */
+    _Atomic int caller_cpu;         /* the CPU the loop's caller started it on; -1: unknown */
     qrt_task_fn fn;
     void* ctx;
 } qrt_pool;
 
-static qrt_pool pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .threads = 1, .waker_cpu = -1};
+static qrt_pool pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .threads = 1, .caller_cpu = -1};
 static _Thread_local int in_pool; /* this thread is a worker, or runs a loop: nested loops run inline */
 
 /* ------------------------------------------------------------ sleeping and waking */
@@ -176,30 +176,41 @@ static void run_tasks(int me, uint32_t epoch) {
     }
 }
 
-/* A worker woken from its sleep on the CPU of the caller that woke it moves to another of its CPUs.
- * Linux often wakes a thread on its waker's CPU, and on a VM left it there for whole series of loops:
- * the two took turns on one CPU and every call ran at the 1-thread time (2-CPU Zen 5, a static product
- * M=64 K=N=1024 at 2 threads after 50 ms idle: 10 of 20 samples of 60 calls at 143-146 us, the others
- * 76-81; docs/PERFORMANCE.md, "Threads"). Narrowing the affinity to the other CPUs migrates the thread
- * at once; the old mask, restored at once, leaves it where it now runs. Only after a sleep, not per
- * loop: a move per loop cost more than it saved (ibid.). */
-static void step_off_waker_cpu(void) {
+/* A worker that starts a loop on its caller's CPU moves to another of its CPUs, at most once per MOVE_GAP_NS.
+ * Linux often wakes a thread on its waker's CPU, and the caller, waking from a sleep of its own, can land on the
+ * worker's; on a VM the two were then left together for whole series of loops, taking turns on one CPU at the
+ * 1-thread time (2-CPU Zen 5, a static product M=64 K=N=1024 at 2 threads after 50 ms idle: 10 of 20 samples of
+ * 60 calls at 143-146 us, the others 76-81; docs/PERFORMANCE.md, "Where Linux puts the worker"). Narrowing the
+ * affinity to the other CPUs migrates the thread at once; the old mask, restored at once, leaves it where it now
+ * runs. The gap bounds the cost where the scheduler keeps putting it back (another process holding the other
+ * CPUs): a move per millisecond at most. */
+#define MOVE_GAP_NS 1000000
+
+static void step_off_caller_cpu(int64_t* last_move) {
 #if defined(__linux__)
     const int cpu = sched_getcpu();
+    if (cpu < 0 || cpu != atomic_load_explicit(&pool.caller_cpu, memory_order_relaxed))
+        return;
+    const int64_t t = now_ns();
+    if (t - *last_move < MOVE_GAP_NS)
+        return;
+    *last_move = t;
     cpu_set_t mask, others;
-    if (cpu < 0 || cpu != atomic_load_explicit(&pool.waker_cpu, memory_order_relaxed) ||
-        sched_getaffinity(0, sizeof mask, &mask) != 0)
+    if (sched_getaffinity(0, sizeof mask, &mask) != 0)
         return;
     others = mask;
     CPU_CLR(cpu, &others);
     if (CPU_COUNT(&others) > 0 && sched_setaffinity(0, sizeof others, &others) == 0)
         sched_setaffinity(0, sizeof mask, &mask);
+#else
+    (void)last_move;
 #endif
 }
 
 static void* worker_main(void* arg) {
     uint32_t seen = (uint32_t)(uintptr_t)arg;
     const int me = atomic_fetch_add(&pool.next_id, 1);
+    int64_t last_move = INT64_MIN / 2;
     in_pool = 1;
 #if defined(__linux__)
     pthread_setname_np(pthread_self(), "qrt-worker"); /* what top -H, perf and /proc/<pid>/task/<tid>/comm show */
@@ -211,11 +222,11 @@ static void* worker_main(void* arg) {
             while (atomic_load(&pool.epoch) == seen)
                 wait_while(&pool.epoch, seen);
             atomic_fetch_sub(&pool.sleepers, 1);
-            step_off_waker_cpu();
         }
         seen = atomic_load_explicit(&pool.epoch, memory_order_acquire);
         if (atomic_load(&pool.stop))
             return NULL;
+        step_off_caller_cpu(&last_move);
         run_tasks(me, seen);
     }
 }
@@ -329,13 +340,12 @@ void qrt_parallel_for(ptrdiff_t tasks, int helpers, qrt_task_fn fn, void* ctx) {
     for (int i = 0; i < shares; i++)
         atomic_store_explicit(&pool.shares[i].word, SHARE(epoch, tasks * i / shares, tasks * (i + 1) / shares),
                               memory_order_release);
-    atomic_store(&pool.epoch, epoch);
-    if (helpers > 0 && atomic_load(&pool.sleepers) > 0) {
 #if defined(__linux__)
-        atomic_store_explicit(&pool.waker_cpu, sched_getcpu(), memory_order_relaxed);
+    atomic_store_explicit(&pool.caller_cpu, sched_getcpu(), memory_order_relaxed);
 #endif
+    atomic_store(&pool.epoch, epoch);
+    if (helpers > 0 && atomic_load(&pool.sleepers) > 0)
         wake(&pool.epoch, helpers);
-    }
     run_tasks(0, epoch);
     uint32_t n = (uint32_t)tasks, d;
     if (!spin_until(&pool.done, n, 1)) {
