@@ -49,7 +49,7 @@ cdef extern from "qrt_kernels.h" nogil:
         const char* name
         const char* i8_isa
         const char* fp_isa
-        int i8_nr, i8_mr, i8_task_rows, i8_small_x, fp_nr, fp_mr
+        int i8_nr, i8_mr, i8_task_rows, i8_small_x, fp_nr, fp_mr, fp_row_nr
         ptrdiff_t (*i8_packed_x_size)(ptrdiff_t m, ptrdiff_t k) noexcept nogil
         int (*i8_pack_x)(const uint8_t* x, ptrdiff_t m, ptrdiff_t k, uint8_t* out) noexcept nogil
         void (*i8_quantize_pack_x)(const float* x, ptrdiff_t m, ptrdiff_t k, float inv, float zp, int round_first,
@@ -924,21 +924,23 @@ cdef class PackedS8:
 
 
 cdef struct fp_job:  # as i8_job, over row tiles of the float product, but task t the (t % cm)-th row chunk of the
-    # (t // cm)-th panel chunk: panel chunks outermost, as its split (split_work, panels first)
+    # (t // cm)-th panel chunk: panel chunks outermost, as its split (split_work, panels first); the chunks cut
+    # groups of `group` panels (one row: the kernel's one-row pass), the last group cut short at `panels`
     const qrt_kernels* kern
     const float* xp
     const void* packed
     int half
     const float* bias
-    Py_ssize_t n, k, m, tiles, panels, cn, cm
+    Py_ssize_t n, k, m, tiles, panels, group, cn, cm
     float* y
 
 
 cdef void fp_task(void* ctx, ptrdiff_t t) noexcept nogil:
     cdef fp_job* j = <fp_job*>ctx
-    cdef Py_ssize_t r = t % j.cm, c = t // j.cm
+    cdef Py_ssize_t r = t % j.cm, c = t // j.cm, groups = (j.panels + j.group - 1) // j.group
     j.kern.gemm_fp(j.xp, j.packed, j.half, j.bias, j.n, j.k, j.m, chunk(j.tiles, j.cm, r), chunk(j.tiles, j.cm, r + 1),
-                   chunk(j.panels, j.cn, c), chunk(j.panels, j.cn, c + 1), j.y, j.n)
+                   min(chunk(groups, j.cn, c) * j.group, j.panels), min(chunk(groups, j.cn, c + 1) * j.group, j.panels),
+                   j.y, j.n)
 
 
 cdef class PackedFloat:
@@ -966,6 +968,9 @@ cdef class PackedFloat:
         cdef const qrt_kernels* kern = self.kern
         cdef Py_ssize_t n = self.n, k = self.k, cn, cm, nr = kern.fp_nr, mr = kern.fp_mr
         cdef Py_ssize_t panels = (n + nr - 1) // nr, tiles = (m + mr - 1) // mr
+        # one row runs whole passes of fp_row_nr columns: a task of fewer panels than a pass kept too few fma
+        # chains (avx512-vnni, M=1 K=N=1024 as 32 one-panel tasks on 2 threads: 18.5 us, in 2-panel passes 10.7)
+        cdef Py_ssize_t group = kern.fp_row_nr // nr if m == 1 else 1
         cdef float* xp
         cdef fp_job j
         if m == 0 or n == 0:
@@ -974,11 +979,12 @@ cdef class PackedFloat:
         if xp == NULL:
             return -1
         kern.fp_pack_x(x, m, k, xp)
-        cdef int helpers = split_work(m, panels, mr, product_work(m, n, k), MIN_WORK_F16, False, &cn, &cm)
+        cdef int helpers = split_work(m, (panels + group - 1) // group, mr, product_work(m, n, k), MIN_WORK_F16, False,
+                                      &cn, &cm)
         if cn * cm == 1:
             kern.gemm_fp(xp, self.packed, self.half, bias, n, k, m, 0, tiles, 0, panels, y, n)
         else:
-            j = fp_job(kern, xp, self.packed, self.half, bias, n, k, m, tiles, panels, cn, cm, y)
+            j = fp_job(kern, xp, self.packed, self.half, bias, n, k, m, tiles, panels, group, cn, cm, y)
             qrt_parallel_for(cn * cm, helpers, fp_task, &j)
         free(xp)
         return 0

@@ -58,6 +58,8 @@ typedef struct {
     int i8_task_rows;     /* rows a task of it takes a multiple of: whole row tiles, or blocks of them */
     int i8_small_x;       /* whether the product has a faster flavour for activations <= 128 (its small_x) */
     int fp_nr, fp_mr;     /* ... and of the float product */
+    int fp_row_nr;        /* columns of the float product's one-row pass (whole panels): a one-row task takes
+                           * whole passes, or runs its columns a panel at a time with too few chains */
 
     /* int8, weights packed as layout.h says: x[m][k] -> row tiles; the product with its epilogue (w_rowsum: the
      * weights' row sums, zero past n to a whole QRT_I8_NPAD; small_x: max(x) <= 128) */

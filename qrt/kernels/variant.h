@@ -29,6 +29,7 @@
 
 const qrt_kernels QRT_CAT(qrt_kernels_, QRT_VARIANT_ID) = {
     QRT_VARIANT_NAME, QRT_I8_ISA, QRT_F16_ISA, I8_NR, I8_MR, I8_TASK_ROWS, I8_SMALL_X, F_NR, F_MR,
+    F_ROW_NV * F_LANES,
     I8_ENTRIES,
     qrt_fp_packed_x_size, qrt_fp_pack_x, qrt_gemm_fp,
     qrt_min_max, qrt_quantize_u8, qrt_u8_max, qrt_quantize_dynamic, qrt_quantize_rows_s8,
