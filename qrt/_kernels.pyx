@@ -969,7 +969,7 @@ cdef class PackedFloat:
         cdef Py_ssize_t n = self.n, k = self.k, cn, cm, nr = kern.fp_nr, mr = kern.fp_mr
         cdef Py_ssize_t panels = (n + nr - 1) // nr, tiles = (m + mr - 1) // mr
         # one row runs whole passes of fp_row_nr columns: a task of fewer panels than a pass kept too few fma
-        # chains (avx512-vnni, M=1 K=N=1024 as 32 one-panel tasks on 2 threads: 18.5 us, in 2-panel passes 10.7)
+        # chains (avx512-vnni, M=1 K=N=1024 at 16 threads on 2 CPUs, 32 one-panel tasks: 18.8 us; in passes 11.1)
         cdef Py_ssize_t group = kern.fp_row_nr // nr if m == 1 else 1
         cdef float* xp
         cdef fp_job j
