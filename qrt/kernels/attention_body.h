@@ -438,7 +438,9 @@ static void qrt_attention(const float* q, ptrdiff_t ldq, const float* k, ptrdiff
                 qrt_lane_max_rows(tile + n0, sp, kb, QRT_MM_R, block_max);
             else
                 qrt_lane_max_rows(tile + n0, sp, kb, rows, block_max);
-            float m[QRT_MM_R], z[QRT_MM_R];
+            /* m as long as the rows-together exp's loop (QRT_ATTENTION_ROWS), which reads m[r] only for r < rows
+             * but which GCC, under -fsanitize=address, warned could read past QRT_MM_R */
+            float m[QRT_ATTENTION_ROWS], z[QRT_MM_R];
             int none_masked = 1; /* no row masked out entirely so far */
             for (int r = 0; r < rows; r++) {
                 m[r] = run_max[r] > block_max[r] ? run_max[r] : block_max[r];
