@@ -443,6 +443,12 @@ cdef inline Py_ssize_t chunk(Py_ssize_t total, Py_ssize_t parts, Py_ssize_t i) n
     return total * i // parts
 
 
+cdef inline Py_ssize_t chunk_whole(Py_ssize_t total, Py_ssize_t unit, Py_ssize_t parts, Py_ssize_t i) noexcept nogil:
+    """Start of the i-th of `parts` near-equal chunks of range(total) made of whole units (row tiles, panels,
+    vectors), the last unit cut short at total (i = parts: total)."""
+    return min(chunk((total + unit - 1) // unit, parts, i) * unit, total)
+
+
 # Values of x per task of quantizing it, bytes per task of packing it: a 16th and an 8th of an int8
 # product task, about as long (both follow MIN_WORK_I8, so _set_min_work(1, ...) splits them too).
 cdef inline int64_t min_quantize() noexcept nogil:
@@ -723,8 +729,7 @@ cdef inline Py_ssize_t packed_offset(const qrt_kernels* kern, Py_ssize_t r0, Py_
 
 cdef void pack_task(void* ctx, ptrdiff_t t) noexcept nogil:
     cdef pack_job* j = <pack_job*>ctx
-    cdef Py_ssize_t mr = j.kern.i8_mr, tiles = (j.m + mr - 1) // mr
-    cdef Py_ssize_t r0 = chunk(tiles, j.parts, t) * mr, r1 = min(chunk(tiles, j.parts, t + 1) * mr, j.m)
+    cdef Py_ssize_t r0 = chunk_whole(j.m, j.kern.i8_mr, j.parts, t), r1 = chunk_whole(j.m, j.kern.i8_mr, j.parts, t + 1)
     j.largest[t] = j.kern.i8_pack_x(j.x + r0 * j.k, r1 - r0, j.k, j.out + packed_offset(j.kern, r0, j.k))
 
 
@@ -760,7 +765,7 @@ cdef struct i8_job:  # a product's tiles, task t the (t // cn)-th row chunk's (t
 
 cdef inline Py_ssize_t chunk_rows(const i8_job* j, Py_ssize_t r) noexcept nogil:
     """The first row of the r-th of the cm row chunks (r = cm: m): whole row tiles but the last."""
-    return min(chunk((j.m + j.mr - 1) // j.mr, j.cm, r) * j.mr, j.m)
+    return chunk_whole(j.m, j.mr, j.cm, r)
 
 
 cdef void i8_task(void* ctx, ptrdiff_t t) noexcept nogil:
@@ -937,10 +942,9 @@ cdef struct fp_job:  # as i8_job, over row tiles of the float product, but task 
 
 cdef void fp_task(void* ctx, ptrdiff_t t) noexcept nogil:
     cdef fp_job* j = <fp_job*>ctx
-    cdef Py_ssize_t r = t % j.cm, c = t // j.cm, groups = (j.panels + j.group - 1) // j.group
+    cdef Py_ssize_t r = t % j.cm, c = t // j.cm
     j.kern.gemm_fp(j.xp, j.packed, j.half, j.bias, j.n, j.k, j.m, chunk(j.tiles, j.cm, r), chunk(j.tiles, j.cm, r + 1),
-                   min(chunk(groups, j.cn, c) * j.group, j.panels), min(chunk(groups, j.cn, c + 1) * j.group, j.panels),
-                   j.y, j.n)
+                   chunk_whole(j.panels, j.group, j.cn, c), chunk_whole(j.panels, j.group, j.cn, c + 1), j.y, j.n)
 
 
 cdef class PackedFloat:
@@ -1296,13 +1300,13 @@ cdef struct gate_job:  # a step's gates, task t the t-th run of whole vectors of
     const float* c
     float* h_out
     float* c_out
-    Py_ssize_t b, hidden, vectors, parts
+    Py_ssize_t b, hidden, parts
 
 
 cdef void gate_task(void* ctx, ptrdiff_t t) noexcept nogil:
     cdef gate_job* j = <gate_job*>ctx
     j.kern.gate_update(j.kind, j.gi, j.gh, j.h, j.c, j.h_out, j.c_out, j.b, j.hidden,
-                       chunk(j.vectors, j.parts, t) * 16, min(chunk(j.vectors, j.parts, t + 1) * 16, j.hidden))
+                       chunk_whole(j.hidden, 16, j.parts, t), chunk_whole(j.hidden, 16, j.parts, t + 1))
 
 
 cdef class Recurrent:
@@ -1339,7 +1343,7 @@ cdef class Recurrent:
         if parts == 1:
             self.kern.gate_update(self.kind, gi, gh, h, c, h_out, c_out, b, hidden, 0, hidden)
             return
-        j = gate_job(self.kern, self.kind, gi, gh, h, c, h_out, c_out, b, hidden, vectors, parts)
+        j = gate_job(self.kern, self.kind, gi, gh, h, c, h_out, c_out, b, hidden, parts)
         qrt_parallel_for(parts, <int>parts - 1, gate_task, &j)
 
     def step(self, const float[:, ::1] x, const float[:, ::1] h, const float[:, ::1] c,
