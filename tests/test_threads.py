@@ -279,11 +279,12 @@ def test_a_forked_child_gets_a_pool_of_its_own():
     assert r.returncode == 0 and r.stdout.strip() == "0", r.stderr
 
 
-def _build_stress(tmp_path, *flags: str) -> subprocess.CompletedProcess:
+def _build_pool_program(tmp_path, program: str, *flags: str) -> subprocess.CompletedProcess:
+    """tests/<program>.c linked with the pool (threadpool.c), built as tmp_path/<program>."""
     root = pathlib.Path(__file__).resolve().parent.parent
     return subprocess.run(["cc", "-std=c11", "-O2", "-pthread", *flags, "-I", str(root / "qrt" / "kernels"),
-                           str(root / "tests" / "threadpool_stress.c"), str(root / "qrt" / "kernels" / "threadpool.c"),
-                           "-o", str(tmp_path / "stress")], capture_output=True, text=True)
+                           str(root / "tests" / f"{program}.c"), str(root / "qrt" / "kernels" / "threadpool.c"),
+                           "-o", str(tmp_path / program)], capture_output=True, text=True)
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
@@ -292,8 +293,9 @@ def test_pool_under_stress(tmp_path, wait):
     """tests/threadpool_stress.c: thousands of loops of 1 to 300 tasks from several caller threads, nested
     loops, changing teams; every task runs exactly once. Built with the futex and with the condition
     variable that other systems get (QRT_POOL_CONDVAR)."""
-    _build_stress(tmp_path, *(["-DQRT_POOL_CONDVAR"] if wait == "condvar" else [])).check_returncode()
-    r = subprocess.run([str(tmp_path / "stress")], capture_output=True, text=True, timeout=120)
+    _build_pool_program(tmp_path, "threadpool_stress",
+                        *(["-DQRT_POOL_CONDVAR"] if wait == "condvar" else [])).check_returncode()
+    r = subprocess.run([str(tmp_path / "threadpool_stress")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.startswith("ok"), r.stderr
 
 
@@ -304,11 +306,8 @@ def test_a_worker_on_its_callers_cpu_moves_off_it(tmp_path):
     the CPU of the worker 20 times; the worker never runs a task on the caller's CPU and keeps its whole affinity
     mask (Linux often wakes a thread on its waker's CPU, and on a VM left the two together loop after loop:
     docs/PERFORMANCE.md, "Where Linux puts the worker")."""
-    root = pathlib.Path(__file__).resolve().parent.parent
-    subprocess.run(["cc", "-std=c11", "-O2", "-pthread", "-I", str(root / "qrt" / "kernels"),
-                    str(root / "tests" / "threadpool_placement.c"), str(root / "qrt" / "kernels" / "threadpool.c"),
-                    "-o", str(tmp_path / "placement")], check=True, capture_output=True, text=True)
-    r = subprocess.run([str(tmp_path / "placement")], capture_output=True, text=True, timeout=60)
+    _build_pool_program(tmp_path, "threadpool_placement").check_returncode()
+    r = subprocess.run([str(tmp_path / "threadpool_placement")], capture_output=True, text=True, timeout=60)
     if r.stdout.startswith("skip"):
         pytest.skip(r.stdout.strip())
     assert r.returncode == 0 and r.stdout.startswith("ok"), r.stdout + r.stderr
@@ -318,10 +317,10 @@ def test_a_worker_on_its_callers_cpu_moves_off_it(tmp_path):
 def test_pool_under_stress_has_no_data_race(tmp_path):
     """The stress program under ThreadSanitizer: the pool's shares are taken lock-free (threadpool.c), and a
     read of the loop's fields by a thread a loop behind is a race no count of tasks would show."""
-    built = _build_stress(tmp_path, "-g", "-fsanitize=thread")
+    built = _build_pool_program(tmp_path, "threadpool_stress", "-g", "-fsanitize=thread")
     if built.returncode:
         pytest.skip(f"this compiler cannot build with ThreadSanitizer: {built.stderr.strip()[-200:]}")
-    r = subprocess.run([str(tmp_path / "stress")], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([str(tmp_path / "threadpool_stress")], capture_output=True, text=True, timeout=300)
     if "FATAL: ThreadSanitizer" in r.stderr and "WARNING: ThreadSanitizer" not in r.stderr:
         # its runtime refused this kernel's memory layout (newer kernels' wider mmap randomisation), before
         # the program ran: nothing was checked
