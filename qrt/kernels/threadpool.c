@@ -45,6 +45,7 @@
 
 typedef struct {
     _Alignas(64) _Atomic uint64_t word; /* epoch << 40 | end << 20 | next task; a cache line each */
+    _Atomic int cpu; /* share i's worker: the CPU it joined its last loop on; -1 while it sleeps */
 } qrt_share;
 
 typedef struct {
@@ -181,28 +182,53 @@ static void run_tasks(int me, uint32_t epoch) {
  * worker's; on a VM the two were then left together for whole series of loops, taking turns on one CPU at the
  * 1-thread time (2-CPU Zen 5, a static product M=64 K=N=1024 at 2 threads after 50 ms idle: 10 of 20 samples of
  * 60 calls at 143-146 us, the others 76-81; docs/PERFORMANCE.md, "Where Linux puts the worker"). Narrowing the
- * affinity to the other CPUs migrates the thread at once; the old mask, restored at once, leaves it where it now
- * runs. The gap bounds the cost where the scheduler keeps putting it back (another process holding the other
- * CPUs): a move per millisecond at most. */
+ * affinity migrates the thread at once; the old mask, restored at once, leaves it where it now runs. The gap
+ * bounds the cost where the scheduler keeps putting it back (another process holding the other CPUs): a move per
+ * millisecond at most. */
 #define MOVE_GAP_NS 1000000
 
-static void step_off_caller_cpu(int64_t* last_move) {
+#if defined(__linux__)
+/* Where a worker on the caller's CPU may go: the CPUs of `allowed` but the caller's and those that n other
+ * workers of the team hold (held[i]: the CPU one joined its last loop on, -1 asleep). Linux migrates a thread
+ * whose mask loses its CPU to the next CPU of the new mask in turn, not an idle one, so with all the other CPUs
+ * allowed a team as large as the CPUs would mostly land the worker on another worker's CPU. Where the team
+ * holds them all, any CPU but the caller's. */
+static void cpus_to_move_to(const cpu_set_t* allowed, int caller, const int* held, int n, cpu_set_t* out) {
+    *out = *allowed;
+    CPU_CLR(caller, out);
+    cpu_set_t untaken = *out;
+    for (int i = 0; i < n; i++)
+        if (held[i] >= 0 && held[i] < CPU_SETSIZE)
+            CPU_CLR(held[i], &untaken);
+    if (CPU_COUNT(&untaken) > 0)
+        *out = untaken;
+}
+#endif
+
+/* Worker `me` joins a loop: it records its CPU, and steps off the caller's. */
+static void step_off_caller_cpu(int me, int64_t* last_move) {
 #if defined(__linux__)
     const int cpu = sched_getcpu();
+    if (me < MAX_SHARES)
+        atomic_store_explicit(&pool.shares[me].cpu, cpu, memory_order_relaxed);
     if (cpu < 0 || cpu != atomic_load_explicit(&pool.caller_cpu, memory_order_relaxed))
         return;
     const int64_t t = now_ns();
     if (t - *last_move < MOVE_GAP_NS)
         return;
     *last_move = t;
-    cpu_set_t mask, others;
+    cpu_set_t mask, dest;
     if (sched_getaffinity(0, sizeof mask, &mask) != 0)
         return;
-    others = mask;
-    CPU_CLR(cpu, &others);
-    if (CPU_COUNT(&others) > 0 && sched_setaffinity(0, sizeof others, &others) == 0)
+    int held[MAX_SHARES], n = 0;
+    for (int i = 1; i <= pool.nworkers && i < MAX_SHARES; i++) /* nworkers is set before any loop starts */
+        if (i != me)
+            held[n++] = atomic_load_explicit(&pool.shares[i].cpu, memory_order_relaxed);
+    cpus_to_move_to(&mask, cpu, held, n, &dest);
+    if (CPU_COUNT(&dest) > 0 && sched_setaffinity(0, sizeof dest, &dest) == 0)
         sched_setaffinity(0, sizeof mask, &mask);
 #else
+    (void)me;
     (void)last_move;
 #endif
 }
@@ -218,6 +244,8 @@ static void* worker_main(void* arg) {
     for (;;) {
         if (!spin_until(&pool.epoch, seen, 0)) {
             /* seq_cst with the caller's epoch store and sleepers load (see qrt_parallel_for) */
+            if (me < MAX_SHARES) /* a sleeper holds no CPU: others may move to its last one */
+                atomic_store_explicit(&pool.shares[me].cpu, -1, memory_order_relaxed);
             atomic_fetch_add(&pool.sleepers, 1);
             while (atomic_load(&pool.epoch) == seen)
                 wait_while(&pool.epoch, seen);
@@ -226,7 +254,7 @@ static void* worker_main(void* arg) {
         seen = atomic_load_explicit(&pool.epoch, memory_order_acquire);
         if (atomic_load(&pool.stop))
             return NULL;
-        step_off_caller_cpu(&last_move);
+        step_off_caller_cpu(me, &last_move);
         run_tasks(me, seen);
     }
 }
