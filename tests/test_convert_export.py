@@ -207,6 +207,63 @@ def test_recurrent_module_called_twice(tmp_path, factory, shapes):
         assert g.shape == tuple(w.shape) and np.abs(g - w.numpy()).max() <= 2e-2
 
 
+class StateByKeyword(nn.Module):
+    """Recurrent modules given their state by keyword (hx=...), each called once: torch.export keeps their
+    calls' signatures, the state among the keyword arguments."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(8)
+        self.gru, self.lstm, self.cell = nn.GRU(5, 7), nn.LSTM(7, 6), nn.GRUCell(6, 4)
+
+    def forward(self, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, xc: torch.Tensor,
+                h: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y, _ = self.gru(x, hx=h0)
+        y, _ = self.lstm(y, hx=(c0, c0 * 0.5))
+        return y, self.cell(xc, hx=h)
+
+
+class NoneState(nn.Module):
+    """A sequence's state given as an explicit None (a cell's None is refused by name: qrt's cells take their
+    state as an input)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(9)
+        self.gru = nn.GRU(5, 7)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.gru(x, None)[0]
+
+
+@pytest.mark.parametrize("name, shapes", [("StateByKeyword", ["11,3,5", "1,3,7", "1,3,6", "3,6", "3,4"]),
+                                          ("NoneState", ["11,3,5"])])
+def test_state_by_keyword_or_none(tmp_path, name, shapes):
+    """A state passed as hx=... reaches the node, and a None state is no state, through both front ends and
+    both quantizers (the export front end dropped a kept signature's keyword arguments, so the GRU ran from
+    zeros; both failed on the None). Against quantize_dynamic's model within 2e-2: recurrent outputs after
+    a few steps, about one quantization step of values in (-1, 1) (tests/test_convert_recurrent.py's
+    DRIFT_BOUND); a state ignored is off by 0.6."""
+    torch.save(globals()[name]().state_dict(), tmp_path / "m.pt")
+    files = {}
+    for frontend in ("fx", "export"):
+        for quantizer in ("fx", "pt2e"):
+            path = tmp_path / f"{frontend}_{quantizer}.qrt"
+            convert(tmp_path / "m.pt", path, model=f"test_convert_export:{name}", input_shapes=shapes,
+                    frontend=frontend, quantizer=quantizer)
+            files[frontend, quantizer] = path.read_bytes()
+    assert len(set(files.values())) == 1
+    want = quantize_dynamic(globals()[name]().eval(), {nn.GRU, nn.LSTM, nn.GRUCell}, dtype=torch.qint8)
+    rng = np.random.default_rng(15)
+    args = [rng.standard_normal([int(d) for d in s.split(",")]).astype(np.float32) for s in shapes]
+    with torch.no_grad():
+        expected = want(*map(torch.from_numpy, args))
+    got = qrt.load(tmp_path / "export_pt2e.qrt").run(args)
+    for g, w in zip(got if isinstance(got, (tuple, list)) else [got], torch.utils._pytree.tree_leaves(expected),
+                    strict=True):
+        assert g.shape == tuple(w.shape) and np.abs(g - w.numpy()).max() <= 2e-2
+
+
 class SharedState(models.TwiceLSTM):
     """The second call's h and c one tensor: torch.export keeps no signature (the calls differ), and its ATen
     op's inputs cannot say which argument that tensor was."""

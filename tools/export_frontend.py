@@ -31,7 +31,7 @@ import torch.nn.functional as F
 import torch.utils._pytree as pytree
 from torch import nn
 from torch.export import Dim, ExportedProgram
-from torch.export.graph_signature import InputKind
+from torch.export.graph_signature import InputKind, TensorArgument
 
 from . import lower_masks, pt2e, qrt_backend, recurrent_program, torchao_frontend
 from . import shapes as qshapes
@@ -308,9 +308,9 @@ class _Raiser:
 
     # Nodes are named as torch.fx names them (after the module path, function or method), so that
     # both front ends name qrt's nodes alike.
-    def module(self, path: str, module: nn.Module, args: Sequence[Any]) -> torch.fx.Node:
+    def module(self, path: str, module: nn.Module, args: Sequence[Any], kwargs: dict | None = None) -> torch.fx.Node:
         self.root[path] = module
-        return self.graph.create_node("call_module", path, tuple(args), {})
+        return self.graph.create_node("call_module", path, tuple(args), dict(kwargs or {}))
 
     def function(self, fn: Any, args: Any, kwargs: Any) -> torch.fx.Node:
         return self.graph.create_node("call_function", fn, tuple(args), dict(kwargs))
@@ -411,22 +411,21 @@ class _Raiser:
             out[leaving[0]] = (path, members, call)
         return out
 
-    def _kept(self, sig: Any) -> tuple[Any, Any]:
-        """(arguments, results) of a call from its signature, which torch.export kept."""
-        by_name = {n.name: n for n in self.ep.graph.nodes}
-        args = pytree.tree_unflatten([by_name[a.name] for a in sig.inputs], sig.in_spec)[0]
-        return args, pytree.tree_unflatten([by_name[o.name] for o in sig.outputs], sig.out_spec)
+    def _kept(self, sig: Any) -> tuple[Any, dict, Any]:
+        """(arguments, keyword arguments, results) of a call from its signature, which torch.export kept."""
+        return kept_call(sig, {n.name: n for n in self.ep.graph.nodes})
 
-    def _derived(self, path: str, members: list[torch.fx.Node]) -> tuple[Any, Any] | None:
+    def _derived(self, path: str, members: list[torch.fx.Node]) -> tuple[Any, dict, Any] | None:
         """(arguments, results) of a recurrent module's call whose signature torch.export could not keep (the
         module is called again with other arguments: (x), then (x, (h, c))), from its one ATen op (aten.lstm,
         aten.lstm_cell, ...): the tensors it reads from outside are the arguments, in order; the op's items,
         after what the module does to each alone (a batch_first transpose), the results. None for a module
         that is not recurrent (or returns one tensor)."""
         try:
-            return derived_call(path, self.leaves[path], members, self._outer_tensors(members))
+            call = derived_call(path, self.leaves[path], members, self._outer_tensors(members))
         except ExportError as e:
             raise ExportError(f"{e} (use --frontend fx)") from None
+        return None if call is None else (call[0], {}, call[1])
 
     def _outer_tensors(self, members: list[torch.fx.Node]) -> list[torch.fx.Node]:
         """The tensors a call's nodes read from outside it, in order, weights aside."""
@@ -446,8 +445,9 @@ class _Raiser:
         if call is None:
             self.env[out] = self.module(path, self.leaves[path], [self.env[a] for a in self._outer_tensors(members)])
             return
-        args, results = call
-        value = self.module(path, self.leaves[path], [_tuples(self.value(a)) for a in args])
+        args, kwargs, results = call
+        value = self.module(path, self.leaves[path], [_tuples(self.value(a)) for a in args],
+                            {k: _tuples(self.value(v)) for k, v in kwargs.items()})
         self._unpack(results, value)
 
     def _call(self, node: torch.fx.Node) -> Any:
@@ -563,6 +563,16 @@ def module_calls(nodes: Sequence[torch.fx.Node], paths: Any) -> dict[str, tuple[
             key, path = found
             calls.setdefault(path + (key[key.rindex("@"):] if "@" in key else ""), (path, []))[1].append(node)
     return calls
+
+
+def kept_call(sig: Any, by_name: dict[str, Any]) -> tuple[Any, dict, Any]:
+    """(arguments, keyword arguments, results) of a module call from the signature torch.export kept, its tensors
+    as by_name's nodes, its constants (a state given as None) as they are."""
+    def leaf(a: Any) -> Any:
+        return by_name[a.name] if isinstance(a, TensorArgument) else a.value
+
+    args, kwargs = pytree.tree_unflatten([leaf(a) for a in sig.inputs], sig.in_spec)
+    return args, kwargs, pytree.tree_unflatten([leaf(o) for o in sig.outputs], sig.out_spec)
 
 
 def derived_call(path: str, module: nn.Module, members: list[torch.fx.Node],

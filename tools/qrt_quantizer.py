@@ -237,7 +237,7 @@ def _keep_whole(gm: torch.fx.GraphModule, ep: Any, model: nn.Module, paths: tupl
         sig = signatures.get(fqn)
         if sig is not None:
             outputs = [by_name[o.name] for o in sig.outputs]
-            args, kwargs = pytree.tree_unflatten([by_name[i.name] for i in sig.inputs], sig.in_spec)
+            args, kwargs, _ = export_frontend.kept_call(sig, by_name)
             structure = pytree.tree_unflatten(list(range(len(outputs))), sig.out_spec)
         else:
             # (a size read is no argument; an earlier call's result, made here, has no "val")
@@ -278,8 +278,8 @@ class _Whole(nn.Module):
         super().__init__()
         self.module = module
 
-    def forward(self, *args: Any) -> Any:
-        return self.module(*args)
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module(*args, **kwargs)
 
 
 def _restore_signatures(program: Any, ep: Any, paths: tuple[str, ...]) -> None:
@@ -303,12 +303,14 @@ def _restore_signatures(program: Any, ep: Any, paths: tuple[str, ...]) -> None:
                        key=lambda n: n.args[1])
         outputs = ([export_frontend.last_of(n, inside) for n in items] if items
                    else [n for n in members if n.users.keys() - inside])
-        if len(inputs) != len(sig.inputs) or len(outputs) != len(sig.outputs):
+        tensors = [i for i, a in enumerate(sig.inputs) if isinstance(a, TensorArgument)]  # not a None state
+        if len(inputs) != len(tensors) or len(outputs) != len(sig.outputs):
             raise FrontEndError(f"module {entry.fqn!r}: its call cannot be found again after pt2e "
                                 "(use --quantizer fx)")
-        entry.signature = dataclasses.replace(
-            sig, inputs=[TensorArgument(n.name) for n in inputs], outputs=[TensorArgument(n.name) for n in outputs]
-        )
+        kept = list(sig.inputs)
+        for i, n in zip(tensors, inputs):
+            kept[i] = TensorArgument(n.name)
+        entry.signature = dataclasses.replace(sig, inputs=kept, outputs=[TensorArgument(n.name) for n in outputs])
 
 
 def _tuples(v: Any) -> Any:
@@ -479,8 +481,8 @@ class Quantized(nn.Module):
         self.layer = layer
         self.relu = isinstance(layer, LinearLayer) and layer.relu
 
-    def forward(self, *args: Any) -> Any:
-        y = self.float_module(*args)
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        y = self.float_module(*args, **kwargs)
         return torch.relu(y) if self.relu else y
 
 
