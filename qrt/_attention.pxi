@@ -169,6 +169,8 @@ cdef class AttentionOps:
                 raise ValueError(f"AttentionOps.attention: a mask must be bool or float32, got {mask.dtype}")
             mask_bytes = np.ascontiguousarray(mask).reshape(-1).view(np.uint8)
             check_offsets("mask", m_off, batches, mask.size, (l - 1) * mask_stride + s if l else 0)
+            if s == 0:  # no key, no mask value read
+                kind = QRT_MASK_NONE
         if batches * l * ev == 0:
             return
         cdef Py_ssize_t parts = row_parts(batches * l, <int64_t>batches * l * s * (e + ev))
@@ -178,7 +180,7 @@ cdef class AttentionOps:
             self.ops, first(q), first(k), first(v), NULL, &q_off[0], &k_off[0], &v_off[0], NULL, NULL, kind, causal,
             4 if kind == QRT_MASK_FLOAT else 1, mask_stride, scale, l, s, e, ev, batches * l, parts, e, e, ev, ev,
             &y[0, 0, 0], <float*>next_line(<size_t>&sv[0]))
-        if kind != QRT_MASK_NONE and s > 0:  # no key, no mask value read
+        if kind != QRT_MASK_NONE:
             j.mask, j.m_off = <const char*>&mask_bytes[0], &m_off[0]
         with nogil:
             if parts == 1:

@@ -502,6 +502,18 @@ def test_fully_masked_rows_give_zero_as_torch(tmp_path):
         assert np.all(np.isfinite(got))
 
 
+@pytest.mark.parametrize("mask_kind", [None, "bool", "float"])
+def test_no_keys_give_zero_as_torch(tmp_path, mask_kind):
+    """S = 0: every row an empty softmax, the context zero as torch's (the op's own step read an empty mask's
+    first value through a null pointer and crashed); every call, the plan's step too."""
+    inputs = _case((2,), (2,), 3, 0, 4, 6, None if mask_kind is None else (2, 3, 0), mask_kind or "bool")
+    want = F.scaled_dot_product_attention(*(torch.from_numpy(inputs[p]) for p in ("q", "k", "v")),
+                                          attn_mask=None if mask_kind is None else torch.from_numpy(inputs["mask"]))
+    model = _model(tmp_path, "attention", {p: _free(a) for p, a in inputs.items()})
+    for _ in range(3):
+        np.testing.assert_array_equal(model.run(inputs), want.numpy())
+
+
 @pytest.mark.parametrize("s", [5, 16, 37, 128])
 def test_nonfinite_scores_same_bits_on_every_build(tmp_path, s):
     """NaN and infinities in q, k, v and a float mask reach the softmax's max and exp (NaN scores, scores of
