@@ -268,6 +268,13 @@ cdef class _PlanBuffers:
         free(self.ptrs)
 
 
+cdef inline bint of_type(a, int typenum):
+    """Array a holds typenum's type, under its number or an equivalent one (np.longlong is int64 under a number
+    of its own on Linux)."""
+    cdef int t = cnp.PyArray_TYPE(a)
+    return t == typenum or cnp.PyArray_EquivTypenums(t, typenum)
+
+
 cdef class PlanProgram:
     """The steps of one model at one set of input shapes (built by qrt.plan)."""
     cdef plan_step* steps
@@ -459,7 +466,9 @@ cdef class PlanProgram:
 
     cdef bint conforms(self, int i, a):
         """Input i may be read as it is: an aligned C-contiguous array of its dtype in native byte order."""
-        return (cnp.PyArray_Check(a) and cnp.PyArray_TYPE(a) == <int>self.input_types[i]
+        if not cnp.PyArray_Check(a):
+            return False
+        return (of_type(a, <int>self.input_types[i])
                 and cnp.PyArray_IS_C_CONTIGUOUS(a) and cnp.PyArray_ISBEHAVED_RO(a))
 
     cdef int execute(self, _PlanBuffers bs, int* failed, double* times) noexcept:
@@ -496,7 +505,7 @@ cdef class PlanProgram:
             if len(results) != len(outs):
                 return E_RESHAPED
             for r, (slot, shape, typenum) in zip(results, outs):
-                if not cnp.PyArray_Check(r) or r.shape != shape or cnp.PyArray_TYPE(r) != <int>typenum:
+                if not cnp.PyArray_Check(r) or r.shape != shape or not of_type(r, <int>typenum):
                     return E_RESHAPED
                 if self.slots[slot][4] and not cnp.PyArray_IS_C_CONTIGUOUS(r):
                     r = np.ascontiguousarray(r)

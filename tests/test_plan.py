@@ -555,6 +555,20 @@ def test_unaligned_input_is_accepted_on_every_call(tmp_path):
         _same(model.run(unaligned), model.run(a))
 
 
+def test_int64_under_another_type_number_is_accepted_on_every_call(tmp_path):
+    """np.longlong is int64 under a type number of its own (on Linux, where int64 is C long): the compiled program
+    refused it from the second call on (its type number was compared, not its type)."""
+    g = GraphBuilder()
+    ids = g.input("ids", "int64", [None])
+    g.output(g.node("embedding", {"indices": ids, "weight": _x(11, 4)}, {"bits": 32, "dim": 4}))
+    model = _load(tmp_path, g)
+    a = RNG.integers(0, 11, 5).astype(np.int64)
+    other = a.astype(np.longlong)
+    assert other.dtype == a.dtype
+    for _ in range(3):
+        _same(model.run(other), model.run(a))
+
+
 def test_outputs_never_alias_inputs_or_each_other(tmp_path):
     """A view op's output is the caller's: writing it changes neither the input nor another output."""
     g = GraphBuilder()
