@@ -12,12 +12,14 @@ does in the reference (-fwrapv makes that defined behaviour in C).
 Callers validate shapes; the kernels trust them and run without the GIL.
 """
 
+cimport cython
 from libc.math cimport fmaf, nearbyintf, nearbyint, fabs, isinf
 from libc.stdint cimport int8_t, uint8_t, int32_t, int64_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
 
 import math
+import operator
 import os
 
 import numpy as np
@@ -340,12 +342,18 @@ cdef int64_t MIN_GATE_UNITS = 8192  # batch rows times hidden units per task
 cdef Py_ssize_t PROJECTION_BYTES = 256 * 1024
 
 
-def set_num_threads(int n) -> None:
-    """Threads the kernels may use per call (>= 1); no more run than the CPUs the process may use.
+# more than any machine's CPUs; the splits stay far from int's range
+MAX_THREADS = 1 << 16
+
+
+@cython.annotation_typing(False)  # the hint says what to pass; Cython would cut a float to an int for it
+def set_num_threads(n: int) -> None:
+    """Threads the kernels may use per call (1 to MAX_THREADS); no more run than the CPUs the process may use.
     Results do not depend on it."""
     global num_threads
-    if n < 1:
-        raise ValueError(f"number of threads must be >= 1, got {n}")
+    n = operator.index(n)  # an integer (numpy's too), never a float cut short
+    if not 1 <= n <= MAX_THREADS:
+        raise ValueError(f"number of threads must be between 1 and {MAX_THREADS}, got {n}")
     num_threads = n
     qrt_pool_configure(num_threads, available_cpus)
 

@@ -148,9 +148,10 @@ def default_threads(environ: Mapping[str, str] | None = None, proc_cgroup: str =
         if not text:
             continue
         first = text.split(",")[0].strip()  # OpenMP allows one count per nesting level: "4,2"
-        if first.isascii() and first.isdigit() and int(first) >= 1:
+        if first.isascii() and first.isdigit() and 1 <= int(first) <= _kernels.MAX_THREADS:
             return ThreadInfo(threads=int(first), source=var, **base)
-        warnings.warn(f"qrt: ignoring {var}={text!r}: not a positive number of threads", stacklevel=2)
+        warnings.warn(f"qrt: ignoring {var}={text!r}: not a number of threads from 1 to {_kernels.MAX_THREADS}",
+                      stacklevel=2)
     source = "cgroup quota" if quota and cpus < affinity else "affinity"
     return ThreadInfo(threads=cpus, source=source, **base)
 

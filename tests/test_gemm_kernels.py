@@ -134,8 +134,14 @@ def test_threads_setting():
     assert before >= 1
     qrt.set_num_threads(1)
     assert qrt.get_num_threads() == 1
-    with pytest.raises(ValueError):
-        qrt.set_num_threads(0)
+    for bad in (0, -1, K.MAX_THREADS + 1, 2**31, 2**64):
+        with pytest.raises(ValueError, match=f"number of threads must be between 1 and {K.MAX_THREADS}, got {bad}"):
+            qrt.set_num_threads(bad)
+    for not_int in (2.5, 2.0, "3", None):  # a float was cut short to an int
+        with pytest.raises(TypeError):
+            qrt.set_num_threads(not_int)
+    qrt.set_num_threads(np.int64(3))
+    assert qrt.get_num_threads() == 3
     qrt.set_num_threads(before)
 
 

@@ -116,10 +116,12 @@ def test_l2_from_a_fake_sysfs_tree(tmp_path, indexes, want):
     assert l2_bytes(str(tmp_path / "absent"), cpu=3) is None
 
 
-def test_a_bad_environment_value_is_named_and_ignored(tmp_path):
+@pytest.mark.parametrize("value", ["0", "abc", "2147483648", "99999999999999999999"])
+def test_a_bad_environment_value_is_named_and_ignored(tmp_path, value):
+    """Past MAX_THREADS too: 2^31 had failed `import qrt` with an OverflowError."""
     proc, root = tree(tmp_path, "0::/\n", {"cpu.max": "200000 100000"})
-    with pytest.warns(UserWarning, match="ignoring QRT_NUM_THREADS='0'"):
-        info = default_threads({"QRT_NUM_THREADS": "0", "OMP_NUM_THREADS": "7"}, proc, root, 4)
+    with pytest.warns(UserWarning, match=f"ignoring QRT_NUM_THREADS='{value}': not a number of threads from 1 to"):
+        info = default_threads({"QRT_NUM_THREADS": value, "OMP_NUM_THREADS": "7"}, proc, root, 4)
     assert (info.threads, info.source) == (7, "OMP_NUM_THREADS")
 
 
