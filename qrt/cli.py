@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import sys
 import time
@@ -377,7 +378,10 @@ def _set_threads(threads: int | None) -> int | None:
     setter = getattr(qrt, "set_num_threads", None)
     if setter is None:
         raise CLIError("--threads needs qrt.set_num_threads, which this build of qrt does not have yet")
-    setter(threads)
+    try:
+        setter(threads)
+    except ValueError as e:  # past qrt's limit
+        raise CLIError(f"--threads: {e}") from None
     return threads
 
 
@@ -400,15 +404,18 @@ def _device_runner(model: Model, inputs: dict, device: str) -> Callable[[], None
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.batch < 1 or args.seq < 1:
         raise CLIError("--batch and --seq must be at least 1")
-    if args.seconds <= 0 or args.warmup < 0:
-        raise CLIError("--seconds must be positive and --warmup non-negative")
+    if not (0 < args.seconds < math.inf and 0 <= args.warmup < math.inf):  # NaN too: it never ends a loop
+        raise CLIError("--seconds must be positive and --warmup non-negative, both finite")
     threads = _set_threads(args.threads)
     model = _load_model(args.model, args.device)
     if args.inputs is not None or args.input:
         inputs = _gather_inputs(model.inputs, args.input, args.inputs)
         source = "given"
     else:
-        inputs = qio.random_inputs(model.graph, args.batch, args.seq, args.seed)
+        try:
+            inputs = qio.random_inputs(model.graph, args.batch, args.seq, args.seed)
+        except ValueError as e:  # too large to make
+            raise CLIError(str(e)) from None
         source = "random"
     _run(model, inputs)  # checks the inputs fit, with a clear message, before timing anything
     run_once = _device_runner(model, inputs, args.device)

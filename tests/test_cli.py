@@ -272,6 +272,18 @@ def test_bench_sequence_model_uses_seq_for_free_time_dims(files):
     assert b["inputs"]["x"]["shape"] == [5, 3, 6] and b["samples_per_run"] == 3
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--seconds", "nan"], "--seconds must be positive and --warmup non-negative, both finite"),  # it never ended
+    (["--seconds", "inf"], "both finite"),
+    (["--warmup", "nan"], "both finite"),
+    (["--threads", "100000000000"], "--threads: number of threads must be between 1 and"),
+    (["--batch", "100000000000"], "would take more than 1 GiB; give the inputs from files"),
+])
+def test_bench_refuses_what_it_cannot_run(files, args, message):
+    """Each a usage error (exit 2, its message), not a hang or a traceback."""
+    fails(qrt_cli("bench", files["static.qrt"], *args), message)
+
+
 def test_bench_threads_and_cuda(files):
     r = qrt_cli("bench", files["static.qrt"], "--threads", "2", "--seconds", "0.1", "--warmup", "0", "-q")
     if hasattr(qrt, "set_num_threads"):
