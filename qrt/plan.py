@@ -795,7 +795,10 @@ class Stream:
         if state is None:
             self._state = None
             return
-        arrays = []
+        if not isinstance(state, Mapping):
+            names = [self._names[k] for k in self._state_in]
+            raise ValueError(f"reset: give the state by input name, a dict of {names}, not a {type(state).__name__}")
+        arrays, batch = [], None
         for k in self._state_in:
             spec = self._specs[k]
             if spec.name not in state:
@@ -803,6 +806,11 @@ class Stream:
             a = check_input(spec, state[spec.name], self._array_module).copy()  # checked as Model.run does
             if isinstance(a, np.ndarray):
                 a.flags.writeable = False
+            if spec.shape and spec.shape[0] is None:  # a batch: one for all the state
+                if batch is not None and a.shape[0] != batch[1]:
+                    raise ValueError(f"reset: {batch[0]!r} has batch {batch[1]} but {spec.name!r} has batch "
+                                     f"{a.shape[0]}")
+                batch = batch or (spec.name, a.shape[0])
             arrays.append(a)
         self._state = arrays
 
@@ -815,12 +823,13 @@ class Stream:
         given = [inputs] if not isinstance(inputs, (list, tuple)) else list(inputs)
         if len(given) != len(self._free):
             raise ValueError(f"step takes {len(self._free)} input(s): {[self._names[k] for k in self._free]}")
-        if self._state is None:
-            batch = given[0].shape[0] if given and given[0].ndim else 1
-            self._state = [self._zeros(k, batch) for k in self._state_in]
         flat: list[Any] = [None] * len(self._names)
         for k, a in zip(self._free, given):
             flat[k] = check_input(self._specs[k], a, self._array_module)
+        if self._state is None:
+            first = flat[self._free[0]] if self._free else None
+            batch = first.shape[0] if first is not None and first.ndim else 1
+            self._state = [self._zeros(k, batch) for k in self._state_in]
         for k, a in zip(self._state_in, self._state):
             flat[k] = a
         if self._array_module is None:

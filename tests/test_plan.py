@@ -530,6 +530,19 @@ def test_stream_checks_a_given_state_as_run_checks_inputs(tmp_path):
         stream.reset({"h": np.zeros((2, 15), np.float32), "c": np.zeros((2, 16), np.float32)})
     with pytest.raises(ValueError, match=r"input 'c': dtype is float64, expected float32"):
         stream.reset({"h": np.zeros((2, 16), np.float32), "c": np.zeros((2, 16))})
+    # the state's batches agree (h's was read as c's); the state given by name (a list was compared as arrays)
+    with pytest.raises(ValueError, match=r"reset: 'h' has batch 2 but 'c' has batch 3"):
+        stream.reset({"h": np.zeros((2, 16), np.float32), "c": np.zeros((3, 16), np.float32)})
+    with pytest.raises(ValueError, match=r"reset: give the state by input name, a dict of \['h', 'c'\], not a list"):
+        stream.reset([np.zeros((2, 16), np.float32)] * 2)
+    # a fresh stream's first step checks its input before reading its batch from it (an AttributeError was raised)
+    for bad in (None, {"x": _x(2, 12)}):
+        with pytest.raises(ValueError, match=r"input 'x': expected a numpy.ndarray of float32, got"):
+            model.stream().step(bad)
+    # run names the state whose batch differs
+    x, h = _x(2, 12), np.zeros((2, 16), np.float32)
+    with pytest.raises(ValueError, match=r"x has batch 2 but c has batch 3"):
+        model.run([x, h, np.zeros((3, 16), np.float32)])
 
 
 def test_stored_tensor_at_a_run_time_port(tmp_path):

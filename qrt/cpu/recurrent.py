@@ -40,8 +40,9 @@ def _cell(op_kind: str, linears: Linears) -> Prepare:
 
         def step(x, h, c_state=None):
             c_in = h if c_state is None else c_state
-            if x.shape[0] != h.shape[0] or x.shape[0] != c_in.shape[0]:
-                raise ValueError(f"x has batch {x.shape[0]} but the state has batch {h.shape[0]}")
+            for name, state in (("h", h), ("c", c_in)):
+                if state.shape[0] != x.shape[0]:
+                    raise ValueError(f"x has batch {x.shape[0]} but {name} has batch {state.shape[0]}")
             h_out = np.empty(h.shape, np.float32)
             c_out = h_out if c_state is None else np.empty(h.shape, np.float32)
             cell.step(x, h, c_in, h_out, c_out)

@@ -283,8 +283,11 @@ def _cell(op_kind: str, linears: Linears) -> Prepare:
 
         def step(x, h, c_state=None):
             c_in = h if c_state is None else c_state
-            if x.shape[0] != h.shape[0] or h.shape != c_in.shape:
-                raise ValueError(f"x has batch {x.shape[0]} but the state has shape {list(c_in.shape)}")
+            for name, state in (("h", h), ("c", c_in)):
+                if state.shape[0] != x.shape[0]:
+                    raise ValueError(f"x has batch {x.shape[0]} but {name} has batch {state.shape[0]}")
+            if h.shape != c_in.shape:
+                raise ValueError(f"h has shape {list(h.shape)} but c has shape {list(c_in.shape)}")
             h = dev(h, np.float32)
             h_out, c_out = cell.step(dev(x, np.float32), h, h if c_state is None else dev(c_state, np.float32))
             return (h_out,) if c_state is None else (h_out, c_out)
