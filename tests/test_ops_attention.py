@@ -231,6 +231,8 @@ MATMUL_SHAPES = [
     ((2, 7, 17), (2, 17, 16)),
     ((3, 1, 9, 40), (4, 40, 31)),
     ((6, 0), (0, 5)),
+    ((2, 0, 4), (2, 4, 3)),  # no rows, no columns: the batch's matrices are empty
+    ((2, 3, 4), (4, 0)),
     ((1, 13, 70), (70, 65)),
     ((4, 2, 3), (1, 3, 1)),
 ]
@@ -502,11 +504,13 @@ def test_fully_masked_rows_give_zero_as_torch(tmp_path):
         assert np.all(np.isfinite(got))
 
 
+@pytest.mark.parametrize("lq, s", [(3, 0), (0, 5)], ids=["no keys", "no queries"])
 @pytest.mark.parametrize("mask_kind", [None, "bool", "float"])
-def test_no_keys_give_zero_as_torch(tmp_path, mask_kind):
+def test_no_keys_or_queries_as_torch(tmp_path, lq, s, mask_kind):
     """S = 0: every row an empty softmax, the context zero as torch's (the op's own step read an empty mask's
-    first value through a null pointer and crashed); every call, the plan's step too."""
-    inputs = _case((2,), (2,), 3, 0, 4, 6, None if mask_kind is None else (2, 3, 0), mask_kind or "bool")
+    first value through a null pointer and crashed); L = 0: an empty context (it failed reshaping it); every
+    call, the plan's step too."""
+    inputs = _case((2,), (2,), lq, s, 4, 6, None if mask_kind is None else (2, lq, s), mask_kind or "bool")
     want = F.scaled_dot_product_attention(*(torch.from_numpy(inputs[p]) for p in ("q", "k", "v")),
                                           attn_mask=None if mask_kind is None else torch.from_numpy(inputs["mask"]))
     model = _model(tmp_path, "attention", {p: _free(a) for p, a in inputs.items()})

@@ -129,7 +129,7 @@ def _matmul(node: Node, c: Mapping[str, np.ndarray]) -> Step:
         p = sizes(a.shape, b.shape)
         y = np.empty(p.batch + (p.m, p.n), np.float32)
         kernel.matmul(_flat(a), p.a_off, _flat(b), p.b_off,
-                      y.reshape(-1, p.m, p.n), p.k)
+                      y.reshape(math.prod(p.batch), p.m, p.n), p.k)  # -1 is no size where m or n is 0
         return (y,)
 
     return step
@@ -145,8 +145,8 @@ def _attention(node: Node, c: Mapping[str, np.ndarray]) -> Step:
         y = np.empty(h.batch + (h.lq, h.ev), np.float32)
         kernel.attention(
             _flat(q), h.q_off, _flat(k), h.k_off,
-            _flat(v), h.v_off, mask, h.m_off, h.stride,
-            default_scale(h.e) if scale is None else np.float32(scale), causal, y.reshape(-1, h.lq, h.ev), h.s, h.e,
+            _flat(v), h.v_off, mask, h.m_off, h.stride, default_scale(h.e) if scale is None else np.float32(scale),
+            causal, y.reshape(math.prod(h.batch), h.lq, h.ev), h.s, h.e,
         )
         return (y,)
 
