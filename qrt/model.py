@@ -45,6 +45,7 @@ class Model:
         backend = self._backend = _backend(device)
         qfile = qformat.load_file(path, verify)
         self.path = os.fspath(path)
+        self._absolute_path = os.path.abspath(self.path)  # where a worker with another working directory finds it
         self.device = device
         self.verified = verify
         self.metadata: Mapping[str, str] = qfile.metadata
@@ -101,10 +102,10 @@ class Model:
         return f"Model({self.path!r}, inputs={list(self.inputs)}, outputs={list(self.outputs)})"
 
     def __reduce__(self) -> tuple:
-        """Pickled as its path: the receiving process maps and validates the file again (for
+        """Pickled as its absolute path: the receiving process maps and validates the file again (for
         multiprocessing, concurrent.futures, Ray or Dask workers), verifying it as this one was, and
         refuses it if its header's checksum is no longer the one this Model was loaded with."""
-        return _unpickle, (self.path, self.device, qformat.stored_checksum(self.metadata), self.verified)
+        return _unpickle, (self._absolute_path, self.device, qformat.stored_checksum(self.metadata), self.verified)
 
     def _accept(self, i: int, a: Any) -> np.ndarray:
         """Input i checked: returned as it is when it already conforms, else by check_input."""

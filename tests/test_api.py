@@ -171,6 +171,21 @@ def test_model_pickles_by_path_into_worker_processes(two_input_model):
         np.testing.assert_array_equal(gz, wz)
 
 
+def test_a_model_loaded_by_a_relative_path_unpickles_in_another_directory(tmp_path, two_input_model, monkeypatch):
+    """A worker's working directory is not the loader's (a Dask or Ray worker's): the pickle holds the file's
+    absolute path, taken when the Model was loaded."""
+    import pickle
+
+    monkeypatch.chdir(two_input_model.parent)
+    model = qrt.load(two_input_model.name)
+    blob = pickle.dumps(model)
+    monkeypatch.chdir(tmp_path)
+    again = pickle.loads(blob)
+    inputs = _inputs(batch=2, seed=3)
+    for got, want in zip(again.run(inputs), model.run(inputs)):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_unpickling_refuses_a_changed_file(tmp_path, two_input_model):
     import pickle
 
