@@ -63,7 +63,22 @@ SAME_FILE = [
     ("test_convert_models:FlatHead", ["2,5,6"], {}),
     # every glue op (torch.export writes 1 + x as aten.add(x, 1): the same add)
     ("test_convert_models:Glue", ["2,5,8"], {}),
+    # keyword arguments whose defaults are not None (torch.fx's trace guards them with a torch._assert)
+    ("test_convert_export:Defaults", ["3,6"], {}),
 ]
+
+
+class Defaults(nn.Module):
+    """forward() with a float and a bool default, which the converted model keeps."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(10)
+        self.fc = nn.Linear(6, 4)
+
+    def forward(self, x: torch.Tensor, scale: float = 0.5, relu: bool = True) -> torch.Tensor:
+        y = self.fc(x) * scale
+        return torch.relu(y) if relu else y
 
 
 @pytest.mark.parametrize("factory, shapes, kwargs", SAME_FILE, ids=lambda v: v if isinstance(v, str) else None)
