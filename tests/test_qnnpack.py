@@ -319,6 +319,23 @@ def test_sequences_converted_under_qnnpack(tmp_path, qnnpack, factory, shape, cl
     assert all("engine" not in n.attrs or n.attrs["engine"] == "x86" for n in qrt.load(tmp_path / "m.qrt").graph.nodes)
 
 
+def test_whole_model_under_qnnpack_keeps_its_feature_width(tmp_path, qnnpack):
+    """A quantize_dynamic model saved whole under qnnpack: its Linear's input width stays fixed. torch's qnnpack
+    dynamic Linear runs on inputs of any width without a word, so the free-dimension search had found the
+    features free too (x float32[?, ?])."""
+    import models
+
+    from tools.convert import convert
+
+    model = torch.ao.quantization.quantize_dynamic(models.make_mlp().eval(), {torch.nn.Linear}, dtype=torch.qint8)
+    torch.save(model, tmp_path / "m.pt")
+    result = convert(tmp_path / "m.pt", tmp_path / "m.qrt", trust_checkpoint=True, input_shapes=["3,37"])
+    assert result.shapes == {"x": "float32[?, 37]"}
+    x = np.random.default_rng(4).standard_normal((5, 37)).astype(f32)
+    with torch.no_grad():
+        np.testing.assert_array_equal(qrt.load(tmp_path / "m.qrt").run(x), model(torch.from_numpy(x)).numpy())
+
+
 @pytest.mark.parametrize("weights", ["per-tensor", "per-channel"])
 def test_static_mlp_converted_for_qnnpack(tmp_path, qnnpack, weights):
     """--engine qnnpack in static mode: calibrated over the full 8-bit range as get_default_qconfig("qnnpack"),

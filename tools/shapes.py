@@ -278,6 +278,11 @@ class _Recorder(torch.fx.Interpreter):
     def call_module(self, target: Any, args: Any, kwargs: Any) -> Any:
         if target in self.stand_ins:
             return self.stand_ins[target](*args, **kwargs)
+        width = getattr(self.fetch_attr(target), "in_features", None)
+        x = args[0] if args else None
+        if isinstance(width, int) and isinstance(x, torch.Tensor) and x.ndim and x.shape[-1] != width:
+            # a Linear takes its own width only; torch's qnnpack engine runs its quantized ones on any (unchecked)
+            raise ValueError(f"module {target!r} takes {width} features, got {x.shape[-1]}")
         return super().call_module(target, args, kwargs)
 
 
