@@ -364,6 +364,25 @@ def test_bad_factory_or_checkpoint(tmp_path, mlp_ckpt, factory, message):
     assert _files(tmp_path) == []
 
 
+class DictOutput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(37, 4)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"logits": self.fc(x), "x": x}
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+def test_dict_output_is_named(tmp_path, frontend):
+    """A dict result is named as one, with the way out (it was called "a constant", its repr cut at 40 characters)."""
+    torch.save(DictOutput().state_dict(), tmp_path / "m.pt")
+    with pytest.raises(ConvertError, match=r"returns a dict \(keys \['logits', 'x'\]\).*return a tuple"):
+        convert(tmp_path / "m.pt", tmp_path / "m.qrt", model="test_convert:DictOutput", input_shapes=["1,37"],
+                frontend=frontend)
+    assert not (tmp_path / "m.qrt").exists()
+
+
 def test_missing_factory_cli(tmp_path, mlp_ckpt):
     r = cli(mlp_ckpt, "-o", str(tmp_path / "m.qrt"), "--model", "models:nope", "--input-shape", "1,37")
     assert r.returncode == 2 and "models:nope" in r.stderr and "Traceback" not in r.stderr

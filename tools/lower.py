@@ -342,6 +342,9 @@ class Lowerer:
                 return self.float_of(v)
             if isinstance(v, (Quant, DynQ, PendingLinear)):
                 raise LoweringError("the model returns a quantized tensor; qrt outputs are float32 or integer")
+            if isinstance(v, dict):
+                raise LoweringError(f"the model returns a dict (keys {list(v)}); qrt outputs are tensors, or tuples "
+                                    "and lists of them: return a tuple")
             raise LoweringError(f"the model returns a constant ({v!r:.40}); qrt outputs must be tensors")
 
         tree = leaf(self.arg(node.args[0]))
