@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import test_convert_models
 import torch
+import torch.nn.functional as F
 from qrt_testing import convert_both_ways
 from torch import nn
 from torch.ao.quantization import quantize_dynamic
@@ -65,7 +66,20 @@ SAME_FILE = [
     ("test_convert_models:Glue", ["2,5,8"], {}),
     # keyword arguments whose defaults are not None (torch.fx's trace guards them with a torch._assert)
     ("test_convert_export:Defaults", ["3,6"], {}),
+    # an F.linear on the model's own parameters: linear_float (torch.fx's front end had refused it)
+    ("test_convert_export:FunctionalLinear", ["3,6"], {}),
 ]
+
+
+class FunctionalLinear(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(11)
+        self.w, self.b = nn.Parameter(torch.randn(4, 6)), nn.Parameter(torch.randn(4))
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(F.linear(x, self.w, self.b))
 
 
 class Defaults(nn.Module):

@@ -1017,15 +1017,20 @@ def _quantized_embedding_bag(lw: Lowerer, node: torch.fx.Node, layer: EmbeddingL
 # ------------------------------------------------------------ linear layers
 
 
+def _emit_linear_float(lw: Lowerer, node: torch.fx.Node, x: Any, weight: torch.Tensor,
+                       bias: torch.Tensor | None) -> str:
+    ports = {
+        "x": lw.float_of(x),
+        "weight": weight.detach().float().numpy().copy(),
+        "bias": None if bias is None else bias.detach().float().numpy().copy(),
+    }
+    return lw.emit(node, "linear_float", ports)
+
+
 def _linear_float(lw: Lowerer, node: torch.fx.Node, module: nn.Module, x: Any) -> Tensor:
     """A Linear the rules keep in float (or a float Linear + ReLU fused by prepare_fx)."""
     linear = module if isinstance(module, nn.Linear) else module[0]
-    ports = {
-        "x": lw.float_of(x),
-        "weight": linear.weight.detach().float().numpy().copy(),
-        "bias": None if linear.bias is None else linear.bias.detach().float().numpy().copy(),
-    }
-    y = lw.emit(node, "linear_float", ports)
+    y = _emit_linear_float(lw, node, x, linear.weight, linear.bias)
     if not isinstance(module, nn.Linear):
         y = lw.emit(node, "relu", {"x": y}, suffix="_relu")
     # Recorded so that `qrt compare` can match qrt values to PyTorch modules layer by layer.
@@ -1035,6 +1040,15 @@ def _linear_float(lw: Lowerer, node: torch.fx.Node, module: nn.Module, x: Any) -
 
 lowers(modules=(nn.Linear,))(_linear_float)
 _FUSED_LINEAR_RELU = Lowering(_linear_float)
+
+
+@lowers(functions=(F.linear,))
+def _functional_linear(lw: Lowerer, node: torch.fx.Node, input: Any, weight: Any, bias: Any = None) -> Tensor:
+    """F.linear on the model's own weight and bias: linear_float, as the export front end lowers it (the rules
+    quantize Linear modules)."""
+    if not isinstance(weight, Const) or not (bias is None or isinstance(bias, Const)):
+        raise LoweringError("F.linear's weight and bias must be the model's own tensors, not computed at run time")
+    return Tensor(_emit_linear_float(lw, node, input, weight.value, None if bias is None else bias.value))
 
 
 @lowers(patterns=("linear", "linear_relu"))
