@@ -24,6 +24,7 @@ from torch import nn
 from torch.ao.quantization import quantize_dynamic
 
 import qrt
+from qrt import format as qformat
 from tools.convert import ConvertError, convert
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -357,6 +358,43 @@ def test_pt2_float_program(tmp_path):
     assert [(n.op, n.attrs) for n in a.graph.nodes] == [(n.op, n.attrs) for n in b.graph.nodes]
     x = np.random.default_rng(2).standard_normal((4, 37)).astype(np.float32)
     np.testing.assert_array_equal(a.run(x), b.run(x))
+
+
+class TwoInputs(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(12)
+        self.fc = nn.Linear(37, 10)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.fc(x)) - y
+
+
+@pytest.mark.parametrize("by_keyword", [("y",), ("x", "y")], ids=["mixed", "keywords"])
+def test_pt2_exported_with_keyword_arguments(tmp_path, by_keyword):
+    """A program exported with kwargs= (as HuggingFace models are called): its keyword arguments are inputs too,
+    after the positional ones, by name; the same graph and tensors as the positional export (they had raised
+    KeyError)."""
+    net = TwoInputs().eval()
+    x, y = torch.randn(3, 37), torch.randn(3, 10)
+    files = []
+    for keyword in ((), by_keyword):
+        given = {"x": x, "y": y}
+        args = tuple(v for k, v in given.items() if k not in keyword)
+        kwargs = {k: given[k] for k in keyword}
+        dynamic = {k: {0: torch.export.Dim.AUTO} for k in given}
+        ep = torch.export.export(net, args, kwargs=kwargs, dynamic_shapes=dynamic)
+        torch.export.save(ep, tmp_path / "m.pt2")
+        result = convert(tmp_path / "m.pt2", tmp_path / "m.qrt")
+        assert result.shapes == {"x": "float32[?, 37]", "y": "float32[?, 10]"}
+        stored = qformat.load_file(tmp_path / "m.qrt")
+        files.append((stored.graph, {k: np.asarray(v).tobytes() for k, v in stored.tensors.items()}))
+    assert files[0] == files[1]
+    a, b = (np.random.default_rng(5).standard_normal((4, n)).astype(np.float32) for n in (37, 10))
+    got = qrt.load(tmp_path / "m.qrt").run({"x": a, "y": b})
+    want = torch.ao.quantization.quantize_dynamic(net, {nn.Linear}, dtype=torch.qint8)(
+        torch.from_numpy(a), torch.from_numpy(b))
+    np.testing.assert_array_equal(got, want.numpy())
 
 
 def test_pt2_refuses_fx_and_input_shapes(tmp_path):

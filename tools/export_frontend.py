@@ -103,7 +103,7 @@ def program_specs(ep: ExportedProgram) -> tuple[list[qshapes.Spec], list[str]]:
 
     Each dynamic dimension gets an example size inside its range; dimensions sharing a symbol share it.
     """
-    args_spec = ep.call_spec.in_spec.child(0)
+    structure, names = program_arguments(ep)
     user = [s.arg for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
     vals = [next(n for n in ep.graph.nodes if n.op == "placeholder" and n.name == a.name).meta["val"] for a in user]
     sizes: dict[str, int] = {}
@@ -120,11 +120,18 @@ def program_specs(ep: ExportedProgram) -> tuple[list[qshapes.Spec], list[str]]:
         return qshapes.Dim(sizes[key], free=True)
 
     leaves = iter(qshapes.Leaf(tuple(dim(d) for d in v.shape), _dtype(v.dtype)) for v in vals)
-    structure = pytree.tree_unflatten(list(range(args_spec.num_leaves)), args_spec)
     specs = [pytree.tree_map(lambda _: next(leaves), arg) for arg in structure]
     specs = [tuple(s) if isinstance(s, list) else s for s in specs]
-    names = _arg_names(ep, len(specs))
     return specs, names
+
+
+def program_arguments(ep: ExportedProgram) -> tuple[list, list[str]]:
+    """The program's arguments, each as its flat input indices (nested as the argument is), and their names: the
+    positional ones, then those it was exported with by keyword (a HuggingFace model's), in the program's
+    input order."""
+    in_spec = ep.call_spec.in_spec
+    args, kwargs = pytree.tree_unflatten(list(range(in_spec.num_leaves)), in_spec)
+    return [*args, *kwargs.values()], [*_arg_names(ep, len(args)), *kwargs]
 
 
 def _dynamic(size: Any) -> bool:
@@ -376,8 +383,7 @@ class _Raiser:
     def _inputs(self, nodes: list[torch.fx.Node]) -> None:
         """One placeholder per forward() argument; a tuple argument's tensors are taken out with getitem."""
         user = [n for n in nodes if n.op == "placeholder" and n.name not in self.consts]
-        args_spec = self.ep.call_spec.in_spec.child(0)
-        structure = pytree.tree_unflatten(list(range(args_spec.num_leaves)), args_spec)
+        structure, _ = program_arguments(self.ep)
         for name, arg in zip(self.names, structure):
             self._unpack(pytree.tree_map(user.__getitem__, arg), self.graph.placeholder(name))
 
