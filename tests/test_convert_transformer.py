@@ -198,6 +198,39 @@ def test_float_encoder_quantized_by_the_converter(tmp_path):
     assert diff <= 1e-4 and cos >= 0.99999, (diff, cos)
 
 
+def test_hugging_face_program_from_a_fresh_process(tmp_path):
+    """A BertModel exported by keyword (kwargs=, as HuggingFace models are called), returning its ModelOutput,
+    saved as a .pt2 and converted by a process that never imported transformers: loading needs the output
+    class's pytree registration, which importing its transformers module makes (the converter said only
+    "check the warnings above"); the output is the ModelOutput's tensors as a tuple (it was refused as a dict).
+    Against quantize_dynamic's model to the issue's bar (the converter quantizes the float program)."""
+    import subprocess
+
+    torch.manual_seed(5)
+    model = BertModel(BertConfig(**TINY)).eval()
+    rng = np.random.default_rng(42)
+    batch, length = torch.export.Dim("batch"), torch.export.Dim("length", min=2, max=TINY["max_position_embeddings"])
+    ids, mask = _padded(rng, 2, 9, TINY["vocab_size"])
+    program = torch.export.export(model, (), kwargs={"input_ids": ids, "attention_mask": mask},
+                                  dynamic_shapes={"input_ids": {0: batch, 1: length},
+                                                  "attention_mask": {0: batch, 1: length}})
+    pt2, out = str(tmp_path / "bert.pt2"), str(tmp_path / "bert.qrt")
+    torch.export.save(program, pt2)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, os.path.join(root, "tools", "convert.py"), pt2, "-o", out, "-q"],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": root}, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    q = quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+    ids, mask = _padded(rng, 3, 11, TINY["vocab_size"])
+    with torch.no_grad():
+        want = q(input_ids=ids, attention_mask=mask)
+    got = qrt.load(out).run({"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+    assert len(got) == 2  # last_hidden_state, pooler_output
+    for ref, mine in zip((want.last_hidden_state, want.pooler_output), got):
+        diff, cos = _agreement(ref.numpy(), mine)
+        assert diff <= 1e-4 and cos >= 0.99999, (diff, cos)
+
+
 def test_torchao_encoder_from_saved_program(tmp_path):
     """An encoder quantized by torchao's quantize_ (Int8DynamicActivationInt8WeightConfig: per-row symmetric
     activations, per-row int8 weights), exported with batch and length free and saved as a .pt2 (its weights

@@ -19,9 +19,13 @@ calls the quantized modules again.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import itertools
+import logging
 import operator
 import os
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,7 +37,7 @@ from torch import nn
 from torch.export import Dim, ExportedProgram
 from torch.export.graph_signature import InputKind, TensorArgument
 
-from . import lower_masks, pt2e, qrt_backend, recurrent_program, torchao_frontend
+from . import keywords, lower_masks, pt2e, qrt_backend, recurrent_program, torchao_frontend
 from . import shapes as qshapes
 from .layers import EmbeddingLayer, Layer, LinearLayer, RNNCellLayer, SequenceLayer, StubLayer
 from .lower import TIED_DIMS
@@ -85,13 +89,50 @@ def export(model: nn.Module, specs: Sequence[qshapes.Spec]) -> ExportedProgram:
                       f"{str(first_error).strip().splitlines()[0] if str(first_error).strip() else ''})")
 
 
+class _LoggedErrors(logging.Handler):
+    """The exceptions torch.export.load logs (as warnings) before it raises one that only points at them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.errors: list[BaseException] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and record.exc_info[1] is not None:
+            self.errors.append(record.exc_info[1])
+
+
+def _innermost(e: BaseException) -> BaseException:
+    while (e.__cause__ or e.__context__) is not None:
+        e = e.__cause__ or e.__context__
+    return e
+
+
+# A program returning a HuggingFace ModelOutput names its class, which transformers registers with pytree when its
+# module is imported: an installed package the converter reads models of (docs/CONVERTER.md, way 4).
+_UNREGISTERED = re.compile(r"Deserializing (transformers(?:\.\w+)+)\.\w+ in pytree is not registered")
+
+
 def load(path: str) -> ExportedProgram:
     """A program written by torch.export.save. Its weights are read as plain tensors (no pickled code)."""
     pt2e.register_ops()  # a pt2e program names quantized_decomposed ops, which must exist to load it
-    try:
-        return torch.export.load(path)
-    except Exception as e:
-        raise ExportError(f"cannot read {path!r} as a torch.export program (.pt2): {type(e).__name__}: {e}") from None
+    imported: set[str] = set()
+    while True:
+        caught, logger = _LoggedErrors(), logging.getLogger("torch.export")
+        # in place of torch's handlers: its traceback in the log would come before the line that names it
+        handlers, logger.handlers = logger.handlers, [caught]
+        try:
+            return torch.export.load(path)
+        except Exception as e:
+            cause = _innermost(caught.errors[-1]) if caught.errors else e
+            module = _UNREGISTERED.search(str(cause))
+            if module and module.group(1) not in imported and importlib.util.find_spec("transformers"):
+                imported.add(module.group(1))
+                importlib.import_module(module.group(1))
+                continue
+            raise ExportError(f"cannot read {path!r} as a torch.export program (.pt2): "
+                              f"{type(cause).__name__}: {cause}") from None
+        finally:
+            logger.handlers = handlers
 
 
 def is_pt2(path: str) -> bool:
@@ -528,7 +569,9 @@ class _Raiser:
 
     def _output(self, node: torch.fx.Node) -> None:
         flat = [self._attr(self.env[n]) if isinstance(n, torch.fx.Node) else n for n in node.args[0]]
-        self.graph.output(_tuples(pytree.tree_unflatten(flat, self.ep.call_spec.out_spec)))
+        result = pytree.tree_unflatten(flat, self.ep.call_spec.out_spec)
+        # a HuggingFace ModelOutput: its tensors as a tuple, as a model called with keywords returns them
+        self.graph.output(_tuples(keywords.tensors_of(result)))
 
 
 def _tuples(v: Any) -> Any:
