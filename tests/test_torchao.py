@@ -293,6 +293,19 @@ def test_refused_scheme_names_the_module(tmp_path):
     assert not (tmp_path / "a.qrt").exists()
 
 
+@pytest.mark.parametrize("config", ["IntxWeightOnlyConfig", "Float8WeightOnlyConfig"])
+def test_other_tensor_subclass_in_a_program_is_refused_by_name(tmp_path, config):
+    """A .pt2 of another torchao scheme: refused, naming the module, as from a state_dict (its weights'
+    dequantization had run as a float program, whose Linears the rules then quantized: 5.8e-3 off torchao)."""
+    import torchao.quantization
+
+    net = quantized(MLP, getattr(torchao.quantization, config)())
+    program = saved_program(tmp_path, net, torch.randn(3, 37))
+    with pytest.raises(ConvertError, match=r"module 'fc1': torchao \w+ weights are not supported"):
+        convert(program, tmp_path / "o.qrt", trust_checkpoint=True)
+    assert not (tmp_path / "o.qrt").exists()
+
+
 def test_per_tensor_weights(tmp_path):
     """PerTensor weights (one scale, [1, 1]) with per-row activations: torchao's bits."""
     from torchao.quantization import PerRow, PerTensor

@@ -171,7 +171,7 @@ def program_leaves(ep: ExportedProgram) -> dict[str, nn.Module]:
             if path in out or cls not in ("torch.nn.modules.linear.Linear", nn.Linear):
                 continue
             w = state.get(f"{path}.weight")
-            if not is_int8_tensor(w):
+            if not is_torchao_tensor(w):
                 continue
             bias = state.get(f"{path}.bias")
             linear = nn.Linear(w.shape[1], w.shape[0], bias=bias is not None, device="meta")
@@ -180,6 +180,11 @@ def program_leaves(ep: ExportedProgram) -> dict[str, nn.Module]:
                 linear.bias = nn.Parameter(bias.detach(), requires_grad=False)
             describe_linear(linear, f"module {path!r}")  # refused here by name, not later by the lowering
             out[path] = linear
+    for name, value in {**state, **ep.constants}.items():  # anywhere else: its dequantization would run as float
+        if is_torchao_tensor(value) and name.rpartition(".")[0] not in out:
+            raise TorchaoError(f"{name!r}: torchao {type(value).__name__} outside a Linear's weight is not supported; "
+                               "qrt runs Int8Tensor Linear weights (Int8DynamicActivationInt8WeightConfig, "
+                               "Int8WeightOnlyConfig)")
     return out
 
 
