@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
 import json
 import math
 import os
@@ -303,14 +304,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         for name, a in named.items():
             print(_format_output(name, a))
         return 0
+    if args.output.endswith(".npy") and len(named) != 1:
+        raise CLIError(f"the model has {len(named)} outputs {list(named)}: write them to an .npz file")
+    data = io.BytesIO()  # written whole or not at all: a failed write keeps the file that was there
+    if args.output.endswith(".npy"):
+        np.save(data, next(iter(named.values())))
+    else:
+        np.savez(data, **named)  # to a path, np.savez would append .npz to another suffix
     try:
-        if args.output.endswith(".npy"):
-            if len(named) != 1:
-                raise CLIError(f"the model has {len(named)} outputs {list(named)}: write them to an .npz file")
-            np.save(args.output, next(iter(named.values())))
-        else:
-            with open(args.output, "wb") as f:  # np.savez would append .npz to another suffix
-                np.savez(f, **named)
+        qformat.write_atomic(args.output, data.getvalue())
     except OSError as e:
         raise CLIError(f"cannot write {args.output!r}: {e.strerror or e}") from None
     shapes = ", ".join(f"{k}: {a.dtype}{list(a.shape)}" for k, a in named.items())

@@ -179,6 +179,26 @@ def test_run_prints_outputs_and_writes_them(files, tmp_path):
         np.testing.assert_array_equal(z["fc3_dequantize"], expected)
 
 
+@pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "darwin", reason="a file size limit (RLIMIT_FSIZE)")
+@pytest.mark.parametrize("suffix", [".npz", ".npy"])
+def test_run_output_written_whole_or_not_at_all(files, tmp_path, suffix):
+    """A write that fails (here a file size limit; a full disk alike) leaves the file that was there, and no
+    partial one (it was opened and truncated first, then written in place)."""
+    import resource
+
+    x = np.random.default_rng(0).standard_normal((20000, 37)).astype(np.float32)  # outputs of 800 KB
+    np.save(tmp_path / "big.npy", x)
+    out = tmp_path / f"out{suffix}"
+    out.write_bytes(b"previous content")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS])}
+    r = subprocess.run([sys.executable, "-m", "qrt", "run", files["static.qrt"], "--input", str(tmp_path / "big.npy"),
+                        "-o", str(out)], cwd=TESTS, env=env, capture_output=True, text=True, timeout=120,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000)))
+    fails(r, f"cannot write {str(out)!r}")
+    assert out.read_bytes() == b"previous content"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.npy", f"out{suffix}"]
+
+
 def test_run_multi_input_model_by_name(files, tmp_path):
     inputs = dict(np.load(files["rnn_in.npz"]))
     y, h = qrt.run(files["rnn.qrt"], inputs)
