@@ -42,10 +42,24 @@ def compare_cli(*args: str, pythonpath: tuple[str, ...] = (), timeout: float = 1
     )
 
 
+def _not_json(constant: str) -> None:
+    raise AssertionError(f"--json printed {constant}, which is not JSON")
+
+
+def _floats(v):
+    """The report with the strings "inf", "-inf" and "nan" (JSON has no such numbers) as floats."""
+    if isinstance(v, str) and v in ("inf", "-inf", "nan"):
+        return float(v)
+    if isinstance(v, dict):
+        return {k: _floats(i) for k, i in v.items()}
+    return [_floats(i) for i in v] if isinstance(v, list) else v
+
+
 def compare_json(*args: str) -> dict:
+    """The --json report, parsed as strict JSON (Infinity and NaN refused, as JSON.parse refuses them)."""
     r = compare_cli(*args, "--json")
     assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
+    return _floats(json.loads(r.stdout, parse_constant=_not_json))
 
 
 def fails(result: subprocess.CompletedProcess, *phrases: str) -> None:

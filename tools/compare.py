@@ -100,6 +100,18 @@ def _torch_args(module: Any, graph: Graph, flat: Sequence[Any]) -> list:
     return [_nested(t, flat) for t in graph.input_structure]
 
 
+def _finite(v: Any) -> Any:
+    """v with each infinite or NaN float as the string "inf", "-inf" or "nan", which JSON has no number for
+    (an identical layer's SQNR is inf)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, dict):
+        return {k: _finite(i) for k, i in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(i) for i in v]
+    return v
+
+
 def sqnr_db(reference: np.ndarray, x: np.ndarray) -> float:
     """Signal-to-quantization-noise ratio of x against reference, in dB (inf when identical)."""
     ref = reference.astype(np.float64)
@@ -498,7 +510,7 @@ def run_compare(args: argparse.Namespace) -> None:
         raise CompareError(f"cannot write {args.plot!r}: its directory does not exist")
     r = compare_report(args)
     if args.json:
-        print(json.dumps(r, indent=2, default=str))
+        print(json.dumps(_finite(r), indent=2, default=str, allow_nan=False))
     else:
         _print_compare(r)
     if args.plot is not None:
