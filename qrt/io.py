@@ -131,7 +131,8 @@ def time_axes(graph: Graph) -> dict[str, int]:
 def random_inputs(graph: Graph, batch: int = 1, seq: int = 16, seed: int = 0) -> dict[str, np.ndarray]:
     """Random inputs of the model's dtypes and shapes, by name: free time dimensions (time_axes) are
     `seq`, other free dimensions `batch`. Floats are standard normal; integers read as row indices
-    (by an embedding) lie in the table's range, other integers in [-128, 255] within the dtype's range."""
+    (by an embedding) lie in the table's range, an embedding bag's offsets from 0 to its indices' count in
+    order, other integers in [-128, 255] within the dtype's range."""
     rng = np.random.default_rng(seed)
     axes = time_axes(graph)
     rows = {
@@ -158,4 +159,11 @@ def random_inputs(graph: Graph, batch: int = 1, seq: int = 16, seed: int = 0) ->
             info = np.iinfo(dtype)
             a = rng.integers(max(info.min, -128), min(info.max, 255) + 1, size=shape, dtype=dtype)
         out[spec.name] = a
+    # a bag's offsets: from 0, never decreasing, within its indices (any integers would be refused)
+    for n in graph.nodes:
+        offsets, indices = n.inputs.get("offsets"), n.inputs.get("indices")
+        if n.op == "embedding_bag" and offsets in out and indices in out:
+            o = out[offsets]
+            o[...] = np.sort(rng.integers(0, out[indices].size + 1, size=o.shape), axis=None).reshape(o.shape)
+            o.reshape(-1)[:1] = 0
     return out

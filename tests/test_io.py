@@ -101,6 +101,22 @@ def test_random_inputs_find_time_axes_and_index_ranges():
     assert all(np.array_equal(again[k], r[k]) for k in r)
 
 
+@pytest.mark.parametrize("batch", [1, 5])
+def test_random_inputs_give_an_embedding_bag_valid_offsets(tmp_path, batch):
+    """An embedding bag's offsets start at 0, never decrease and stay within its indices: the model runs on them
+    (qrt bench's default inputs were refused: "offsets[0] is 68, expected 0")."""
+    g = GraphBuilder()
+    ids, offsets = g.input("ids", "int64", [None]), g.input("offsets", "int64", [None])
+    table = np.random.default_rng(1).standard_normal((9, 3)).astype(np.float32)
+    g.output(g.node("embedding_bag", {"indices": ids, "offsets": offsets, "weight": table}, {"mode": "sum"}))
+    g.save(tmp_path / "bag.qrt")
+    model = qrt.load(tmp_path / "bag.qrt")
+    r = qio.random_inputs(model.graph, batch=batch, seed=3)
+    o = r["offsets"]
+    assert o[0] == 0 and np.all(np.diff(o) >= 0) and o[-1] <= r["ids"].size
+    assert model.run(r).shape == (batch, 3)
+
+
 def test_random_inputs_refuse_what_a_header_could_ask(tmp_path):
     """A file's fixed dimensions could ask for any size: random inputs stop at qio.MAX_RANDOM_BYTES."""
     g = GraphBuilder()
