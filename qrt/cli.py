@@ -404,8 +404,8 @@ def _device_runner(model: Model, inputs: dict, device: str) -> Callable[[], None
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    if args.batch < 1 or args.seq < 1:
-        raise CLIError("--batch and --seq must be at least 1")
+    if args.batch < 1 or args.seq < 1 or args.min_runs < 1:
+        raise CLIError("--batch, --seq and --min-runs must be at least 1")
     if not (0 < args.seconds < math.inf and 0 <= args.warmup < math.inf):  # NaN too: it never ends a loop
         raise CLIError("--seconds must be positive and --warmup non-negative, both finite")
     threads = _set_threads(args.threads)
@@ -517,7 +517,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("model", metavar="MODEL.qrt")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=cmd_inspect)
+    p.set_defaults(func=cmd_inspect, parser=p)
 
     p = sub.add_parser(
         "run", help="run a model on arrays from files", epilog=EXAMPLES["run"], formatter_class=fmt,
@@ -527,7 +527,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_inputs(p)
     p.add_argument("-o", "--output", metavar="OUT.npz", help="write the outputs here, by output name")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.set_defaults(func=cmd_run)
+    p.set_defaults(func=cmd_run, parser=p)
 
     p = sub.add_parser(
         "bench", help="latency percentiles and throughput", epilog=EXAMPLES["bench"], formatter_class=fmt,
@@ -544,7 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-runs", type=int, default=10, help="measure at least this many runs (10)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_bench)
+    p.set_defaults(func=cmd_bench, parser=p)
 
     return parser
 
@@ -552,10 +552,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `qrt` console script and `python -m qrt`; returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_ERROR
+    if unknown:  # said by the command's parser: "qrt run: error: ..." with its usage
+        args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return args.func(args)
     except CLIError as e:

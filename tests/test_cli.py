@@ -298,10 +298,19 @@ def test_bench_sequence_model_uses_seq_for_free_time_dims(files):
     (["--warmup", "nan"], "both finite"),
     (["--threads", "100000000000"], "--threads: number of threads must be between 1 and"),
     (["--batch", "100000000000"], "would take more than 1 GiB; give the inputs from files"),
+    (["--min-runs", "-5"], "--min-runs must be at least 1"),
 ])
 def test_bench_refuses_what_it_cannot_run(files, args, message):
     """Each a usage error (exit 2, its message), not a hang or a traceback."""
     fails(qrt_cli("bench", files["static.qrt"], *args), message)
+
+
+@pytest.mark.parametrize("command", ["inspect", "run", "bench"])
+def test_an_unknown_option_is_named_by_its_command(files, command):
+    """As every other usage error: `qrt COMMAND: error: ...` and the command's usage (the top-level parser said
+    `qrt: error:` with its own)."""
+    r = qrt_cli(command, files["static.qrt"], "--bogus")
+    fails(r, f"qrt {command}: error: unrecognized arguments: --bogus", f"usage: qrt {command}")
 
 
 def test_bench_threads_and_cuda(files):
