@@ -147,6 +147,20 @@ def test_dynamic_layer_by_layer_with_plot(files, tmp_path):
     assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
 
 
+@pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "darwin", reason="a file size limit (RLIMIT_FSIZE)")
+def test_a_copy_it_cannot_write_is_one_error_line(files):
+    """The model's copy with every layer as an output, written to a temporary folder: a full disk or a file size
+    limit is a usage error, not a traceback."""
+    import resource
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS])}
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "compare.py"), files["dyn.qrt"], "--checkpoint",
+                        files["mlp.pt"], "--model", "models:make_mlp"], cwd=TESTS, env=env, capture_output=True,
+                       text=True, timeout=180,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096)))
+    fails(r, "cannot write the model's copy with every layer as an output")
+
+
 def test_static_with_its_calibration_matches_integers(files):
     base = [files["static.qrt"], "--checkpoint", files["mlp.pt"], "--model", "models:make_mlp"]
     r = compare_json(*base, "--calib", files["calib.npz"], "--inputs", files["in.npz"])

@@ -167,7 +167,11 @@ def _with_outputs(qfile: qformat.QrtFile, extra: Sequence[str], folder: str) -> 
     graph["output_structure"] = "tuple"
     meta = {k: v for k, v in qfile.metadata.items() if k not in qformat.RESERVED_META}
     path = os.path.join(folder, "layers.qrt")
-    qformat.save(path, graph, qfile.tensors, meta)
+    try:
+        qformat.save(path, graph, qfile.tensors, meta)
+    except OSError as e:  # a full disk, a file size limit
+        raise CompareError(f"cannot write the model's copy with every layer as an output in {folder!r}: "
+                           f"{e.strerror or e}") from None
     return qrt.load(path)
 
 
