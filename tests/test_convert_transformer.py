@@ -143,6 +143,23 @@ def test_bert_model_called_with_keywords(tmp_path):
     assert "encoder.layer.0.attention.self.query" in layers  # named as BertModel names its modules
 
 
+def test_quiet_conversion_of_a_pickled_hugging_face_model_prints_nothing(tmp_path):
+    """`convert.py -q` of a quantize_dynamic BertModel saved whole: unpickling it imports transformers, which
+    imports torchao, whose import-time log lines (GPU kernels it cannot load, torch.compile notices) the
+    converter holds back as it does where it imports torchao itself."""
+    import subprocess
+
+    torch.manual_seed(6)
+    ckpt = tmp_path / "bert.pt"
+    torch.save(quantize_dynamic(BertModel(BertConfig(**TINY)).eval(), {nn.Linear}, dtype=torch.qint8), ckpt)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, os.path.join(root, "tools", "convert.py"), str(ckpt), "-o",
+                        str(tmp_path / "bert.qrt"), "--trust-checkpoint", "--input-shape", "input_ids=2,9",
+                        "--input-shape", "attention_mask=2,9", "-q"],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": root}, timeout=300)
+    assert r.returncode == 0 and r.stderr == "", r.stderr[-2000:]
+
+
 def test_all_minilm_l6_v2(tmp_path):
     """The real weights, real sentences padded to 8 .. 128 tokens, at batch 1 and as one padded batch (module
     docstring: tolerances)."""

@@ -162,7 +162,8 @@ def load_model(checkpoint: str, model: str | None, trust_checkpoint: bool) -> nn
         if os.getcwd() not in sys.path:
             sys.path.insert(0, os.getcwd())
         try:
-            obj = torch.load(checkpoint, map_location="cpu", weights_only=False)
+            with torchao_frontend.quiet_imports():  # a pickled HuggingFace model imports transformers, and torchao
+                obj = torch.load(checkpoint, map_location="cpu", weights_only=False)
         except Exception as e:
             raise ConvertError(f"cannot load pickled checkpoint {checkpoint!r}: {type(e).__name__}: {e}") from None
         if not isinstance(obj, nn.Module):

@@ -29,7 +29,6 @@ done after the raise, under the same rules:
 from __future__ import annotations
 
 import dataclasses
-import logging
 import operator
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -42,7 +41,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 from torch.export.graph_signature import InputKind, TensorArgument
 
-from . import export_frontend, pt2e
+from . import export_frontend, pt2e, torchao_frontend
 from . import shapes as qshapes
 from .layers import Layer, LinearLayer, QWeight, RNNCellLayer, SequenceLayer
 from .lower_ops import quantize_dynamic_8bit
@@ -62,16 +61,8 @@ def _pt2e() -> Any:
     """torchao's pt2e API (imported when used: the FX path does not need torchao). Importing torchao logs
     the optional CUDA libraries it cannot load on this machine, and torch a deprecation; neither is the
     user's business."""
-    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
-    levels = [lg.level for lg in loggers]
-    try:
-        for lg in loggers:
-            lg.setLevel(logging.ERROR)
-        with quiet():
-            return _import_pt2e()
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
+    with torchao_frontend.quiet_imports(), quiet():
+        return _import_pt2e()
 
 
 def _import_pt2e() -> Any:

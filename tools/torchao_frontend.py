@@ -17,10 +17,12 @@ torchao need not be importable here: a model holding its tensors has imported it
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
 import zipfile
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,21 +44,30 @@ class TorchaoError(ValueError):
     """A torchao layer qrt does not run; the message names it and says why."""
 
 
-def import_torchao() -> bool:
-    """Import torchao (it declares its tensor classes to torch's weights-only loader) without its import-time
-    log lines (kernels built for other GPUs it cannot load, a torch.compile notice): the converter's users
-    cannot act on them. False if torchao is not installed."""
+@contextlib.contextmanager
+def quiet_imports() -> Iterator[None]:
+    """torchao's import-time log lines (kernels built for other GPUs it cannot load, a torch.compile notice on
+    its enums) held back, whoever imports it: the converter, or a pickled transformers model that imports
+    transformers, which imports torchao. The converter's users cannot act on them."""
     loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.ERROR)
     try:
-        import torchao  # noqa: F401
-    except ImportError:
-        return False
+        yield
     finally:
         for lg, level in zip(loggers, levels):
             lg.setLevel(level)
+
+
+def import_torchao() -> bool:
+    """Import torchao (it declares its tensor classes to torch's weights-only loader), quietly. False if
+    torchao is not installed."""
+    with quiet_imports():
+        try:
+            import torchao  # noqa: F401
+        except ImportError:
+            return False
     return True
 
 
