@@ -187,14 +187,20 @@ def test_all_minilm_l6_v2(tmp_path):
     assert _linears_bit_exact(q, path, (batch["input_ids"], batch["attention_mask"]), tmp_path) == 36
 
 
-@pytest.mark.parametrize("bad", [{"input_ids": "2,9", "token_ids": "2,9"}, ["input_ids=2,9", "2,9"]])
-def test_keyword_shapes_checked(tmp_path, bad):
+@pytest.mark.parametrize("bad, message", [
+    ({"input_ids": "2,9", "token_ids": "2,9"}, "token_ids"),
+    (["input_ids=2,9", "2,9"], "by name"),
+    # shapes in order, to a forward() whose every argument has a default: it said "takes no tensor arguments"
+    (["2,9", "2,9"], r"every argument of the model's forward has a default \(input_ids, attention_mask, "
+                     r"token_type_ids, position_ids, \.\.\.\): name the inputs, --input-shape input_ids=SHAPE"),
+])
+def test_keyword_shapes_checked(tmp_path, bad, message):
     torch.manual_seed(2)
     ckpt = str(tmp_path / "b.pt")
     torch.save(quantize_dynamic(BertModel(BertConfig(**TINY)).eval(), {nn.Linear}, dtype=torch.qint8), ckpt)
     from tools.convert import ConvertError
 
-    with pytest.raises(ConvertError, match="token_ids|by name"):
+    with pytest.raises(ConvertError, match=message):
         convert(ckpt, str(tmp_path / "b.qrt"), input_shapes=bad, trust_checkpoint=True)
 
 

@@ -219,7 +219,12 @@ def input_names(model: nn.Module) -> list[str]:
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     names = [p.name for p in params if p.kind in kinds and p.default is inspect.Parameter.empty]
     if not names:
-        raise ConvertError("the model's forward takes no tensor arguments")
+        with_defaults = [p.name for p in params if p.kind in kinds]
+        if with_defaults:  # a HuggingFace model: every argument is optional, the user picks the inputs
+            raise ConvertError(f"every argument of the model's forward has a default ({', '.join(with_defaults[:4])}"
+                               f"{', ...' if len(with_defaults) > 4 else ''}): name the inputs, --input-shape "
+                               f"{with_defaults[0]}=SHAPE")
+        raise ConvertError("the model's forward takes no arguments")
     return names
 
 
