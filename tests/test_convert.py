@@ -373,14 +373,19 @@ class DictOutput(nn.Module):
         return {"logits": self.fc(x), "x": x}
 
 
-@pytest.mark.parametrize("frontend", ["fx", "export"])
-def test_dict_output_is_named(tmp_path, frontend):
-    """A dict result is named as one, with the way out (it was called "a constant", its repr cut at 40 characters)."""
-    torch.save(DictOutput().state_dict(), tmp_path / "m.pt")
-    with pytest.raises(ConvertError, match=r"returns a dict \(keys \['logits', 'x'\]\).*return a tuple"):
-        convert(tmp_path / "m.pt", tmp_path / "m.qrt", model="test_convert:DictOutput", input_shapes=["1,37"],
-                frontend=frontend)
-    assert not (tmp_path / "m.qrt").exists()
+@pytest.mark.parametrize("frontend, quantizer", [("fx", "fx"), ("fx", "pt2e"), ("export", "pt2e")])
+def test_dict_output_is_a_tuple_of_its_tensors(tmp_path, frontend, quantizer):
+    """A dict result (a ModelOutput too) is returned as its tensors in a tuple, in the dict's order, through every
+    way in, as a model called with keywords returns its ModelOutput (it was refused as "a constant")."""
+    net = DictOutput().eval()
+    torch.save(net.state_dict(), tmp_path / "m.pt")
+    convert(tmp_path / "m.pt", tmp_path / "m.qrt", model="test_convert:DictOutput", input_shapes=["1,37"],
+            frontend=frontend, quantizer=quantizer)
+    x = np.random.default_rng(6).standard_normal((3, 37)).astype(np.float32)
+    logits, same = qrt.load(tmp_path / "m.qrt").run(x)
+    want = quantize_dynamic(net, {nn.Linear}, dtype=torch.qint8)(torch.from_numpy(x))
+    np.testing.assert_array_equal(logits, want["logits"].numpy())
+    np.testing.assert_array_equal(same, x)
 
 
 def test_missing_factory_cli(tmp_path, mlp_ckpt):

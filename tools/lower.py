@@ -24,7 +24,7 @@ scale (that is what ``convert_fx`` fuses into ``quantized::linear``).
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
 import numpy as np
@@ -334,6 +334,8 @@ class Lowerer:
 
     def output(self, node: torch.fx.Node) -> None:
         def leaf(v: Any) -> Any:
+            if isinstance(v, Mapping):  # a dict or ModelOutput: its tensors as a tuple, as keywords.tensors_of
+                return tuple(leaf(i) for i in v.values() if i is not None)
             if isinstance(v, (tuple, list)):
                 return tuple(leaf(i) for i in v)
             if isinstance(v, Tensor):
@@ -342,9 +344,6 @@ class Lowerer:
                 return self.float_of(v)
             if isinstance(v, (Quant, DynQ, PendingLinear)):
                 raise LoweringError("the model returns a quantized tensor; qrt outputs are float32 or integer")
-            if isinstance(v, dict):
-                raise LoweringError(f"the model returns a dict (keys {list(v)}); qrt outputs are tensors, or tuples "
-                                    "and lists of them: return a tuple")
             raise LoweringError(f"the model returns a constant ({v!r:.40}); qrt outputs must be tensors")
 
         tree = leaf(self.arg(node.args[0]))
