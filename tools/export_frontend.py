@@ -463,11 +463,11 @@ class _Raiser:
         return kept_call(sig, {n.name: n for n in self.ep.graph.nodes})
 
     def _derived(self, path: str, members: list[torch.fx.Node]) -> tuple[Any, dict, Any] | None:
-        """(arguments, results) of a recurrent module's call whose signature torch.export could not keep (the
-        module is called again with other arguments: (x), then (x, (h, c))), from its one ATen op (aten.lstm,
-        aten.lstm_cell, ...): the tensors it reads from outside are the arguments, in order; the op's items,
-        after what the module does to each alone (a batch_first transpose), the results. None for a module
-        that is not recurrent (or returns one tensor)."""
+        """(arguments, no keyword arguments, results) of a recurrent module's call whose signature torch.export
+        could not keep (the module is called again with other arguments: (x), then (x, (h, c))), from its one
+        ATen op (aten.lstm, aten.lstm_cell, ...): the tensors it reads from outside are the arguments, in order;
+        the op's items, after what the module does to each alone (a batch_first transpose), the results. None for
+        a module that is not recurrent (or returns one tensor)."""
         try:
             call = derived_call(path, self.leaves[path], members, self._outer_tensors(members))
         except ExportError as e:
