@@ -146,7 +146,9 @@ def test_bert_model_called_with_keywords(tmp_path):
 def test_quiet_conversion_of_a_pickled_hugging_face_model_prints_nothing(tmp_path):
     """`convert.py -q` of a quantize_dynamic BertModel saved whole: unpickling it imports transformers, which
     imports torchao, whose import-time log lines (GPU kernels it cannot load, torch.compile notices) the
-    converter holds back as it does where it imports torchao itself."""
+    converter holds back as it does where it imports torchao itself. And position_ids given without a dtype: the
+    export tried with float32 first, which torch refused with a logged traceback of 32 lines before the int64
+    attempt converted."""
     import subprocess
 
     torch.manual_seed(6)
@@ -155,7 +157,7 @@ def test_quiet_conversion_of_a_pickled_hugging_face_model_prints_nothing(tmp_pat
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     r = subprocess.run([sys.executable, os.path.join(root, "tools", "convert.py"), str(ckpt), "-o",
                         str(tmp_path / "bert.qrt"), "--trust-checkpoint", "--input-shape", "input_ids=2,9",
-                        "--input-shape", "attention_mask=2,9", "-q"],
+                        "--input-shape", "attention_mask=2,9", "--input-shape", "position_ids=2,9", "-q"],
                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": root}, timeout=300)
     assert r.returncode == 0 and r.stderr == "", r.stderr[-2000:]
 

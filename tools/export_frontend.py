@@ -19,14 +19,16 @@ calls the quantized modules again.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import io
 import itertools
 import logging
 import operator
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -67,6 +69,22 @@ def _widened(spec: qshapes.Spec) -> qshapes.Spec:
     return qshapes.Leaf(tuple(qshapes.Dim(2 * d.size + 3 if d.size < 2 else d.size) for d in spec.dims), spec.dtype)
 
 
+@contextlib.contextmanager
+def _torch_logs_held() -> Iterator[None]:
+    """torch's log lines and prints held back while exporting: the tracebacks of attempts the converter makes
+    and then retries otherwise (an input first tried as float32, an example size widened), notices of dimensions
+    it specialized, which the converter's own search decides, and the whole graph torch.export prints when it
+    fails. A failure is reported by the converter's message."""
+    logger = logging.getLogger("torch")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        logger.setLevel(level)
+
+
 def export(model: nn.Module, specs: Sequence[qshapes.Spec]) -> ExportedProgram:
     """torch.export of model on examples of specs, every dimension free to vary (Dim.AUTO).
 
@@ -80,7 +98,7 @@ def export(model: nn.Module, specs: Sequence[qshapes.Spec]) -> ExportedProgram:
     keeps = (tuples, ()) if tuples else ((),)
     for tried, keep in itertools.product(([_widened(s) for s in specs], list(specs)), keeps):
         try:
-            with torch.no_grad():
+            with torch.no_grad(), _torch_logs_held():
                 return torch.export.export(model, tuple(qshapes.examples(tried)), dynamic_shapes=dynamic,
                                            preserve_module_call_signature=keep)
         except Exception as e:  # torch.export raises many kinds; the message is the user's clue
