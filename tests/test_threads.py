@@ -291,6 +291,15 @@ def _build_pool_program(tmp_path, program: str, *flags: str, link_pool: bool = T
                           capture_output=True, text=True)
 
 
+def _run_pool_program(tmp_path, program: str, link_pool: bool = True) -> None:
+    """Builds and runs tests/<program>.c: it prints "ok", or "skip" and why (the test skips), or fails."""
+    _build_pool_program(tmp_path, program, link_pool=link_pool).check_returncode()
+    r = subprocess.run([str(tmp_path / program)], capture_output=True, text=True, timeout=60)
+    if r.stdout.startswith("skip"):
+        pytest.skip(r.stdout.strip())
+    assert r.returncode == 0 and r.stdout.startswith("ok"), r.stdout + r.stderr
+
+
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
 @pytest.mark.parametrize("wait", ["futex", "condvar"])
 def test_pool_under_stress(tmp_path, wait):
@@ -310,11 +319,7 @@ def test_a_worker_on_its_callers_cpu_moves_off_it(tmp_path):
     the CPU of the worker 20 times; the worker never runs a task on the caller's CPU and keeps its whole affinity
     mask (Linux often wakes a thread on its waker's CPU, and on a VM left the two together loop after loop:
     docs/PERFORMANCE.md, "Where Linux puts the worker")."""
-    _build_pool_program(tmp_path, "threadpool_placement").check_returncode()
-    r = subprocess.run([str(tmp_path / "threadpool_placement")], capture_output=True, text=True, timeout=60)
-    if r.stdout.startswith("skip"):
-        pytest.skip(r.stdout.strip())
-    assert r.returncode == 0 and r.stdout.startswith("ok"), r.stdout + r.stderr
+    _run_pool_program(tmp_path, "threadpool_placement")
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
@@ -323,11 +328,7 @@ def test_a_worker_moves_to_a_cpu_no_team_thread_holds(tmp_path):
     worker holds, where there is one (Linux would take the next allowed CPU in turn, mostly another worker's
     in a team as large as the CPUs); else to any but the caller's. On masks of 16 CPUs, which a real move on
     this machine's CPUs may not have."""
-    _build_pool_program(tmp_path, "threadpool_move_target", link_pool=False).check_returncode()
-    r = subprocess.run([str(tmp_path / "threadpool_move_target")], capture_output=True, text=True, timeout=60)
-    if r.stdout.startswith("skip"):
-        pytest.skip(r.stdout.strip())
-    assert r.returncode == 0 and r.stdout.startswith("ok"), r.stdout + r.stderr
+    _run_pool_program(tmp_path, "threadpool_move_target", link_pool=False)
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
