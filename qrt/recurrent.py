@@ -20,6 +20,13 @@ def recurrent_kind(op_kind: str, attrs: Mapping[str, Any]) -> str:
     return f"rnn_{attrs['nonlinearity']}" if op_kind == "rnn" else op_kind
 
 
+def check_state_batches(x: Any, states: Mapping[str, Any]) -> None:
+    """A cell step's states (by name: h, c) have x's batch: a free dimension, known only per call."""
+    for name, state in states.items():
+        if state.shape[0] != x.shape[0]:
+            raise ValueError(f"x has batch {x.shape[0]} but {name} has batch {state.shape[0]}")
+
+
 def layer_runs(
     op_kind: str,
     attrs: Mapping[str, Any],

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import _kernels as K
 from ..graph import Node
-from ..recurrent import layer_runs, recurrent_kind, run_sequence
+from ..recurrent import check_state_batches, layer_runs, recurrent_kind, run_sequence
 from .linear import dynamic_linear
 from .types import Prepare, Step
 
@@ -39,10 +39,8 @@ def _cell(op_kind: str, linears: Linears) -> Prepare:
         cell = K.Recurrent(recurrent_kind(op_kind, node.attrs), linear(c, "ih_"), linear(c, "hh_"))
 
         def step(x, h, c_state=None):
+            check_state_batches(x, {"h": h} if c_state is None else {"h": h, "c": c_state})
             c_in = h if c_state is None else c_state
-            for name, state in (("h", h), ("c", c_in)):
-                if state.shape[0] != x.shape[0]:
-                    raise ValueError(f"x has batch {x.shape[0]} but {name} has batch {state.shape[0]}")
             h_out = np.empty(h.shape, np.float32)
             c_out = h_out if c_state is None else np.empty(h.shape, np.float32)
             cell.step(x, h, c_in, h_out, c_out)

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..cpu.types import Prepare, Step
 from ..graph import Node
-from ..recurrent import layer_runs, recurrent_kind, run_sequence
+from ..recurrent import check_state_batches, layer_runs, recurrent_kind, run_sequence
 from .linear import ChainLinear, DynamicLinearInt8, dynamic_linear
 from .quantize import quantize_dynamic_pair
 from .runtime import (
@@ -265,8 +265,7 @@ def _rnn_cell(linears: Linears) -> Prepare:
         cell = RNNCell(linear(c, "ih_"), linear(c, "hh_"), node.attrs["nonlinearity"] == "relu")
 
         def step(x, h):
-            if x.shape[0] != h.shape[0]:
-                raise ValueError(f"x has batch {x.shape[0]} but h has batch {h.shape[0]}")
+            check_state_batches(x, {"h": h})
             return (cell(dev(x, np.float32), dev(h, np.float32)),)
 
         return step
@@ -282,10 +281,8 @@ def _cell(op_kind: str, linears: Linears) -> Prepare:
         cell = Recurrent(recurrent_kind(op_kind, node.attrs), linear(c, "ih_"), linear(c, "hh_"))
 
         def step(x, h, c_state=None):
+            check_state_batches(x, {"h": h} if c_state is None else {"h": h, "c": c_state})
             c_in = h if c_state is None else c_state
-            for name, state in (("h", h), ("c", c_in)):
-                if state.shape[0] != x.shape[0]:
-                    raise ValueError(f"x has batch {x.shape[0]} but {name} has batch {state.shape[0]}")
             if h.shape != c_in.shape:
                 raise ValueError(f"h has shape {list(h.shape)} but c has shape {list(c_in.shape)}")
             h = dev(h, np.float32)
