@@ -59,10 +59,11 @@ def _quantized_file(tmp_path, model: nn.Module, shapes, name: str) -> tuple[nn.M
     ckpt = str(tmp_path / f"{name}.pt")
     torch.save(q, ckpt)
     out = str(tmp_path / f"{name}.qrt")
-    dtypes = {"input_ids": "int64", "attention_mask": "int64"}
-    result = convert(ckpt, out, input_shapes=shapes, input_dtypes=dtypes, trust_checkpoint=True)
+    names = list(shapes) if isinstance(shapes, dict) else ["input_ids", "attention_mask"]
+    result = convert(ckpt, out, input_shapes=shapes, input_dtypes=dict.fromkeys(names, "int64"),
+                     trust_checkpoint=True)
     assert result.frontend == "export"
-    assert result.shapes == {"input_ids": "int64[?, ?]", "attention_mask": "int64[?, ?]"}  # batch, length free
+    assert result.shapes == dict.fromkeys(names, "int64[?, ?]")  # batch, length free
     return q, out
 
 
@@ -125,16 +126,18 @@ def test_tiny_sentence_embedding_converts_exactly(tmp_path):
     assert _linears_bit_exact(q, path, _padded(rng, 2, 11, TINY["vocab_size"]), tmp_path) == 12
 
 
-def test_bert_model_called_with_keywords(tmp_path):
-    """BertModel itself, inputs given by name: the file returns last_hidden_state and pooler_output."""
+@pytest.mark.parametrize("second", ["attention_mask", "position_ids"])
+def test_bert_model_called_with_keywords(tmp_path, second):
+    """input_ids with a mask, or with position_ids and no mask: BertModel then builds its mask with its batch
+    from position_ids and its length from input_ids (an expand to the sizes of two tensors)."""
     torch.manual_seed(1)
-    q, path = _quantized_file(tmp_path, BertModel(BertConfig(**TINY)), {"input_ids": "2,9", "attention_mask": "2,9"},
-                              "bert")
+    q, path = _quantized_file(tmp_path, BertModel(BertConfig(**TINY)), {"input_ids": "2,9", second: "2,9"}, "bert")
     m, rng = qrt.load(path), np.random.default_rng(39)
     for batch, length in ((1, 7), (3, 12)):
         ids, mask = _padded(rng, batch, length, TINY["vocab_size"])
-        ref = q(input_ids=ids, attention_mask=mask)
-        got = m.run({"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        other = mask if second == "attention_mask" else torch.from_numpy(rng.integers(0, 64, (batch, length)))
+        ref = q(input_ids=ids, **{second: other})
+        got = m.run({"input_ids": ids.numpy(), second: other.numpy()})
         assert len(got) == 2
         for r, g in zip((ref.last_hidden_state, ref.pooler_output), got):
             diff, cos = _agreement(r.detach().numpy(), g)

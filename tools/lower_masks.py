@@ -370,32 +370,32 @@ def _runtime(lw: Lowerer, node: torch.fx.Node, x: Any, suffix: str) -> Tensor:
 
 @lowers(methods=("expand",), sizes=True, keeps_dtype=True)
 def _expand(lw: Lowerer, node: torch.fx.Node, x: Any, *sizes: Any) -> Any:
+    """One qrt expand per tensor whose sizes are asked for (a BertModel's mask takes its batch from position_ids
+    and its length from input_ids): each takes its sizes from its tensor, as torch does, in turn."""
     sizes = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
     ins, outs = lw.shapes(x), lw.node_shapes(node)
     if all(i == o for i, o in zip(ins, outs)):
         return x
     lead = len(sizes) - len(ins[0])
-    shape, like_dims, like = [], [], None
+    shape, likes = [], {}  # likes: tensor -> {output dimension: its dimension}
     for i, s in enumerate(sizes):
         follows = i >= lead and all(o[i] == n[i - lead] for o, n in zip(outs, ins))
         if s == -1 or follows:
             shape.append(-1)
-            like_dims.append(None)
         elif isinstance(s, SizeOf):
-            if like not in (None, s.value):
-                raise LoweringError("expand to sizes of two different tensors")
-            like = s.value
+            likes.setdefault(s.value, {})[i] = s.dim
             shape.append(-1 if i >= lead else 1)
-            like_dims.append(s.dim)
         else:
             if any(o[i] != s for o in outs):
                 raise LoweringError(f"expand's size {s} at dimension {i} changes with a free dimension")
             shape.append(int(s))
-            like_dims.append(None)
     v = _runtime(lw, node, x, "_x")
-    ports = {"x": v.name, "like": like}
-    attrs = {"shape": shape, "like_dims": like_dims if like is not None else []}
-    return Tensor(lw.emit(node, "expand", ports, attrs), v.dtype)
+    out = v.name
+    for k, (like, dims) in enumerate(likes.items() or [(None, {})]):
+        attrs = {"shape": shape if k == 0 else [-1] * len(sizes),
+                 "like_dims": [dims.get(i) for i in range(len(sizes))] if like is not None else []}
+        out = lw.emit(node, "expand", {"x": out, "like": like}, attrs, suffix=f"_{k}" if k else "")
+    return Tensor(out, v.dtype)
 
 
 @lowers(methods=("expand_as",), keeps_dtype=True)
