@@ -341,6 +341,31 @@ def test_auto_exports_what_fx_cannot_trace(tmp_path):
     np.testing.assert_array_equal(qrt.load(tmp_path / "u.qrt").run(x), want.numpy())  # dynamic Linear: exact
 
 
+class Packed(nn.Module):
+    """An LSTM over sequences packed by their lengths, as variable-length batches are often written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(6, 5, batch_first=True)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        return nn.utils.rnn.pad_packed_sequence(self.lstm(packed)[0], batch_first=True)[0]
+
+
+@pytest.mark.parametrize("frontend, shapes", [
+    ("auto", ["2,4,6", "2"]),
+    ("fx", ["2,4,6", "2"]),  # torch.fx fails inside pack_padded_sequence
+    ("export", {"x": "2,4,6", "lengths": "2"}),  # torch.export fails in the LSTM, on the packed batch sizes
+])
+def test_packed_sequences_are_refused_by_name(tmp_path, frontend, shapes):
+    torch.save(Packed().state_dict(), tmp_path / "p.pt")
+    with pytest.raises(ConvertError, match=r"^the model packs its sequences \(torch\.nn\.utils\.rnn\.pack_padded_"):
+        convert(tmp_path / "p.pt", tmp_path / "p.qrt", model="test_convert_export:Packed", input_shapes=shapes,
+                input_dtypes={"lengths": "int64"}, frontend=frontend)
+    assert nn.utils.rnn.PackedSequence.__new__ is nn.utils.rnn.PackedSequence.__dict__["__new__"].__func__  # restored
+
+
 def test_pt2_float_program(tmp_path):
     """A float program saved with torch.export.save: its dynamic batch stays free, no --trust-checkpoint
     (loading it runs no pickled code), and its Linears are quantized under the rules as the FX front

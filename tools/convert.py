@@ -18,6 +18,7 @@ lowering table. Errors exit with status 2 and leave no output file.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -27,7 +28,8 @@ import os
 import pickle
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +47,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.fx  # noqa: E402
 from torch import nn  # noqa: E402
+from torch.nn.utils.rnn import PackedSequence  # noqa: E402
 
 import qrt  # noqa: E402
 from qrt.ops import ENGINES  # noqa: E402
@@ -323,6 +326,12 @@ def _check_output_path(output: str) -> None:
         raise ConvertError(f"cannot write {output!r}: directory {folder!r} is not writable")
 
 
+PACKED = ("the model packs its sequences (torch.nn.utils.rnn.pack_padded_sequence or pack_sequence), which qrt "
+          "does not run: a PackedSequence's batch sizes are data, which neither torch.fx nor torch.export follows. "
+          "Convert a forward that runs the recurrent layers on the padded batch (their outputs past each sequence's "
+          "length, and the final states of the shorter ones, then differ from the packed run's)")
+
+
 def _trace(model: nn.Module, names: Sequence[str]) -> torch.fx.GraphModule:
     """torch.fx's graph of the model; forward()'s arguments with a default keep it (concrete)."""
     if isinstance(model, torch.fx.GraphModule):
@@ -332,6 +341,8 @@ def _trace(model: nn.Module, names: Sequence[str]) -> torch.fx.GraphModule:
     try:
         return torch.fx.symbolic_trace(model, concrete_args=concrete or None)
     except Exception as e:
+        if any(f.f_code.co_filename == torch.nn.utils.rnn.__file__ for f, _ in traceback.walk_tb(e.__traceback__)):
+            raise ConvertError(PACKED) from None  # pack_padded_sequence given a proxy for its lengths
         raise ConvertError(f"torch.fx cannot trace the model ({type(e).__name__}: {e})") from None
 
 
@@ -382,8 +393,37 @@ def _load_program(path: str, frontend: str, input_shapes: Sequence[Any] | None, 
         raise ConvertError(str(e)) from None
 
 
+@contextlib.contextmanager
+def _noting_packed_sequences() -> Iterator[list]:
+    """A list that gets an entry each time a PackedSequence is built (the model packing its input while traced or
+    exported): the front ends' own errors for it name a size that is a tensor, not the packing."""
+    built: list = []
+    new = PackedSequence.__dict__["__new__"]
+
+    def noted(cls: type, *args: Any, **kwargs: Any) -> PackedSequence:
+        built.append(cls)
+        return new.__func__(cls, *args, **kwargs)
+
+    PackedSequence.__new__ = noted
+    try:
+        yield built
+    finally:
+        PackedSequence.__new__ = new
+
+
 def _front_end(net: nn.Module, specs: list[qshapes.Spec], names: Sequence[str], frontend: str, free_dims: str):
     """(model, specs, free dims, front end, why): the model for the FX flow as it is, or exported and raised."""
+    with _noting_packed_sequences() as packed:
+        try:
+            return _chosen_front_end(net, specs, names, frontend, free_dims)
+        except ConvertError:
+            if packed:
+                raise ConvertError(PACKED) from None
+            raise
+
+
+def _chosen_front_end(net: nn.Module, specs: list[qshapes.Spec], names: Sequence[str], frontend: str,
+                      free_dims: str) -> tuple:
     note = ""
     if isinstance(net, keywords.KeywordCall):  # torch.fx would see one *args argument, not the keywords
         if frontend == "fx":
