@@ -45,7 +45,6 @@ HEADER_ALIGN = 64  # the data section starts on a cache line; packed weights com
 MAX_JSON_DEPTH = 64  # deeper JSON is refused: no legitimate header needs it, and repr/recursion stay bounded
 MAX_RANK = 8
 MAX_NAME = 256
-MAX_BYTES = 2**63  # numpy (and a C reader's int64) cannot describe a larger array, even an empty one
 _VERSION_RE = re.compile(r"[0-9]{1,9}")  # ASCII digits only: str.isdigit() accepts '¹', which int() refuses
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _CHECKSUM_RE = re.compile(r"xxh64-1m:[0-9a-f]{16}")
@@ -114,6 +113,33 @@ def _no_constants(name: str) -> Any:
     raise FormatError(f"non-standard JSON constant {name}")
 
 
+def _int64(text: str) -> int:
+    # A C reader holds JSON integers in 64 bits: a wider one is refused wherever it stands.
+    v = int(text)
+    if not -(2**63) <= v < 2**63:
+        raise FormatError(f"integer {text:.40} does not fit in 64 bits")
+    return v
+
+
+_UNREADABLE_IN_C = re.compile("[\x00\ud800-\udfff]")  # NUL ends a C string; a lone surrogate has no UTF-8
+
+
+def _unreadable_string(obj: Any) -> str | None:
+    """The first string (key or value) in obj holding U+0000 or a lone surrogate, if any (iterative)."""
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        if isinstance(o, str):
+            if _UNREADABLE_IN_C.search(o):
+                return o
+        elif isinstance(o, dict):
+            stack.extend(o.keys())
+            stack.extend(o.values())
+        elif isinstance(o, list):
+            stack.extend(o)
+    return None
+
+
 def _depth_at_most(obj: Any, limit: int) -> bool:
     """Whether obj nests no more than limit arrays/objects deep (iterative: no recursion)."""
     stack = [(obj, 1)]
@@ -131,7 +157,7 @@ def _depth_at_most(obj: Any, limit: int) -> bool:
 
 def _parse_json(text: str, what: str) -> Any:
     try:
-        obj = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constants)
+        obj = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constants, parse_int=_int64)
     except FormatError as e:
         raise FormatError(f"{what}: {e}") from None
     except RecursionError:
@@ -140,6 +166,9 @@ def _parse_json(text: str, what: str) -> Any:
         raise FormatError(f"{what}: malformed JSON ({e})") from None
     if not _depth_at_most(obj, MAX_JSON_DEPTH):
         raise FormatError(f"{what}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    bad = _unreadable_string(obj)
+    if bad is not None:
+        raise FormatError(f"{what}: string {bad!r:.80} holds U+0000 or an unpaired surrogate")
     return obj
 
 
@@ -161,9 +190,11 @@ def _tensor_entry(name: str, entry: Any, data_len: int, version: int) -> tuple[n
         if not isinstance(d, int) or isinstance(d, bool) or d < 0:
             raise FormatError(f"{where}: shape dimensions must be non-negative integers, got {d!r:.40}")
     code_size = DTYPES[code].itemsize
-    # Zero-size tensors pass the byte-length check whatever their other dimensions are.
-    if math.prod(d for d in shape if d) * code_size >= MAX_BYTES:
-        raise FormatError(f"{where}: shape {shape} of {code} describes 2**63 bytes or more")
+    # A zero-size tensor passes the byte-length check whatever its other dimensions are, and kernels allocate
+    # in proportion to them (a packed weight's row sums): they too must fit in the data section.
+    if 0 in shape and math.prod(d for d in shape if d) * code_size > data_len:
+        raise FormatError(f"{where}: shape {shape} of {code} would not fit in the data section of {data_len} "
+                          "bytes were its zero dimensions 1")
     offsets = entry["data_offsets"]
     if (
         not isinstance(offsets, list)

@@ -380,6 +380,9 @@ def parse_graph(
             out_infos = spec.check(infos, consts, n.attrs)
         except FormatError as e:
             _fail(where, str(e))
+        for out, info in zip(n.outputs, out_infos):
+            if any(d is not None and d > MAX_DIM for d in info.shape):  # a flatten or cat of huge sizes
+                _fail(where, f"output {out!r} would have shape {list(info.shape)}, a dimension over 2**63 - 1")
         values.update(zip(n.outputs, out_infos))
 
     outputs = tuple(ValueSpec(o, values[o].dtype, values[o].shape) for o in out_names)

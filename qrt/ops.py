@@ -119,21 +119,25 @@ def _fail(msg: str) -> None:
     raise FormatError(msg)
 
 
+FLOAT32_TINY = np.finfo(np.float32).tiny  # 2**-126, the smallest normal float32
+
+
 def _finite_reciprocal(t: np.ndarray) -> bool:
-    """1/fl(t) is finite in float32: kernels multiply by the reciprocal, so a denormal scale is unusable."""
+    """1/fl(t) is finite in float32: kernels multiply by the reciprocal (of a product of scales, say)."""
     with np.errstate(divide="ignore", over="ignore"):
         return bool(np.all(np.isfinite(np.float32(1) / t.astype(np.float32))))
 
 
 def _scale_values(name: str, t: np.ndarray) -> None:
-    """Scales are finite and > 0, and so is their float32 rounding fl(s) (quantize multiplies by 1/fl(s)).
+    """Scales are finite and > 0, and their float32 rounding fl(s) is a normal float32 (quantize multiplies by
+    1/fl(s), finite for every normal; a subnormal scale is refused, as a flush-to-zero unit would read it as 0).
 
-    fl(s) matters only for float64 scales: one beyond float32's range would make the reciprocal 0.
+    fl(s) matters only for float64 scales: one beyond float32's range, or below its normals, is refused too.
     """
     with np.errstate(over="ignore"):
-        usable = np.all(np.isfinite(t.astype(np.float32))) and _finite_reciprocal(t)
-    if not np.all(np.isfinite(t)) or not np.all(t > 0) or not usable:
-        _fail(f"{name} must be finite and > 0 with a finite float32 reciprocal, got {t.ravel()[:8].tolist()}")
+        f = t.astype(np.float32)
+    if not np.all(np.isfinite(t)) or not np.all(t > 0) or not np.all(np.isfinite(f) & (f >= FLOAT32_TINY)):
+        _fail(f"{name} must be finite and > 0, a normal float32 (2**-126 to 3.4e38), got {t.ravel()[:8].tolist()}")
 
 
 def _zero_points(name: str, t: np.ndarray, dtype: str) -> None:
@@ -1167,8 +1171,8 @@ def _check_clamp(ins, consts, attrs):
         _fail("clamp needs min, max or both")
     for name in ("min", "max"):
         v = attrs[name]
-        if v is not None and (v != v or float(np.float32(v)) != v):
-            _fail(f"{name} must be a float32 value (not NaN), got {v!r}")
+        if v is not None and (not _finite_float32(v) or float(np.float32(v)) != v):
+            _fail(f"{name} must be a finite float32 value, got {v!r:.40}")
     return [ValueInfo("float32", ins["x"].shape)]
 
 
@@ -1191,6 +1195,8 @@ def _check_expand(ins, consts, attrs):
     out = []
     for i, s in enumerate(shape):
         src = like_dims[i] if like_dims else None
+        if not -1 <= s <= MAX_DIM:
+            _fail(f"shape entries must be sizes >= 0 or -1 (x's size), got {s}")
         if src is not None:
             if not isinstance(src, int) or isinstance(src, bool):
                 _fail(f"like_dims entries must be integers or null, got {src!r:.40}")
@@ -1200,10 +1206,8 @@ def _check_expand(ins, consts, attrs):
             if i < lead:
                 _fail(f"shape[{i}] is -1 (x's size) where x has no dimension")
             size = x.shape[i - lead]
-        elif 0 <= s <= MAX_DIM:
-            size = s
         else:
-            _fail(f"shape entries must be sizes >= 0 or -1 (x's size), got {s}")
+            size = s
         have = x.shape[i - lead] if i >= lead else 1
         if have not in (1, None) and size is not None and have != size:
             _fail(f"x {x.describe()} cannot be expanded to size {size} at dimension {i}")

@@ -467,10 +467,12 @@ def test_bad_dtype(tmp_path, code):
     ([True, 6], "non-negative integers, got True"),
     ([4.0, 6], "non-negative integers, got 4.0"),
     ([1] * 9, "at most 8 dimensions"),
-    ([2**62, 2**62], "2\\*\\*63 bytes or more"),
+    ([2**62, 2**62], "holds 512 bytes but shape"),
     ([2**30, 2**30], "holds 512 bytes but shape"),  # the int8 [4, 6] weight, packed: [4, 2, 16, 4]
-    ([0, 2**63], "2\\*\\*63 bytes or more"),
-    ([0, 2**40, 2**40], "2\\*\\*63 bytes or more"),
+    ([0, 2**63], "integer 9223372036854775808 does not fit in 64 bits"),
+    ([0, 2**40, 2**40], r"shape \[0, 1099511627776, 1099511627776\] of I8 would not fit in the data section of \d+ "
+                        "bytes were its zero dimensions 1"),
+    ([2**40, 0], "would not fit in the data section"),  # its packing allocated 4 TiB of row sums
     ("4x6", "must be a list"),
 ])
 def test_bad_shape(tmp_path, shape, match):
@@ -678,6 +680,56 @@ def test_bad_attrs_wrong_type(tmp_path):
             "attribute 'relu' must be bool, got 1")
 
 
+def _node_attr(name: str, attr: str, json_text: str):
+    """A graph edit setting a node's attribute to a JSON number as written (json.dumps writes no 10**400)."""
+    def edit(h):
+        g = get_graph(h)
+        next(n for n in g["nodes"] if n["name"] == name)["attrs"][attr] = "NUMBER"
+        h["__metadata__"]["qrt.graph"] = json.dumps(g).replace('"NUMBER"', json_text)
+
+    return edit
+
+
+@pytest.mark.parametrize("seed, name, attr, text, match", [
+    # integers a C reader cannot hold are refused wherever they stand; torch's widest is 2**63 - 1
+    ("tensor_ops", "slice_1", "end", str(10**20), "graph: integer 100000000000000000000 does not fit in 64 bits"),
+    ("tensor_ops", "select_0", "index", str(-(2**63) - 1), "integer -9223372036854775809 does not fit in 64 bits"),
+    # clamp's bounds are finite float32 values: 10**400 raised OverflowError, -1e400 (-inf) was taken
+    ("masks", "clamp_12", "min", str(10**400), "integer 1000000000000.* does not fit in 64 bits"),
+    ("masks", "clamp_12", "min", "-1e400", r"min must be a finite float32 value, got -inf"),
+    ("masks", "clamp_12", "max", "1e39", r"max must be a finite float32 value, got 1e\+39"),
+    # expand's entries are checked where like_dims names a dimension too
+    ("masks", "expand_17", "shape", "[-5, -1]", r"shape entries must be sizes >= 0 or -1 \(x's size\), got -5"),
+])
+def test_bad_attr_numbers(tmp_path, seed, name, attr, text, match):
+    rejects(tmp_path, edited(seed, _node_attr(name, attr, text)), match)
+
+
+def test_computed_dimension_past_int64_refused(tmp_path):
+    """flatten of [2**62, 4, 3] gave a dimension of 3 * 2**64: a C reader's int64 cannot hold it."""
+    def edit(g):
+        g["inputs"][0]["shape"] = [2, 2**62, 12]
+
+    rejects(tmp_path, graph_edited("flatten", edit), r"node 'flatten_0' \(flatten\): output 'flatten_0' would have "
+                                                     r"shape \[2, 55340232221128654848\], a dimension over 2\*\*63 - 1")
+
+
+@pytest.mark.parametrize("name", ["b\\u0000c", "\\ud800", "x\\udc00y"])
+def test_names_a_c_reader_cannot_hold_refused(tmp_path, name):
+    """U+0000 ends a C string ('b\\u0000c' would read as 'b'); a lone surrogate has no UTF-8 form. Refused in
+    the graph's names and in the header's."""
+    def in_graph(h):
+        h["__metadata__"]["qrt.graph"] = h["__metadata__"]["qrt.graph"].replace('"relu_0"', f'"{name}"')
+
+    rejects(tmp_path, edited("relu", in_graph), r"graph: string .* holds U\+0000 or an unpaired surrogate")
+    raw = json.loads(f'"{name}"')
+
+    def in_header(h):
+        h[raw] = h.pop(next(k for k in h if k != "__metadata__"))
+
+    rejects(tmp_path, edited("linear", in_header), r"header: string .* holds U\+0000 or an unpaired surrogate")
+
+
 def test_bad_attrs_axis_out_of_range(tmp_path):
     rejects(tmp_path, graph_edited("quantize_per_channel", lambda g: g["nodes"][0]["attrs"].update({"axis": 2})),
             "axis 2 is out of range for x of rank 2")
@@ -701,7 +753,7 @@ def test_bad_attrs_unknown_and_missing(tmp_path):
             "missing attribute 'axis'")
 
 
-@pytest.mark.parametrize("bad", [0.0, -0.0, -0.5, float("nan"), float("inf"), float("-inf"), 1e-45])
+@pytest.mark.parametrize("bad", [0.0, -0.0, -0.5, float("nan"), float("inf"), float("-inf"), 1e-45, 5e-39])
 @pytest.mark.parametrize("seed,name", [
     ("quantize_per_tensor", "quantize_per_tensor_0.scale"),
     ("quantize_per_channel", "quantize_per_channel_0.scale"),

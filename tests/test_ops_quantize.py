@@ -282,10 +282,11 @@ def test_float64_scales_only_where_torch_holds_them(tmp_path):
         b.save(tmp_path / "m.qrt")
 
 
-@pytest.mark.parametrize("bad", [1e300, 3.5e38, 1e-50, 1e-39, 0.0, -0.03, float("nan"), float("inf")])
+@pytest.mark.parametrize("bad", [1e300, 3.5e38, 1e-50, 1e-39, 5e-39, 0.0, -0.03, float("nan"), float("inf")])
 def test_float64_scale_must_round_to_a_usable_float32(tmp_path, bad):
-    """quantize multiplies by 1/fl(scale): a float64 scale whose fl is 0, infinite or has no finite
-    reciprocal is refused (torch accepts some of these and saturates or returns zero point)."""
+    """quantize multiplies by 1/fl(scale): a float64 scale whose fl is 0, infinite or subnormal (5e-39: its
+    reciprocal is finite, but a flush-to-zero unit reads it as 0) is refused (torch accepts some of these and
+    saturates or returns zero point)."""
     scales = np.array([0.1, bad])
-    with pytest.raises(qrt.FormatError, match="scale must be finite and > 0 with a finite float32 reciprocal"):
+    with pytest.raises(qrt.FormatError, match="scale must be finite and > 0, a normal float32"):
         _roundtrip_model(tmp_path / "m.qrt", [1, 2], scales, [0, 0], "qint8", 1, np.float64)
