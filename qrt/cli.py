@@ -154,7 +154,12 @@ def quantization_summary(node: Node, tensors: Mapping[str, np.ndarray]) -> list[
     if "dtype" in node.attrs:
         parts.insert(0, node.attrs["dtype"])
     qnnpack = node.attrs.get("engine") == "qnnpack"
-    if node.op.endswith("_dynamic"):
+    weights = [tensors[v] for p, v in ins.items() if p.endswith("weight") and v in tensors]
+    if node.op.endswith("_dynamic") and all(w.dtype == np.float16 for w in weights):
+        parts.append("x float32")  # float16 weights: the product is float, nothing is quantized per call
+    elif node.op.endswith("_dynamic") and node.attrs.get("activation") == "per_row_symmetric":
+        parts.append("x quantized per row, symmetric")
+    elif node.op.endswith("_dynamic"):
         rr = node.attrs.get("reduce_range") and not qnnpack  # qnnpack ignores it
         parts.append("x quantized per call" + (" (reduce_range)" if rr else ""))
     if qnnpack:

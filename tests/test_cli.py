@@ -140,6 +140,20 @@ def test_inspect_shows_header_nodes_tensors_and_bytes(files):
     assert f"{qrt.thread_info().threads} threads (" in out  # the thread count and where it came from
 
 
+@pytest.mark.parametrize("weight_dtype, says", [
+    ("qint8", "x quantized per call (reduce_range)"),
+    ("float16", "x float32"),  # it said "x quantized per call (reduce_range)": float16 layers quantize nothing
+])
+def test_inspect_says_how_a_dynamic_layer_takes_its_input(files, tmp_path, weight_dtype, says):
+    from qrt.cli import quantization_summary
+
+    convert(files["mlp.pt"], tmp_path / "m.qrt", model="models:make_mlp", input_shapes=["1,37"],
+            weight_dtype=weight_dtype)
+    f = qrt.format.load_file(tmp_path / "m.qrt")
+    linears = [n for n in f.graph.nodes if n.op == "linear_dynamic"]
+    assert linears and all(quantization_summary(n, f.tensors)[-1] == says for n in linears)
+
+
 def test_inspect_json_is_complete_and_consistent(files):
     r = qrt_cli("inspect", files["dyn.qrt"], "--json")
     assert r.returncode == 0, r.stderr

@@ -38,6 +38,8 @@ from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
 )
 
 import qrt
+from qrt import format as qformat
+from qrt.builder import GraphBuilder
 from tools.convert import ConvertError, convert
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -62,8 +64,10 @@ class MLP(nn.Module):
         return self.fc3(torch.relu(self.fc2(self.relu(self.fc1(x)))))
 
 
-def _program(tmp_path, quantizer: str, dynamic: bool, net: nn.Module | None = None, **config) -> tuple:
-    """net quantized with pt2e, exported with a free batch and saved: (program, .pt2 path)."""
+def _program(tmp_path, quantizer: str, dynamic: bool, net: nn.Module | None = None, shift: float = 0.0,
+             **config) -> tuple:
+    """net quantized with pt2e (calibrated on inputs + shift), exported with a free batch and saved: (program,
+    .pt2 path)."""
     torch.manual_seed(0)
     net = (net or MLP()).eval()
     example = (torch.randn(4, 37) * 2,)
@@ -74,7 +78,7 @@ def _program(tmp_path, quantizer: str, dynamic: bool, net: nn.Module | None = No
     q.set_global(make_config(is_dynamic=dynamic, **config))
     prepared = prepare_pt2e(graph, q)
     for _ in range(4):
-        prepared(torch.randn(16, 37) * 2)
+        prepared(torch.randn(16, 37) * 2 + shift)
     program = torch.export.export(convert_pt2e(prepared), example, dynamic_shapes=batch)
     path = tmp_path / f"{quantizer}.pt2"
     torch.export.save(program, path)
@@ -124,6 +128,77 @@ def test_pt2e_mlp_matches_the_program(tmp_path, quantizer, dynamic):
         assert np.all(np.abs(got - want) <= bound), (np.abs(got - want).max(), bound.min())
         print(f"{quantizer} {'dynamic' if dynamic else 'static'} batch {batch}: max |qrt - program| "
               f"{np.abs(got - want).max():.3g} (bound {bound.max():.3g})")
+
+
+def _program_quantized_input(program, x: torch.Tensor) -> np.ndarray:
+    """The program's quantize_per_tensor of its input (int8 as uint8 with + 128: qrt's form)."""
+    gm = program.module()
+    first = next(n for n in gm.graph.nodes if n.op == "call_function" and "quantize_per_tensor" in str(n.target)
+                 and n.args[0].op == "placeholder")
+    seen = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, n):
+            out = super().run_node(n)
+            if n is first:
+                seen["q"] = out
+            return out
+
+    with torch.no_grad():
+        Recorder(gm).run(x)
+    q = seen["q"]
+    return (q.numpy().astype(np.int32) + (128 if q.dtype == torch.int8 else 0)).astype(np.uint8)
+
+
+@pytest.mark.parametrize("quantizer", ["x86", "arm"])
+def test_pt2e_static_input_quantize_is_the_programs_at_ties(tmp_path, quantizer):
+    """The program's quantize is clamp(round(x * (1 / s)) + zp): it rounds, then adds the zero point, as qrt's
+    qnnpack rule does (x86 torch's fma rule rounds x / s + zp at once: at a tie with an odd zero point, one step
+    apart). Inputs exactly on ties, x * fl(1 / s) = k + 1/2: every quantized input is the program's."""
+    program, path = _program(tmp_path, quantizer, False, shift=0.05)  # calibrated to an odd zero point
+    convert(path, tmp_path / "m.qrt")
+    qfile = qformat.load_file(tmp_path / "m.qrt")
+    node = qfile.graph.nodes[0]
+    assert node.op == "quantize_per_tensor" and node.attrs["engine"] == "qnnpack"
+    assert qfile.tensors[node.inputs["zero_point"]] % 2 == 1  # else both rules agree at every tie
+    s = np.float32(qfile.tensors[node.inputs["scale"]])
+    k = np.arange(-300, 300)
+    x = ((k + 0.5) * np.float64(s)).astype(np.float32)
+    x = x[x * (np.float32(1) / s) == (k + 0.5).astype(np.float32)]  # exactly on a tie in float32
+    assert x.size > 100
+    b = GraphBuilder()
+    ports = {p: qfile.tensors[v] if v in qfile.tensors else b.input("x", "float32", [None, 37])
+             for p, v in node.inputs.items()}
+    b.output(b.node("quantize_per_tensor", ports, node.attrs))
+    b.save(tmp_path / "q.qrt")
+    x = np.resize(x, (7, 37))
+    want = _program_quantized_input(program, torch.from_numpy(x))
+    np.testing.assert_array_equal(qrt.load(tmp_path / "q.qrt").run(x), want)
+    b.nodes[-1]["attrs"].pop("engine")  # x86 torch's rule, fma(x, 1 / s, zp) rounded: one step off at most ties
+    b.save(tmp_path / "x86.qrt")
+    off = np.count_nonzero(qrt.load(tmp_path / "x86.qrt").run(x) != want)
+    assert off > x.size // 4, off
+
+
+@pytest.mark.parametrize("engine, match", [
+    ("qnnpack", r"--engine qnnpack is for models torch.ao quantized under qnnpack: a pt2e program"),
+    (None, None),  # the process's engine does not apply to a program either
+])
+def test_pt2e_program_takes_no_engine(tmp_path, engine, match):
+    _, path = _program(tmp_path, "arm", False)
+    old = torch.backends.quantized.engine
+    torch.backends.quantized.engine = "qnnpack"
+    try:
+        if match:
+            with pytest.raises(ConvertError, match=match):
+                convert(path, tmp_path / "m.qrt", engine=engine)
+            return
+        result = convert(path, tmp_path / "m.qrt", engine=engine)
+    finally:
+        torch.backends.quantized.engine = old
+    assert result.metadata["converter.engine"] == "x86"
+    assert [n.attrs.get("engine", "x86") for n in qrt.load(tmp_path / "m.qrt").graph.nodes if n.op == "linear"] == \
+        ["x86", "x86"]
 
 
 def test_pt2e_loads_in_a_fresh_process(tmp_path):

@@ -472,3 +472,38 @@ def test_gpu_refuses_qnnpack(tmp_path, monkeypatch):
     with pytest.raises(NotImplementedError, match=r"engine 'qnnpack' is implemented on the CPU only; nodes \['cell'\]"):
         qrt.load(tmp_path / "cell.qrt", device="cuda")
     gpu.refuse_unsupported(_cell_file(tmp_path / "x86.qrt", "gru", qcell, "x86").graph)
+
+
+@pytest.mark.parametrize("engine, here, want, note", [
+    (None, "x86", "x86", "x86, torch's engine in this process (a model quantized under qnnpack needs --engine "
+                         "qnnpack)"),
+    (None, "qnnpack", "qnnpack", "qnnpack, torch's engine in this process (a model quantized under x86 needs "
+                                 "--engine x86)"),
+    (None, "fbgemm", "x86", "x86, torch's engine in this process"),  # torch's older name of x86
+    ("fbgemm", "qnnpack", "x86", ""),
+    ("qnnpack", "x86", "qnnpack", ""),
+    (None, "onednn", "torch's quantized engine here is 'onednn', whose numerics qrt does not follow: pass --engine "
+                     "x86 or --engine qnnpack", None),
+])
+def test_engine_of_a_quantized_checkpoint(tmp_path, engine, here, want, note):
+    """The checkpoint does not record the engine it was quantized under (a model quantized on ARM converted on x86):
+    where the user does not name one, the converter takes torch's in force and says where it came from."""
+    from tools.convert import ConvertError, convert
+
+    net = torch.nn.Sequential(torch.nn.Linear(7, 5))
+    torch.save(torch.ao.quantization.quantize_dynamic(net.eval(), {torch.nn.Linear}, dtype=torch.qint8),
+               tmp_path / "m.pt")
+    before = torch.backends.quantized.engine
+    torch.backends.quantized.engine = here
+    try:
+        if note is None:
+            with pytest.raises(ConvertError, match=want):
+                convert(tmp_path / "m.pt", tmp_path / "m.qrt", engine=engine, input_shapes=["2,7"],
+                        trust_checkpoint=True)
+            return
+        result = convert(tmp_path / "m.pt", tmp_path / "m.qrt", engine=engine, input_shapes=["2,7"],
+                         trust_checkpoint=True)
+    finally:
+        torch.backends.quantized.engine = before
+    assert result.metadata["converter.engine"] == want and result.engine_note.startswith(note)
+    assert [n.attrs.get("engine", "x86") for n in qrt.load(tmp_path / "m.qrt").graph.nodes] == [want]

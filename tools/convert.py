@@ -74,6 +74,7 @@ class Result:
     frontend: str = "fx"  # "fx" or "export"
     frontend_note: str = ""  # why the front end ran when auto chose export
     quantizer: str = ""  # which flow quantized a float model: "pt2e" or "fx" ("" for a quantized one)
+    engine_note: str = ""  # where the engine came from, where the user did not choose it
 
 
 # ------------------------------------------------------------ start-up
@@ -559,9 +560,9 @@ def convert(
     prepare_fx / convert_fx); a float .pt2 program is quantized by the FX flow.
     """
     the_rules = startup_rules(rules)
-    engine = engine or ("qnnpack" if torch.backends.quantized.engine == "qnnpack" else "x86")
-    if engine not in ENGINES:
-        raise ConvertError(f"engine must be one of {list(ENGINES)}, got {engine!r}")
+    engine = ENGINE_ALIASES.get(engine, engine)
+    if engine not in (None, *ENGINES):
+        raise ConvertError(f"engine must be one of {[*ENGINES, *ENGINE_ALIASES]}, got {engine!r}")
     checkpoint, output = os.fspath(checkpoint), os.fspath(output)
     if mode not in MODES:
         raise ConvertError(f"mode must be one of {list(MODES)}, got {mode!r}")
@@ -630,6 +631,9 @@ def convert(
         net, specs, free_dims, used_frontend, note = _front_end(net, specs, names, frontend, free_dims)
 
     prequantized = export_frontend.is_prequantized(net)
+    pt2e_program = prequantized and export_frontend.is_pt2e(net)
+    engine, engine_note = _engine(engine, pt2e_program or (prequantized and torchao_frontend.is_quantized(net)),
+                                  prequantized)
     if prequantized:
         gm = _trace(net, names)
         specs = _resolve(gm, specs)
@@ -662,7 +666,9 @@ def convert(
 
     layers: dict[str, str] = {}
     try:
-        builder = qlower.lower(gm, qrt_quantizer.describe, specs, layers, free_dims, engine)
+        # a pt2e program's decomposed quantize rounds, then adds the zero point: qnnpack's rule (NUMERICS.md 10)
+        builder = qlower.lower(gm, qrt_quantizer.describe, specs, layers, free_dims, engine,
+                               "qnnpack" if pt2e_program else engine)
         gone = builder.drop_unused()  # dead code: what the outputs do not need (an unused pooler)
         layers = {path: value for path, value in layers.items() if value not in gone}
         if named is not None:
@@ -693,7 +699,33 @@ def convert(
         spec["name"]: f"{spec['dtype']}[{', '.join('?' if d is None else str(d) for d in spec['shape'])}]"
         for spec in builder.inputs
     }
-    return Result(output, used_mode, list(shapes), metadata, shapes, used_frontend, note, used_quantizer)
+    return Result(output, used_mode, list(shapes), metadata, shapes, used_frontend, note, used_quantizer, engine_note)
+
+
+ENGINE_ALIASES = {"fbgemm": "x86"}  # torch's older name of its x86 engine
+
+
+def _engine(asked: str | None, program: bool, prequantized: bool) -> tuple[str, str]:
+    """(the engine whose numerics the int8 linears follow, a note where the user did not choose it).
+
+    A pt2e program or a torchao model computes as it is written (NUMERICS.md sections 10 and 11): no engine of
+    torch.ao's applies, and its linears take x86's form. Otherwise the one asked for, else torch's in force here:
+    the model may have been quantized elsewhere (on ARM, under qnnpack), which the checkpoint does not record."""
+    if program:
+        if asked == "qnnpack":
+            raise ConvertError("--engine qnnpack is for models torch.ao quantized under qnnpack: a pt2e program or a "
+                               "torchao model computes as it is written (docs/NUMERICS.md sections 10 and 11)")
+        return "x86", ""
+    if asked is not None:
+        return asked, ""
+    here = ENGINE_ALIASES.get(torch.backends.quantized.engine, torch.backends.quantized.engine)
+    if here not in ENGINES:
+        raise ConvertError(f"torch's quantized engine here is {here!r}, whose numerics qrt does not follow: pass "
+                           "--engine x86 or --engine qnnpack, the engine the model is quantized for")
+    if not prequantized:
+        return here, ""
+    other = "qnnpack" if here == "x86" else "x86"
+    return here, f"{here}, torch's engine in this process (a model quantized under {other} needs --engine {other})"
 
 
 def _calibrate(prepared, data: dict[str, np.ndarray], names: Sequence[str], batch: int, progress: bool) -> None:
@@ -764,7 +796,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--rules", help="a Python file defining RULES (see docs/CONVERTER.md)")
     p.add_argument(
-        "--engine", choices=ENGINES, help="torch's quantized engine whose numerics to follow (default: the current)"
+        "--engine", choices=[*ENGINES, *ENGINE_ALIASES],
+        help="torch's quantized engine whose numerics to follow (default: the one in force; fbgemm is x86)"
     )
     p.add_argument("--trust-checkpoint", action="store_true", help="allow a pickled whole-module checkpoint")
     p.add_argument(
@@ -809,6 +842,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if result.quantizer:
             flow = "pt2e (torchao)" if result.quantizer == "pt2e" else "fx (torch.ao)"
             print(f"quantizer: {flow}", file=sys.stderr)
+        if result.engine_note:
+            print(f"engine: {result.engine_note}", file=sys.stderr)
     inputs = ", ".join(f"{name} {shape}" for name, shape in result.shapes.items())
     meta = result.metadata
     print(f"wrote {result.path} ({result.mode}, engine {meta['converter.engine']}; inputs {inputs}; "

@@ -151,10 +151,12 @@ class Lowerer:
         specs: Sequence[qshapes.Spec],
         runs: Sequence[qshapes.Run],
         engine: str = "x86",
+        quantize_engine: str = "x86",
     ) -> None:
         self.gm = gm
         # the int8 linears' numerics: x86 is the ops' default, so only qnnpack is written (format version 5)
         self.engine_attrs: dict[str, str] = {} if engine == "x86" else {"engine": engine}
+        self.quantize_attrs: dict[str, str] = {} if quantize_engine == "x86" else {"engine": quantize_engine}
         self.describe = describe
         self.specs = list(specs)
         self.runs = list(runs)
@@ -509,6 +511,7 @@ def lower(
     layers: dict[str, str] | None = None,
     free_dims: str = "auto",
     engine: str = "x86",
+    quantize_engine: str | None = None,
 ) -> GraphBuilder:
     """Lower a quantized fx graph into a qrt GraphBuilder (not yet saved).
 
@@ -516,7 +519,8 @@ def lower(
     "(2,1,200),(2,1,200)") or a tools.shapes Leaf / tuple. ``free_dims``: "auto" (dimensions marked
     free and those the runs find free) or "marked" (only those marked). ``layers``, if given, is
     filled with module path -> the qrt value holding that module's output. ``engine``: whose numerics the
-    int8 linears follow, torch's "x86" (fbgemm) or "qnnpack" engine.
+    int8 linears follow, torch's "x86" (fbgemm) or "qnnpack" engine; ``quantize_engine``: whose rule the
+    activations' quantize nodes follow (default: ``engine``'s).
     """
     if free_dims not in qshapes.FREE_DIMS:
         raise LoweringError(f"free_dims must be one of {list(qshapes.FREE_DIMS)}, got {free_dims!r}")
@@ -530,7 +534,7 @@ def lower(
         raise LoweringError(str(e)) from None
     flat = [pair for spec, name in zip(specs, names) for pair in qshapes.leaves(spec, name)]
     while True:
-        lowerer = Lowerer(gm, describe, specs, runs, engine)
+        lowerer = Lowerer(gm, describe, specs, runs, engine, quantize_engine or engine)
         try:
             builder = lowerer.run()
             break

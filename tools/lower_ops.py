@@ -309,7 +309,7 @@ def _quantize(lw: Lowerer, node: torch.fx.Node, x: Any, scale: Any, zero_point: 
         s32, z = kept.scale, kept.zero_point
     # qnnpack's quantization is ARM torch's (the zero point added after rounding): the engine says so
     out = lw.emit(node, "quantize_per_tensor", {"x": lw.float_of(x), "scale": s32, "zero_point": np.int32(z)},
-                  {"dtype": "quint8", **lw.engine_attrs})
+                  {"dtype": "quint8", **lw.quantize_attrs})
     return Quant(out, s32, z)
 
 
