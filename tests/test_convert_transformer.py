@@ -259,6 +259,35 @@ def test_hugging_face_program_from_a_fresh_process(tmp_path):
         assert diff <= 1e-4 and cos >= 0.99999, (diff, cos)
 
 
+def test_float_program_exported_with_dim_auto(tmp_path):
+    """CONVERTER.md's way 4 on a BertModel called by keyword: Dim.AUTO gives input_ids' and attention_mask's batches
+    two symbols (the mask reaches them through indexing), which the converter took for two sizes: the program then
+    indexed out of bounds at another batch of input_ids alone. Dimensions at one position exported at one size
+    are one size; converted (quantize_dynamic's scheme), it holds to torch's quantize_dynamic model."""
+    torch.manual_seed(7)
+    model = BertModel(BertConfig(**TINY)).eval()
+    rng = np.random.default_rng(43)
+    ids, mask = _padded(rng, 2, 9, TINY["vocab_size"])
+    auto = {0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO}
+    program = torch.export.export(model, (), {"input_ids": ids, "attention_mask": mask},
+                                  dynamic_shapes={"input_ids": auto, "attention_mask": auto})
+    batches = {str(n.meta["val"].shape[0]) for n in program.graph.nodes
+               if n.op == "placeholder" and n.name in ("input_ids", "attention_mask")}
+    assert len(batches) == 2  # torch.export's two symbols for the one batch
+    torch.export.save(program, tmp_path / "bert.pt2")
+    result = convert(tmp_path / "bert.pt2", tmp_path / "bert.qrt")
+    assert result.shapes == {"input_ids": "int64[?, ?]", "attention_mask": "int64[?, ?]"}
+    q = quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+    m = qrt.load(tmp_path / "bert.qrt")
+    for batch, length in ((1, 7), (3, 12)):
+        ids, mask = _padded(rng, batch, length, TINY["vocab_size"])
+        ref = q(input_ids=ids, attention_mask=mask)
+        got = m.run({"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        for r, g in zip((ref.last_hidden_state, ref.pooler_output), got):
+            diff, cos = _agreement(r.detach().numpy(), g)
+            assert diff <= 1e-4 and cos >= 0.99999, (batch, length, diff, cos)
+
+
 def test_torchao_encoder_from_saved_program(tmp_path):
     """An encoder quantized by torchao's quantize_ (Int8DynamicActivationInt8WeightConfig: per-row symmetric
     activations, per-row int8 weights), exported with batch and length free and saved as a .pt2 (its weights

@@ -163,14 +163,14 @@ def program_specs(ep: ExportedProgram) -> tuple[list[qshapes.Spec], list[str]]:
     Each dynamic dimension gets an example size inside its range; dimensions sharing a symbol share it.
     """
     structure, names = program_arguments(ep)
-    user = [s.arg for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
-    vals = [next(n for n in ep.graph.nodes if n.op == "placeholder" and n.name == a.name).meta["val"] for a in user]
-    sizes: dict[str, int] = {}
+    vals = _user_values(ep)
+    keys = _size_keys(ep)
+    sizes: dict[Any, int] = {}
 
-    def dim(d: Any) -> qshapes.Dim:
+    def dim(leaf: int, i: int, d: Any) -> qshapes.Dim:
         if not _dynamic(d):
             return qshapes.Dim(int(d))
-        key = str(d)
+        key = keys[leaf, i]
         if key not in sizes:
             r = ep.range_constraints.get(d.node.expr)
             lo, hi = (2, None) if r is None else (int(r.lower), r.upper)
@@ -178,7 +178,8 @@ def program_specs(ep: ExportedProgram) -> tuple[list[qshapes.Spec], list[str]]:
             sizes[key] = size if hi is None or not hi.is_number or size <= hi else int(hi)
         return qshapes.Dim(sizes[key], free=True)
 
-    leaves = iter(qshapes.Leaf(tuple(dim(d) for d in v.shape), _dtype(v.dtype)) for v in vals)
+    leaves = iter(qshapes.Leaf(tuple(dim(leaf, i, d) for i, d in enumerate(v.shape)), _dtype(v.dtype))
+                  for leaf, v in enumerate(vals))
     specs = [pytree.tree_map(lambda _: next(leaves), arg) for arg in structure]
     specs = [tuple(s) if isinstance(s, list) else s for s in specs]
     return specs, names
@@ -691,16 +692,45 @@ def leaf_modules(model: nn.Module) -> dict[str, nn.Module]:
 
 
 def tied_dims(ep: ExportedProgram) -> list[frozenset]:
-    """The (flat input, dim) pairs of each symbol torch.export gave several input dimensions: a batch that
-    input_ids and attention_mask share changes in both at once."""
+    """The (flat input, dim) pairs of one size (_size_keys) in several input dimensions: a batch that input_ids and
+    attention_mask share changes in both at once."""
+    groups: dict[Any, set] = {}
+    for pair, key in _size_keys(ep).items():
+        groups.setdefault(key, set()).add(pair)
+    return [frozenset(g) for g in groups.values() if len(g) > 1]
+
+
+def _user_values(ep: ExportedProgram) -> list:
+    """The fake values of the program's user inputs, in its flat input order."""
     user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
     vals = {n.name: n.meta["val"] for n in ep.graph.nodes if n.op == "placeholder"}
-    by_symbol: dict[str, set] = {}
-    for leaf, name in enumerate(user):
-        for d, size in enumerate(vals[name].shape):
+    return [vals[name] for name in user]
+
+
+def _size_keys(ep: ExportedProgram) -> dict[tuple[int, int], Any]:
+    """(flat input, dim) -> one key per size that varies: torch.export's symbol, except that dimensions at the same
+    position of inputs it was exported with at the same size are one. Dim.AUTO may keep input_ids' and
+    attention_mask's batches apart (the mask reaches them through indexing), and a program then run with two
+    batches indexes out of bounds."""
+    vals = _user_values(ep)
+    examples = pytree.tree_leaves(ep.example_inputs) if ep.example_inputs is not None else []
+    if len(examples) != len(vals) or not all(isinstance(e, torch.Tensor) for e in examples):
+        examples = [None] * len(vals)  # a program saved without its examples: its symbols alone
+    root: dict[Any, Any] = {}
+
+    def find(k: Any) -> Any:
+        while root.setdefault(k, k) != k:
+            k = root[k]
+        return k
+
+    pairs = {}
+    for leaf, (v, e) in enumerate(zip(vals, examples)):
+        for d, size in enumerate(v.shape):
             if _dynamic(size):
-                by_symbol.setdefault(str(size), set()).add((leaf, d))
-    return [frozenset(g) for g in by_symbol.values() if len(g) > 1]
+                pairs[leaf, d] = str(size)
+                if e is not None and e.dim() == len(v.shape):
+                    root[find(str(size))] = find(("example", d, int(e.shape[d])))
+    return {pair: find(symbol) for pair, symbol in pairs.items()}
 
 
 def describe(module: nn.Module) -> Layer | None:
