@@ -69,7 +69,19 @@ SAME_FILE = [
     ("test_convert_export:Defaults", ["3,6"], {}),
     # an F.linear on the model's own parameters: linear_float (torch.fx's front end had refused it)
     ("test_convert_export:FunctionalLinear", ["3,6"], {}),
+    # .unflatten, which torch.export writes as aten.unflatten (the export front end had no lowering for it)
+    ("test_convert_export:Unflattened", ["3,5,16"], {}),
 ]
+
+
+class Unflattened(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(12)
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x).unflatten(-1, (4, 4)).sum(-1)
 
 
 class FunctionalLinear(nn.Module):
