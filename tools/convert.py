@@ -432,16 +432,17 @@ def _chosen_front_end(net: nn.Module, specs: list[qshapes.Spec], names: Sequence
         frontend, note = "export", "called with keyword arguments"
     if frontend == "fx":
         return net, specs, free_dims, "fx", note
+    fx_failed = ""
     if frontend == "auto":
         try:
             _trace(net, names)
             return net, specs, free_dims, "fx", note
         except ConvertError as e:
-            note = str(e)
+            note = fx_failed = str(e)
     try:
         gm, specs = _export(net, specs, names, free_dims)
-    except export_frontend.ExportError as e:
-        raise ConvertError(f"{note}; {e}" if note else str(e)) from None
+    except export_frontend.ExportError as e:  # both front ends' reasons, where both were tried
+        raise ConvertError(f"{fx_failed}; {e}" if fx_failed else str(e)) from None
     # torch.export decided which dimensions are dynamic: the runs vary those (and only those).
     return gm, specs, "marked", "export", note
 
@@ -464,6 +465,10 @@ def _export(net: nn.Module, specs: list[qshapes.Spec], names: Sequence[str], fre
         tried = [_default_dtype(s, "int64") for s in specs]
         try:
             ep, gm = exported(tried)
+        except export_frontend.RaiseError as as_ids:  # exported with int64 inputs: those are token ids
+            if isinstance(as_float, export_frontend.RaiseError):
+                raise export_frontend.ExportError(f"{as_float}; with int64 inputs (token ids): {as_ids}") from None
+            raise export_frontend.ExportError(f"with int64 inputs (token ids): {as_ids}") from None
         except export_frontend.ExportError as as_ids:  # both said why: which one applies is the user's to tell
             raise export_frontend.ExportError(f"{as_float}; with int64 inputs (token ids): {as_ids}") from None
     resolved = _resolve(gm, specs)

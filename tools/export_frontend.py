@@ -52,6 +52,10 @@ class ExportError(ValueError):
     """The export front end cannot read the model; the message says why."""
 
 
+class RaiseError(ExportError):
+    """torch.export exported the model, but its graph holds what qrt does not lower."""
+
+
 # ------------------------------------------------------------ exporting
 
 
@@ -363,7 +367,7 @@ class _Raiser:
         self.root: dict[str, Any] = {}
         self.env: dict[torch.fx.Node, Any] = {}
         self.consts: dict[str, torch.Tensor] = {}
-        self.errors: list[str] = []
+        self.errors: dict[str, list[str]] = {}  # why -> the nodes it stops
         self.q = pt2e.QDQ(self)
         self.signatures = {e.fqn: e.signature for e in ep.module_call_graph
                            if e.fqn.partition("@")[0] in leaves and e.signature}
@@ -432,10 +436,12 @@ class _Raiser:
             try:
                 self.env[node] = self._call(node)
             except LoweringError as e:
-                self.errors.append(f"{node.format_node()}: {e}")
+                self.errors.setdefault(str(e), []).append(node.name)
                 self.env[node] = None
-        if self.errors:
-            raise ExportError("the export front end cannot raise: " + "; ".join(self.errors))
+        if self.errors:  # each reason once, with the nodes it stops (not their reprs: whole argument lists)
+            raise RaiseError("the export front end cannot raise: " + "; ".join(
+                f"{why} (node{'s' if len(at) > 1 else ''} {', '.join(map(repr, at[:3]))}"
+                f"{f', +{len(at) - 3} more' if len(at) > 3 else ''})" for why, at in self.errors.items()))
         gm = torch.fx.GraphModule(self.root, self.graph)
         gm.graph.lint()
         return gm
