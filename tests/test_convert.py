@@ -546,3 +546,16 @@ def test_rules_keep_recurrent_layer_in_float(tmp_path):
     missing = _rules_file(tmp_path / "missing.py", "missing", {"decoder": "per-channel"})
     with pytest.raises(ConvertError, match="module 'decoder', which the model does not have"):
         convert(ckpt, tmp_path / "m.qrt", model="models:make_lstm_classifier", input_shapes=["1,5,12"], rules=missing)
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"mode": "static"}, "--mode static"),
+    ({"weight_dtype": "float16", "weights": "per-channel"}, "--weight-dtype float16, --weights per-channel"),
+])
+def test_quantization_options_refused_for_a_quantized_checkpoint(tmp_path, options, named):
+    """They choose how a float model is quantized; given for a quantized one they were ignored, exit 0."""
+    torch.save(quantize_dynamic(models.make_mlp().eval(), {nn.Linear}, dtype=torch.qint8), tmp_path / "q.pt")
+    with pytest.raises(ConvertError, match=f"^the model is quantized already, its scheme in the checkpoint: {named} "
+                                           "applies to a float model$"):
+        convert(tmp_path / "q.pt", tmp_path / "q.qrt", input_shapes=["1,37"], trust_checkpoint=True, **options)
+    assert not (tmp_path / "q.qrt").exists()

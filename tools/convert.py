@@ -640,6 +640,11 @@ def convert(
     engine, engine_note = _engine(engine, pt2e_program or (prequantized and torchao_frontend.is_quantized(net)),
                                   prequantized)
     if prequantized:
+        given = [f"--{flag} {value}" for flag, value, default in (("mode", mode, "dynamic"),
+                 ("weight-dtype", weight_dtype, "qint8"), ("weights", weights, "per-tensor")) if value != default]
+        if given:  # they choose how a float model is quantized: this one's scheme is in the checkpoint
+            raise ConvertError(f"the model is quantized already, its scheme in the checkpoint: {', '.join(given)} "
+                               "applies to a float model")
         gm = _trace(net, names)
         specs = _resolve(gm, specs)
         used_mode, used_quantizer = "prequantized", ""
