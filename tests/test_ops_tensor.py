@@ -273,7 +273,7 @@ def test_cat_inputs_without_gaps(tmp_path):
     [
         ("select", {"dim": 0, "index": 3}, [("float32", [None, 2])], [(3, 2)], "index 3 is out of range"),
         ("select", {"dim": 0, "index": -4}, [("float32", [None, 2])], [(3, 2)], "index -4 is out of range"),
-        ("select", {"dim": 0, "index": 2**70}, [("float32", [None, 2])], [(3, 2)], "out of range"),
+        ("select", {"dim": 0, "index": 2**62}, [("float32", [None, 2])], [(3, 2)], "out of range"),
         ("reshape", {"shape": [0, 4]}, [("float32", [None, None])], [(2, 3)], r"cannot be reshaped to \[0, 4\]"),
         ("reshape", {"shape": [0, -1]}, [("float32", [None, None])], [(0, 3)], "cannot be reshaped"),
         ("cat", {"dim": 1}, [("int8", [None, 2]), ("int8", [None, 3])], [(2, 2), (3, 3)], "x1 has shape"),
@@ -289,7 +289,8 @@ def test_free_dimensions_are_checked_at_run_time(tmp_path, op, attrs, specs, inp
     assert type(e.value) is ValueError and f"({op})" in str(e.value)  # names the node
 
 
-def test_slice_bounds_beyond_int64_clamp(tmp_path):
-    model = _model(tmp_path, "slice", {"dim": 1, "start": -(2**70), "end": 2**70}, [("int32", [None, 3])])
+def test_slice_bounds_at_int64_limits_clamp(tmp_path):
+    """Python's clamping at the widest bounds a file holds (wider integers are refused as read: test_format.py)."""
+    model = _model(tmp_path, "slice", {"dim": 1, "start": -(2**63), "end": 2**63 - 1}, [("int32", [None, 3])])
     x = _array((2, 3), "int32")
     _same(model.run(x), torch.from_numpy(x))
