@@ -134,10 +134,11 @@ def quantization_summary(node: Node, tensors: Mapping[str, np.ndarray]) -> list[
     """One short phrase per quantized operand of a node: weights, activations, output."""
     parts = []
     ins = node.inputs
+    weights = {port: tensors[v] for port, v in ins.items() if port.endswith("weight") and v in tensors}
     for port, value in ins.items():
-        if port.endswith("weight") and value in tensors:
+        if port in weights:
             prefix = port[: -len("weight")]
-            w = tensors[value]
+            w = weights[port]
             if w.dtype == np.float16:
                 parts.append(f"{prefix}weight f16")
             elif f"{port}_zero_point" in ins:
@@ -154,8 +155,7 @@ def quantization_summary(node: Node, tensors: Mapping[str, np.ndarray]) -> list[
     if "dtype" in node.attrs:
         parts.insert(0, node.attrs["dtype"])
     qnnpack = node.attrs.get("engine") == "qnnpack"
-    weights = [tensors[v] for p, v in ins.items() if p.endswith("weight") and v in tensors]
-    if node.op.endswith("_dynamic") and all(w.dtype == np.float16 for w in weights):
+    if node.op.endswith("_dynamic") and all(w.dtype == np.float16 for w in weights.values()):
         parts.append("x float32")  # float16 weights: the product is float, nothing is quantized per call
     elif node.op.endswith("_dynamic") and node.attrs.get("activation") == "per_row_symmetric":
         parts.append("x quantized per row, symmetric")

@@ -45,6 +45,7 @@ HEADER_ALIGN = 64  # the data section starts on a cache line; packed weights com
 MAX_JSON_DEPTH = 64  # deeper JSON is refused: no legitimate header needs it, and repr/recursion stay bounded
 MAX_RANK = 8
 MAX_NAME = 256
+EMPTY_TENSOR_BOUND = 2**20  # bytes a zero-size tensor may describe in a data section smaller than this
 _VERSION_RE = re.compile(r"[0-9]{1,9}")  # ASCII digits only: str.isdigit() accepts '¹', which int() refuses
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _CHECKSUM_RE = re.compile(r"xxh64-1m:[0-9a-f]{16}")
@@ -114,8 +115,9 @@ def _no_constants(name: str) -> Any:
 
 
 def _int64(text: str) -> int:
-    # A C reader holds JSON integers in 64 bits: a wider one is refused wherever it stands.
-    v = int(text)
+    # A C reader holds JSON integers in 64 bits: a wider one is refused wherever it stands (by its length first:
+    # int() refuses a literal of over 4300 digits with an error of its own).
+    v = int(text) if len(text.lstrip("-")) <= 19 else 2**63
     if not -(2**63) <= v < 2**63:
         raise FormatError(f"integer {text:.40} does not fit in 64 bits")
     return v
@@ -191,10 +193,10 @@ def _tensor_entry(name: str, entry: Any, data_len: int, version: int) -> tuple[n
             raise FormatError(f"{where}: shape dimensions must be non-negative integers, got {d!r:.40}")
     code_size = DTYPES[code].itemsize
     # A zero-size tensor passes the byte-length check whatever its other dimensions are, and kernels allocate
-    # in proportion to them (a packed weight's row sums): they too must fit in the data section.
-    if 0 in shape and math.prod(d for d in shape if d) * code_size > data_len:
-        raise FormatError(f"{where}: shape {shape} of {code} would not fit in the data section of {data_len} "
-                          "bytes were its zero dimensions 1")
+    # in proportion to them (a packed weight's row sums): they are bounded by the data section (or 1 MiB).
+    if 0 in shape and math.prod(d for d in shape if d) * code_size > max(data_len, EMPTY_TENSOR_BOUND):
+        raise FormatError(f"{where}: shape {shape} of {code} would take more than the data section's "
+                          f"{max(data_len, EMPTY_TENSOR_BOUND)} bytes were its zero dimensions 1")
     offsets = entry["data_offsets"]
     if (
         not isinstance(offsets, list)
@@ -437,7 +439,7 @@ def encode(
     checked = {**arrays, **packs}
     infos = {name: ValueInfo(t.dtype.name, t.shape) for name, t in checked.items()}
     version = written_version(graph)
-    parse_graph(json.loads(json.dumps(graph)), infos, checked, version)
+    parse_graph(_parse_json(json.dumps(graph), "graph"), infos, checked, version)
 
     packed_meta = {}
     for name, p in sorted(packs.items()):
@@ -474,7 +476,11 @@ def encode(
     )
     if packed_meta:
         meta[META_PACKED] = json.dumps(packed_meta, separators=(",", ":"))
-    header = json.dumps({"__metadata__": meta, **entries}, separators=(",", ":")).encode()
+    text = json.dumps({"__metadata__": meta, **entries}, separators=(",", ":"))
+    for name, entry in _parse_json(text, "header").items():  # the reader's JSON and entry rules, once more
+        if name != "__metadata__":
+            _tensor_entry(name, entry, len(data), version)
+    header = text.encode()
     header += b" " * (-(8 + len(header)) % HEADER_ALIGN)
     return struct.pack("<Q", len(header)) + header + data
 

@@ -122,12 +122,6 @@ def _fail(msg: str) -> None:
 FLOAT32_TINY = np.finfo(np.float32).tiny  # 2**-126, the smallest normal float32
 
 
-def _finite_reciprocal(t: np.ndarray) -> bool:
-    """1/fl(t) is finite in float32: kernels multiply by the reciprocal (of a product of scales, say)."""
-    with np.errstate(divide="ignore", over="ignore"):
-        return bool(np.all(np.isfinite(np.float32(1) / t.astype(np.float32))))
-
-
 def _scale_values(name: str, t: np.ndarray) -> None:
     """Scales are finite and > 0, and their float32 rounding fl(s) is a normal float32 (quantize multiplies by
     1/fl(s), finite for every normal; a subnormal scale is refused, as a flush-to-zero unit would read it as 0).
@@ -251,11 +245,12 @@ def _check_linear(ins, consts, attrs):
     _qparams(ins, consts, "x_", "uint8", None)
     _qparams(ins, consts, "weight_", "int8", n)
     _qparams(ins, consts, "y_", "uint8", None)
-    # The requantization runs on a_w = s_x * s_w and a_w / s_y in float32: both must stay usable.
+    # The requantization runs on a_w = s_x * s_w and a_w / s_y in float32: a_w a normal float32 (as a scale is),
+    # the multiplier finite and > 0.
     with np.errstate(over="ignore", under="ignore"):
         a_w = np.float32(consts["x_scale"]) * consts["weight_scale"].astype(np.float32)
         mult = a_w / np.float32(consts["y_scale"])
-    if not (np.all(a_w > 0) and _finite_reciprocal(a_w) and np.all(np.isfinite(mult)) and np.all(mult > 0)):
+    if not (np.all(a_w >= FLOAT32_TINY) and np.all(np.isfinite(mult)) and np.all(mult > 0)):
         _fail("x_scale * weight_scale / y_scale over- or underflows float32")
     return [ValueInfo("uint8", x.shape[:-1] + (n,))]
 

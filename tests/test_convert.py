@@ -551,6 +551,7 @@ def test_rules_keep_recurrent_layer_in_float(tmp_path):
 @pytest.mark.parametrize("options, named", [
     ({"mode": "static"}, "--mode static"),
     ({"weight_dtype": "float16", "weights": "per-channel"}, "--weight-dtype float16, --weights per-channel"),
+    ({"quantizer": "fx"}, "--quantizer fx"),
 ])
 def test_quantization_options_refused_for_a_quantized_checkpoint(tmp_path, options, named):
     """They choose how a float model is quantized; given for a quantized one they were ignored, exit 0."""

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from qrt_testing import convert_both_ways
 from torch import nn
 from torch.ao.quantization import quantize_dynamic
+from torch.export import Dim
 
 import qrt
 from qrt import format as qformat
@@ -402,6 +403,42 @@ def test_refusal_names_each_op_once_and_the_int64_attempt(tmp_path):
                 input_shapes={"input_ids": "2,9"})
     assert str(e.value) == ("with int64 inputs (token ids): the export front end cannot raise: ATen op "
                             "aten.cumsum.default has no qrt lowering (nodes 'cumsum', 'cumsum_1')")
+
+
+class Unpadded(nn.Module):
+    """unpad_sequence (torch.nn.utils.rnn, as pack_padded_sequence) packs nothing: not refused as packing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 4)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.cat(nn.utils.rnn.unpad_sequence(x, lengths, batch_first=True), 0))
+
+
+def test_other_sequence_utilities_are_not_called_packing(tmp_path):
+    torch.save(Unpadded().state_dict(), tmp_path / "u.pt")
+    with pytest.raises(ConvertError, match=r"^torch.fx cannot trace the model \(TraceError: Proxy object cannot be "):
+        convert(tmp_path / "u.pt", tmp_path / "u.qrt", model="test_convert_export:Unpadded",
+                input_shapes=["2,4,6", "2"], input_dtypes={"lengths": "int64"}, frontend="fx")
+
+
+class Optional(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
+        return self.fc(x) if extra is None else self.fc(x) + extra
+
+
+def test_pt2_with_a_non_tensor_input_is_refused_by_name(tmp_path):
+    """A keyword argument exported as None: the converter failed with AttributeError reading its shape."""
+    program = torch.export.export(Optional(), (), {"x": torch.randn(3, 8), "extra": None},
+                                  dynamic_shapes={"x": {0: Dim.AUTO}, "extra": None})
+    torch.export.save(program, tmp_path / "o.pt2")
+    with pytest.raises(ConvertError, match=r"^the program takes 'extra' = None, not a tensor: qrt's inputs are "):
+        convert(tmp_path / "o.pt2", tmp_path / "o.qrt")
 
 
 def test_pt2_float_program(tmp_path):

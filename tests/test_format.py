@@ -470,9 +470,10 @@ def test_bad_dtype(tmp_path, code):
     ([2**62, 2**62], "holds 512 bytes but shape"),
     ([2**30, 2**30], "holds 512 bytes but shape"),  # the int8 [4, 6] weight, packed: [4, 2, 16, 4]
     ([0, 2**63], "integer 9223372036854775808 does not fit in 64 bits"),
-    ([0, 2**40, 2**40], r"shape \[0, 1099511627776, 1099511627776\] of I8 would not fit in the data section of \d+ "
-                        "bytes were its zero dimensions 1"),
-    ([2**40, 0], "would not fit in the data section"),  # its packing allocated 4 TiB of row sums
+    ([0, 2**40, 2**40], r"shape \[0, 1099511627776, 1099511627776\] of I8 would take more than the data section's "
+                        r"1048576 bytes were its zero dimensions 1"),
+    ([2**40, 0], "would take more than the data section's"),  # its packing allocated 4 TiB of row sums
+    ([2**20 + 1, 0], "would take more than the data section's 1048576 bytes"),
     ("4x6", "must be a list"),
 ])
 def test_bad_shape(tmp_path, shape, match):
@@ -906,3 +907,30 @@ def test_version_7_ops_and_bool_inputs(tmp_path):
         (tmp_path / "v6.qrt").write_bytes(data.replace(b'"qrt.version":"7"', b'"qrt.version":"6"', 1))
         with pytest.raises(qrt.FormatError, match=message):
             qrt.load(tmp_path / "v6.qrt")
+
+
+def test_writer_refuses_what_the_reader_refuses_and_writes_what_it_reads(tmp_path):
+    """The writer runs the reader's JSON and entry rules on what it writes (it had written 64-bit-wide attributes,
+    NUL names and metadata the reader then refused). A file whose only stored tensor is empty reads back: the
+    zero-size bound leaves 1 MiB to a data section of 0 bytes."""
+
+    def relu(**extra):
+        b = GraphBuilder()
+        b.output(b.node("relu", {"x": b.input("x", "float32", [None, 3])}))
+        for name, value in extra.items():
+            b.tensor(name, value)
+        return b
+
+    relu(empty=np.zeros((0, 3), np.float32), rows=np.zeros((2**18, 0), np.float32)).save(tmp_path / "ok.qrt")
+    assert qrt.load(tmp_path / "ok.qrt").run(np.ones((1, 3), np.float32)).tolist() == [[1, 1, 1]]
+    with pytest.raises(ValueError, match=r"would take more than the data section's 1048576 bytes"):
+        relu(rows=np.zeros((2**18 + 1, 0), np.float32)).save(tmp_path / "big.qrt")
+    with pytest.raises(ValueError, match=r"header: string 'b\\x00c' holds U\+0000"):
+        relu(**{"b\x00c": np.ones(2, np.float32)}).save(tmp_path / "nul.qrt")
+    with pytest.raises(ValueError, match=r"header: string .* holds U\+0000"):
+        relu().save(tmp_path / "meta.qrt", metadata={"note": "a\x00b"})
+    b = GraphBuilder()
+    b.output(b.node("slice", {"x": b.input("x", "int32", [None, 3])}, {"dim": 1, "start": 0, "end": 10**20}))
+    with pytest.raises(ValueError, match="graph: integer 100000000000000000000 does not fit in 64 bits"):
+        b.save(tmp_path / "wide.qrt")
+    assert not any(p.name != "ok.qrt" for p in tmp_path.iterdir())  # nothing left of a refused write

@@ -505,5 +505,6 @@ def test_engine_of_a_quantized_checkpoint(tmp_path, engine, here, want, note):
                          trust_checkpoint=True)
     finally:
         torch.backends.quantized.engine = before
-    assert result.metadata["converter.engine"] == want and result.engine_note.startswith(note)
+    assert result.metadata["converter.engine"] == want
+    assert result.engine_note.startswith(note) if note else result.engine_note == ""
     assert [n.attrs.get("engine", "x86") for n in qrt.load(tmp_path / "m.qrt").graph.nodes] == [want]

@@ -342,7 +342,8 @@ def _trace(model: nn.Module, names: Sequence[str]) -> torch.fx.GraphModule:
     try:
         return torch.fx.symbolic_trace(model, concrete_args=concrete or None)
     except Exception as e:
-        if any(f.f_code.co_filename == torch.nn.utils.rnn.__file__ for f, _ in traceback.walk_tb(e.__traceback__)):
+        if any(f.f_code.co_filename == torch.nn.utils.rnn.__file__ and f.f_code.co_name in _PACKING
+               for f, _ in traceback.walk_tb(e.__traceback__)):
             raise ConvertError(PACKED) from None  # pack_padded_sequence given a proxy for its lengths
         raise ConvertError(f"torch.fx cannot trace the model ({type(e).__name__}: {e})") from None
 
@@ -389,9 +390,12 @@ def _load_program(path: str, frontend: str, input_shapes: Sequence[Any] | None, 
     try:
         ep = export_frontend.load(path)
         specs, names = export_frontend.program_specs(ep)
-        return export_frontend.raise_program(ep, names), specs, names
+        return export_frontend.raise_program(ep, names, saved=True), specs, names
     except (export_frontend.ExportError, torchao_frontend.TorchaoError) as e:
         raise ConvertError(str(e)) from None
+
+
+_PACKING = ("pack_padded_sequence", "pack_sequence")  # torch.nn.utils.rnn's functions that build a PackedSequence
 
 
 @contextlib.contextmanager
@@ -465,12 +469,13 @@ def _export(net: nn.Module, specs: list[qshapes.Spec], names: Sequence[str], fre
         tried = [_default_dtype(s, "int64") for s in specs]
         try:
             ep, gm = exported(tried)
-        except export_frontend.RaiseError as as_ids:  # exported with int64 inputs: those are token ids
-            if isinstance(as_float, export_frontend.RaiseError):
-                raise export_frontend.ExportError(f"{as_float}; with int64 inputs (token ids): {as_ids}") from None
-            raise export_frontend.ExportError(f"with int64 inputs (token ids): {as_ids}") from None
-        except export_frontend.ExportError as as_ids:  # both said why: which one applies is the user's to tell
-            raise export_frontend.ExportError(f"{as_float}; with int64 inputs (token ids): {as_ids}") from None
+        except export_frontend.ExportError as as_ids:
+            # where only the int64 attempt exported, those inputs are token ids and its reason is the one; else
+            # both said why, and which one applies is the user's to tell
+            raised = export_frontend.RaiseError
+            alone = isinstance(as_ids, raised) and not isinstance(as_float, raised)
+            raise export_frontend.ExportError(f"{'' if alone else f'{as_float}; '}with int64 inputs (token ids): "
+                                              f"{as_ids}") from None
     resolved = _resolve(gm, specs)
     if resolved != tried:
         ep, gm = exported(resolved)
@@ -558,11 +563,13 @@ def convert(
     a shape ((1, 37)) or a tuple of shapes for a tuple argument; or by name, for a model called with
     keyword arguments (tools/keywords.py): {"input_ids": "2,9", ...} or ["input_ids=2,9", ...].
     ``input_dtypes``: by argument or input name ("hidden.0"). ``free_dims``: "auto" or "marked" (see
-    --free-dims). ``engine``: whose numerics the int8 layers follow, "x86" or "qnnpack"; None: the quantized
-    engine torch has in force. ``frontend``: "fx", "export" or "auto" (torch.fx, else torch.export where
-    torch.fx cannot trace; a .pt2 program is always exported). ``quantizer``: which flow quantizes a float
-    model, "pt2e" (torchao's prepare_pt2e / convert_pt2e under tools/qrt_quantizer.py) or "fx" (torch.ao's
-    prepare_fx / convert_fx); a float .pt2 program is quantized by the FX flow.
+    --free-dims). ``engine``: whose numerics the int8 layers of a torch.ao model follow, "x86" (or "fbgemm") or
+    "qnnpack"; None: the quantized engine torch has in force (onednn refused). A pt2e program or a torchao model
+    takes none (_engine). ``mode``, ``weight_dtype``, ``weights`` and ``quantizer`` quantize a float model: other
+    than their defaults for a quantized one, they are refused. ``frontend``: "fx", "export" or "auto" (torch.fx,
+    else torch.export where torch.fx cannot trace; a .pt2 program is always exported). ``quantizer``: which
+    flow quantizes a float model, "pt2e" (torchao's prepare_pt2e / convert_pt2e under tools/qrt_quantizer.py)
+    or "fx" (torch.ao's prepare_fx / convert_fx); a float .pt2 program is quantized by the FX flow.
     """
     the_rules = startup_rules(rules)
     engine = ENGINE_ALIASES.get(engine, engine)
@@ -641,7 +648,8 @@ def convert(
                                   prequantized)
     if prequantized:
         given = [f"--{flag} {value}" for flag, value, default in (("mode", mode, "dynamic"),
-                 ("weight-dtype", weight_dtype, "qint8"), ("weights", weights, "per-tensor")) if value != default]
+                 ("weight-dtype", weight_dtype, "qint8"), ("weights", weights, "per-tensor"),
+                 ("quantizer", quantizer, "pt2e")) if value != default]
         if given:  # they choose how a float model is quantized: this one's scheme is in the checkpoint
             raise ConvertError(f"the model is quantized already, its scheme in the checkpoint: {', '.join(given)} "
                                "applies to a float model")

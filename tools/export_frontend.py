@@ -31,6 +31,7 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import sympy
 import torch
 import torch.fx
 import torch.nn.functional as F
@@ -164,11 +165,21 @@ def is_pt2(path: str) -> bool:
 def program_specs(ep: ExportedProgram) -> tuple[list[qshapes.Spec], list[str]]:
     """A saved program's inputs as specs (its dynamic dimensions marked free) and argument names.
 
-    Each dynamic dimension gets an example size inside its range; dimensions sharing a symbol share it.
+    Each dynamic dimension gets an example size inside its range; dimensions of one size (_size_keys) share it,
+    inside every range of theirs.
     """
     structure, names = program_arguments(ep)
     vals = _user_values(ep)
-    keys = _size_keys(ep)
+    keys = _size_keys(ep, by_example=True)
+    ranges: dict[Any, tuple[int, Any]] = {}  # key -> (lowest, highest): the ranges of its symbols, intersected
+    for leaf, v in enumerate(vals):
+        for i, d in enumerate(v.shape):
+            if _dynamic(d):
+                r = ep.range_constraints.get(d.node.expr)
+                finite = r is not None and isinstance(r.upper, sympy.Integer)  # not torch's int_oo
+                lo, hi = (2, None) if r is None else (int(r.lower), int(r.upper) if finite else None)
+                was_lo, was_hi = ranges.get(keys[leaf, i], (lo, hi))
+                ranges[keys[leaf, i]] = max(lo, was_lo), min((h for h in (hi, was_hi) if h is not None), default=None)
     sizes: dict[Any, int] = {}
 
     def dim(leaf: int, i: int, d: Any) -> qshapes.Dim:
@@ -176,10 +187,9 @@ def program_specs(ep: ExportedProgram) -> tuple[list[qshapes.Spec], list[str]]:
             return qshapes.Dim(int(d))
         key = keys[leaf, i]
         if key not in sizes:
-            r = ep.range_constraints.get(d.node.expr)
-            lo, hi = (2, None) if r is None else (int(r.lower), r.upper)
+            lo, hi = ranges[key]
             size = max(lo, 3 + 2 * len(sizes))  # distinct sizes: the search tells them apart
-            sizes[key] = size if hi is None or not hi.is_number or size <= hi else int(hi)
+            sizes[key] = size if hi is None or size <= hi else hi
         return qshapes.Dim(sizes[key], free=True)
 
     leaves = iter(qshapes.Leaf(tuple(dim(leaf, i, d) for i, d in enumerate(v.shape)), _dtype(v.dtype))
@@ -680,15 +690,17 @@ def raise_program(
     model: nn.Module | None = None,
     quantized: dict[str, nn.Module] | None = None,
     leaves: dict[str, nn.Module] | None = None,
+    saved: bool = False,
 ) -> torch.fx.GraphModule:
     """The ATen graph of ep as a torch-level fx graph (module docstring). ``model``: the exported module,
     whose leaf modules become call_module nodes again; ``quantized``: path -> the torch.ao module a
     stand-in took the place of; a saved program (no model) calls its torchao Linears again. ``leaves``, if
-    given: path -> module, the calls to raise instead."""
+    given: path -> module, the calls to raise instead. ``saved``: ep is a user's saved program, exported on
+    examples of their choosing (its sizes tie as _size_keys says), not one the converter exported."""
     if leaves is None:
         leaves = _leaf_paths(model, quantized or {}) if model is not None else torchao_frontend.program_leaves(ep)
     gm = _Raiser(ep, leaves, names).run()
-    gm.meta[TIED_DIMS] = tied_dims(ep)
+    gm.meta[TIED_DIMS] = tied_dims(ep, by_example=saved)
     return gm
 
 
@@ -697,29 +709,33 @@ def leaf_modules(model: nn.Module) -> dict[str, nn.Module]:
     return _leaf_paths(model, {})
 
 
-def tied_dims(ep: ExportedProgram) -> list[frozenset]:
+def tied_dims(ep: ExportedProgram, by_example: bool) -> list[frozenset]:
     """The (flat input, dim) pairs of one size (_size_keys) in several input dimensions: a batch that input_ids and
     attention_mask share changes in both at once."""
     groups: dict[Any, set] = {}
-    for pair, key in _size_keys(ep).items():
+    for pair, key in _size_keys(ep, by_example).items():
         groups.setdefault(key, set()).add(pair)
     return [frozenset(g) for g in groups.values() if len(g) > 1]
 
 
 def _user_values(ep: ExportedProgram) -> list:
-    """The fake values of the program's user inputs, in its flat input order."""
+    """The fake values of the program's user inputs, in its flat input order (tensors: qrt's inputs are)."""
     user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
     vals = {n.name: n.meta["val"] for n in ep.graph.nodes if n.op == "placeholder"}
+    for name in user:
+        if not isinstance(vals[name], torch.Tensor):
+            raise ExportError(f"the program takes {name!r} = {vals[name]!r}, not a tensor: qrt's inputs are tensors "
+                              "(export it without passing that argument)")
     return [vals[name] for name in user]
 
 
-def _size_keys(ep: ExportedProgram) -> dict[tuple[int, int], Any]:
-    """(flat input, dim) -> one key per size that varies: torch.export's symbol, except that dimensions at the same
-    position of inputs it was exported with at the same size are one. Dim.AUTO may keep input_ids' and
-    attention_mask's batches apart (the mask reaches them through indexing), and a program then run with two
-    batches indexes out of bounds."""
+def _size_keys(ep: ExportedProgram, by_example: bool) -> dict[tuple[int, int], Any]:
+    """(flat input, dim) -> one key per size that varies: torch.export's symbol; by_example (a saved program,
+    whose examples the converter did not choose), dimensions at the same position of inputs it was exported with
+    at the same size are one too. Dim.AUTO may keep input_ids' and attention_mask's batches apart (the mask reaches
+    them through indexing), and a program then run with two batches indexes out of bounds."""
     vals = _user_values(ep)
-    examples = pytree.tree_leaves(ep.example_inputs) if ep.example_inputs is not None else []
+    examples = pytree.tree_leaves(ep.example_inputs) if by_example and ep.example_inputs is not None else []
     if len(examples) != len(vals) or not all(isinstance(e, torch.Tensor) for e in examples):
         examples = [None] * len(vals)  # a program saved without its examples: its symbols alone
     root: dict[Any, Any] = {}

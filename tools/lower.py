@@ -151,11 +151,12 @@ class Lowerer:
         specs: Sequence[qshapes.Spec],
         runs: Sequence[qshapes.Run],
         engine: str = "x86",
-        quantize_engine: str = "x86",
+        quantize_engine: str | None = None,
     ) -> None:
         self.gm = gm
         # the int8 linears' numerics: x86 is the ops' default, so only qnnpack is written (format version 5)
         self.engine_attrs: dict[str, str] = {} if engine == "x86" else {"engine": engine}
+        quantize_engine = quantize_engine or engine  # the activations' quantize rule: the linears' unless told
         self.quantize_attrs: dict[str, str] = {} if quantize_engine == "x86" else {"engine": quantize_engine}
         self.describe = describe
         self.specs = list(specs)
@@ -534,7 +535,7 @@ def lower(
         raise LoweringError(str(e)) from None
     flat = [pair for spec, name in zip(specs, names) for pair in qshapes.leaves(spec, name)]
     while True:
-        lowerer = Lowerer(gm, describe, specs, runs, engine, quantize_engine or engine)
+        lowerer = Lowerer(gm, describe, specs, runs, engine, quantize_engine)
         try:
             builder = lowerer.run()
             break
