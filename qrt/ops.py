@@ -923,13 +923,9 @@ def _broadcast_batch(named: Mapping[str, tuple]) -> tuple:
 
 
 def _finite_float32(v: float) -> bool:
-    """v (a JSON number: any int) rounds to a finite float32, as the kernels take it."""
-    try:
-        f = float(v)
-    except OverflowError:
-        return False
+    """v (a JSON number: a float or an int within 64 bits) rounds to a finite float32, as the kernels take it."""
     with np.errstate(over="ignore"):
-        return bool(np.isfinite(np.float32(f)))
+        return bool(np.isfinite(np.float32(float(v))))
 
 
 def _matrices(ins, names: tuple[str, ...]) -> None:

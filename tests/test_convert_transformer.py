@@ -315,3 +315,56 @@ def test_torchao_encoder_from_saved_program(tmp_path):
     graph = json.loads(qformat.load_file(out).metadata[qformat.META_GRAPH])
     linears = [n for n in graph["nodes"] if n["op"] == "linear_dynamic"]
     assert len(linears) == 12 and all(n["attrs"]["activation"] == "per_row_symmetric" for n in linears)
+
+
+class TorchEncoder(nn.Module):
+    """torch's own nn.TransformerEncoder (its layers' MultiheadAttention inside) and a head. Its forwards are read
+    through by the export front end (torch.fx cannot trace them)."""
+
+    def __init__(self, batch_first: bool = True) -> None:
+        super().__init__()
+        torch.manual_seed(14)
+        layer = nn.TransformerEncoderLayer(48, 4, 80, batch_first=batch_first)
+        self.enc, self.head = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False), nn.Linear(48, 5)
+
+    def forward(self, src: torch.Tensor) -> torch.Tensor:
+        return self.head(self.enc(src))
+
+
+class PaddedTorchEncoder(TorchEncoder):
+    """With a key padding mask (True: padding), which MultiheadAttention turns into -inf scores."""
+
+    def forward(self, src: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        return self.head(self.enc(src, src_key_padding_mask=pad))
+
+
+@pytest.mark.parametrize("batch_first, masked", [(True, False), (False, False), (True, True)])
+def test_torch_transformer_encoder(tmp_path, batch_first, masked):
+    """Against torch's quantize_dynamic of the same model (its FFN Linears and the head quantized; the attention's
+    projections, F.linear on parameters, float in both), run with torch's fast path off: with quantized Linears
+    its eligibility check reads .weight.device of a method and raises AttributeError in torch 2.13. The batch is
+    free; the length is fixed, for MultiheadAttention views [S * B, E] as [S, B, E], which qrt's reshape cannot
+    write with both free. The module docstring gives the bar."""
+    net = (PaddedTorchEncoder if masked else TorchEncoder)(batch_first).eval()
+    torch.save(net, tmp_path / "e.pt")
+    src = "2,7,48" if batch_first else "7,2,48"
+    result = convert(tmp_path / "e.pt", tmp_path / "e.qrt", input_shapes=[src, "2,7"] if masked else [src],
+                     input_dtypes={"pad": "bool"} if masked else None, trust_checkpoint=True)
+    assert result.frontend == "export" and "torch.fx cannot trace" in result.frontend_note
+    free = "float32[?, 7, 48]" if batch_first else "float32[7, ?, 48]"
+    assert result.shapes == ({"src": free, "pad": "bool[?, 7]"} if masked else {"src": free})
+    q = quantize_dynamic(net, {nn.Linear}, dtype=torch.qint8)
+    m, rng = qrt.load(tmp_path / "e.qrt"), np.random.default_rng(44)
+    for batch in (1, 3):
+        x = rng.standard_normal((batch, 7, 48) if batch_first else (7, batch, 48)).astype(np.float32)
+        pad = np.zeros((batch, 7), bool)
+        pad[0, 4:] = True  # the first sequence is 4 tokens long
+        feeds = [x, pad] if masked else [x]
+        torch.backends.mha.set_fastpath_enabled(False)
+        try:
+            with torch.no_grad():
+                ref = q(*map(torch.from_numpy, feeds)).numpy()
+        finally:
+            torch.backends.mha.set_fastpath_enabled(True)
+        diff, cos = _agreement(ref, m.run(feeds))
+        assert diff <= 1e-4 and cos >= 0.99999, (batch, diff, cos)

@@ -340,7 +340,8 @@ def _trace(model: nn.Module, names: Sequence[str]) -> torch.fx.GraphModule:
     params = inspect.signature(model.forward).parameters
     concrete = {n: p.default for n, p in params.items() if n not in names and p.default is not inspect.Parameter.empty}
     try:
-        return torch.fx.symbolic_trace(model, concrete_args=concrete or None)
+        tracer = export_frontend.Tracer()
+        return torch.fx.GraphModule(model, tracer.trace(model, concrete_args=concrete or None), type(model).__name__)
     except Exception as e:
         if any(f.f_code.co_filename == torch.nn.utils.rnn.__file__ and f.f_code.co_name in _PACKING
                for f, _ in traceback.walk_tb(e.__traceback__)):

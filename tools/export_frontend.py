@@ -325,11 +325,22 @@ def _leaf_key(node: torch.fx.Node, leaves: Any) -> tuple[str, str] | None:
     return None
 
 
+# torch.nn modules whose forward torch.export writes as ops qrt lowers: read through, not called as one module
+THROUGH = (nn.TransformerEncoder, nn.TransformerEncoderLayer, nn.MultiheadAttention)
+
+
+class Tracer(torch.fx.Tracer):
+    """torch.fx's tracer, but for THROUGH (whose forwards torch.fx cannot trace: the export front end reads them)."""
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        return not isinstance(m, THROUGH) and super().is_leaf_module(m, module_qualified_name)
+
+
 def _leaf_paths(model: nn.Module | None, quantized: dict[str, nn.Module]) -> dict[str, nn.Module]:
     """Module path -> the module the raised graph calls: torch.fx's leaf modules, and the quantized ones."""
     if model is None:
         return {}
-    tracer = torch.fx.Tracer()
+    tracer = Tracer()
     out = {name: m for name, m in model.named_modules() if name and tracer.is_leaf_module(m, name)}
     out.update(quantized)
     return out
@@ -575,11 +586,15 @@ class _Raiser:
             return self.function(operator.getitem, (args[0], (slice(None),) * args[1] + (args[2],)), {})
         if name == "embedding":  # aten: (weight, indices, padding_idx, ...); F.embedding: (input, weight, ...)
             return self.function(F.embedding, (args[1], args[0]), {})
-        if name in ("clone", "contiguous", "alias", "detach", "detach_", "lift_fresh_copy"):
+        if name == "contiguous":  # kept: a .view after it (MultiheadAttention's) needs it when torch runs the graph
+            return self.method("contiguous", args[:1])
+        if name in ("clone", "alias", "detach", "detach_", "lift_fresh_copy"):
             return args[0]  # lift_fresh_copy, detach_: a torch.tensor(...) made in forward, a constant
         if name in ("to", "_to_copy"):  # x.to(dtype): the device and layout are the CPU's
             dtype = kwargs.get("dtype", next((a for a in args[1:] if isinstance(a, torch.dtype)), None))
             return args[0] if dtype is None else self.method("to", (args[0], dtype))
+        if name == "masked_fill_" and len(node.args[0].users) == 1:  # x.masked_fill_(...) on a value nothing
+            name = "masked_fill"  # else reads: the same as its out-of-place form (F._canonical_mask's)
         if name in _METHODS:  # as users write them: x.expand(...), x.new_ones(size, dtype=...)
             kept = {k: v for k, v in kwargs.items() if k in ("dtype",)}
             return self.graph.create_node("call_method", name, tuple(args), kept)

@@ -368,6 +368,19 @@ def _runtime(lw: Lowerer, node: torch.fx.Node, x: Any, suffix: str) -> Tensor:
     return Tensor(lw.float_of(x))
 
 
+@lowers(functions=(torch.zeros_like,))
+def _zeros_like(lw: Lowerer, node: torch.fx.Node, input: Any, *, dtype: Any = None, **kwargs: Any) -> Tensor:
+    """Zeros of input's shape, free sizes too (F._canonical_mask's, under a padding mask): a stored 0 expanded
+    to input's sizes, then cast to dtype."""
+    x = _runtime(lw, node, input, "_x")
+    rank = len(lw.shape(input))
+    out = stored(lw, node, torch.zeros((1,) * rank), "_zero")
+    if rank:
+        out = Tensor(lw.emit(node, "expand", {"x": out.name, "like": x.name},
+                             {"shape": [-1] * rank, "like_dims": list(range(rank))}))
+    return cast(lw, node, out, x.dtype if dtype is None else dtype_name(dtype))
+
+
 @lowers(methods=("expand",), sizes=True, keeps_dtype=True)
 def _expand(lw: Lowerer, node: torch.fx.Node, x: Any, *sizes: Any) -> Any:
     """One qrt expand per tensor whose sizes are asked for (a BertModel's mask takes its batch from position_ids
