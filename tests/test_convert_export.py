@@ -72,7 +72,19 @@ SAME_FILE = [
     ("test_convert_export:FunctionalLinear", ["3,6"], {}),
     # .unflatten, which torch.export writes as aten.unflatten (the export front end had no lowering for it)
     ("test_convert_export:Unflattened", ["3,5,16"], {}),
+    # .type_as, a cast to another tensor's dtype (aten.type_as: refused by the export front end, and by torch.fx's)
+    ("test_convert_export:TypeAs", ["3,16"], {}),
 ]
+
+
+class TypeAs(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(15)
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x * (x > 0).type_as(x))
 
 
 class Unflattened(nn.Module):
@@ -439,6 +451,15 @@ def test_pt2_with_a_non_tensor_input_is_refused_by_name(tmp_path):
     torch.export.save(program, tmp_path / "o.pt2")
     with pytest.raises(ConvertError, match=r"^the program takes 'extra' = None, not a tensor: qrt's inputs are "):
         convert(tmp_path / "o.pt2", tmp_path / "o.qrt")
+
+
+def test_type_as_matches_torch(tmp_path):
+    """x * (x > 0).type_as(x): the mask cast to float32 and the dynamic Linear after it, torch's bits."""
+    torch.save(TypeAs().state_dict(), tmp_path / "t.pt")
+    convert(tmp_path / "t.pt", tmp_path / "t.qrt", model="test_convert_export:TypeAs", input_shapes=["3,16"])
+    x = np.random.default_rng(12).standard_normal((5, 16)).astype(np.float32)
+    want = quantize_dynamic(TypeAs().eval(), {nn.Linear})(torch.from_numpy(x))
+    np.testing.assert_array_equal(qrt.load(tmp_path / "t.qrt").run(x), want.detach().numpy())
 
 
 def test_pt2_float_program(tmp_path):

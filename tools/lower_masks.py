@@ -200,7 +200,7 @@ def _masked_fill(lw: Lowerer, node: torch.fx.Node, x: Any, mask: Any, value: Any
 # ------------------------------------------------------------ casts
 
 
-@lowers(methods=("to",))
+@lowers(methods=("to", "type_as"))
 def _to(lw: Lowerer, node: torch.fx.Node, x: Any, *args: Any, dtype: Any = None, **kwargs: Any) -> Any:
     for a in args:  # .to(dtype), .to(device, dtype), .to(other tensor) are not all alike
         if isinstance(a, torch.dtype):
