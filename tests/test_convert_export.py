@@ -74,7 +74,34 @@ SAME_FILE = [
     ("test_convert_export:Unflattened", ["3,5,16"], {}),
     # .type_as, a cast to another tensor's dtype (aten.type_as: refused by the export front end, and by torch.fx's)
     ("test_convert_export:TypeAs", ["3,16"], {}),
+    # a constant made in forward (torch.fx's trace runs torch.zeros(4); torch.export writes aten.zeros: refused)
+    ("test_convert_export:ConstantZeros", ["3,6"], {}),
 ]
+
+
+class ConstantZeros(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(16)
+        self.fc = nn.Linear(6, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) + torch.zeros(4) + torch.full((4,), 0.5)
+
+
+class InPlace(nn.Module):
+    """y += 1 where z = y aliases it: torch returns the written value."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(17)
+        self.fc = nn.Linear(6, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        z = y
+        y += 1
+        return z
 
 
 class TypeAs(nn.Module):
@@ -460,6 +487,27 @@ def test_type_as_matches_torch(tmp_path):
     x = np.random.default_rng(12).standard_normal((5, 16)).astype(np.float32)
     want = quantize_dynamic(TypeAs().eval(), {nn.Linear})(torch.from_numpy(x))
     np.testing.assert_array_equal(qrt.load(tmp_path / "t.qrt").run(x), want.detach().numpy())
+
+
+def test_in_place_add_is_torchs_through_pt2e(tmp_path):
+    """The pt2e flow (the default) reads torch.export's aten.add_, which writes the tensor z aliases: torch's value
+    (it had been refused; torch.fx traces y += 1 as y = y + 1, which --quantizer fx keeps, one off)."""
+    torch.save(InPlace().state_dict(), tmp_path / "i.pt")
+    convert(tmp_path / "i.pt", tmp_path / "i.qrt", model="test_convert_export:InPlace", input_shapes=["3,6"])
+    x = np.random.default_rng(13).standard_normal((5, 6)).astype(np.float32)
+    want = quantize_dynamic(InPlace().eval(), {nn.Linear})(torch.from_numpy(x))
+    np.testing.assert_array_equal(qrt.load(tmp_path / "i.qrt").run(x), want.detach().numpy())
+
+
+def test_more_than_eight_recurrent_layers_refused_by_name(tmp_path):
+    """It was refused as the file was written, naming 4 KB of ports."""
+    torch.save(nn.LSTM(4, 8, 9).state_dict(), tmp_path / "d.pt")
+    with pytest.raises(ConvertError, match=r"a recurrent module of 9 layers: qrt's sequence ops run 1 to 8$"):
+        convert(tmp_path / "d.pt", tmp_path / "d.qrt", model="test_convert_export:_deep_lstm", input_shapes=["5,2,4"])
+
+
+def _deep_lstm() -> nn.Module:
+    return nn.LSTM(4, 8, 9)
 
 
 def test_pt2_float_program(tmp_path):

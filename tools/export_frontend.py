@@ -363,6 +363,9 @@ _LOGICAL = {"__and__": operator.and_, "__or__": operator.or_, "__invert__": oper
 _INT64_MAX = (1 << 63) - 1
 _INNER_TENSOR = torch.ops.export.access_subclass_inner_tensor.default
 _SYM_SIZE = torch.ops.aten.sym_size.int
+_FACTORIES = ("zeros", "ones", "full", "scalar_tensor")  # of constant sizes and values: constants
+# in-place ops that are their out-of-place ones where nothing else reads the tensor they write
+_IN_PLACE = ("add_", "sub_", "mul_", "div_", "masked_fill_")
 _SKIPPED = ("_assert_scalar", "sym_constrain_range_for_size", "_assert_tensor_metadata", "sym_constrain_range")
 
 
@@ -557,6 +560,8 @@ class _Raiser:
             return None
         if recurrent_program.is_zero_state(node):
             return recurrent_program.ZERO_STATE
+        if name in _FACTORIES and not node.all_input_nodes:  # torch.zeros(8) in forward: torch.fx's trace runs it
+            return pt2e.Constant(node.name, op(*args, **kwargs))
         if recurrent_program.is_recurrent(node):  # a saved program's: called as its module again
             path, module, call = recurrent_program.rebuild(node, args)
             return recurrent_program.results(self, self.module(path, module, call), name)
@@ -566,6 +571,11 @@ class _Raiser:
             return self.q.getitem(args[0], args[1])
         args = tuple(self._attr(a) for a in args)
         kwargs = {k: self._attr(v) for k, v in kwargs.items()}
+        if name in _IN_PLACE:  # y += 1, x.masked_fill_(...) on a value nothing else reads: the out-of-place op
+            if len(node.args[0].users) > 1:
+                raise LoweringError(f"{name} writes in place a tensor that is read elsewhere too (z = y; y += 1): "
+                                    "qrt's ops do not write in place (write y = y + 1)")
+            name = name[:-1]
         if name in ("sym_size", "view"):  # x.size(d), x.view(shape): as torch.fx traces them
             return self.method("size" if name == "sym_size" else "view", args)
         if name in _OPERATORS and not kwargs:
@@ -593,8 +603,6 @@ class _Raiser:
         if name in ("to", "_to_copy"):  # x.to(dtype): the device and layout are the CPU's
             dtype = kwargs.get("dtype", next((a for a in args[1:] if isinstance(a, torch.dtype)), None))
             return args[0] if dtype is None else self.method("to", (args[0], dtype))
-        if name == "masked_fill_" and len(node.args[0].users) == 1:  # x.masked_fill_(...) on a value nothing
-            name = "masked_fill"  # else reads: the same as its out-of-place form (F._canonical_mask's)
         if name in _METHODS:  # as users write them: x.expand(...), x.new_ones(size, dtype=...)
             kept = {k: v for k, v in kwargs.items() if k in ("dtype",)}
             return self.graph.create_node("call_method", name, tuple(args), kept)

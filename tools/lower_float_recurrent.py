@@ -16,7 +16,7 @@ from torch import nn
 
 from qrt.ops import layer_prefix
 
-from .lower_ops import LoweringError, Tensor, emit_cell, emit_sequence, lowers
+from .lower_ops import LoweringError, Tensor, check_layers, emit_cell, emit_sequence, lowers
 
 if TYPE_CHECKING:
     from .lower import Lowerer
@@ -51,6 +51,7 @@ def _float_sequence(lw: Lowerer, node: torch.fx.Node, module: nn.RNNBase, input:
     kind = _kind(module)
     if getattr(module, "proj_size", 0):
         raise LoweringError("an LSTM with proj_size (projected hidden states) is not supported")
+    check_layers(module.num_layers)
     weights: dict[str, Any] = {}
     for n in range(module.num_layers):
         for reverse in (False, True)[: 2 if module.bidirectional else 1]:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.dropout import _DropoutNd
 
-from qrt.ops import layer_prefix
+from qrt.ops import MAX_LAYERS, layer_prefix
 
 from .layers import EmbeddingLayer, LinearLayer, RNNCellLayer, SequenceLayer, StubLayer
 
@@ -1126,10 +1126,17 @@ def _cell(lw: Lowerer, node: torch.fx.Node, layer: RNNCellLayer, input: Any, hx:
     return Tensor(out)
 
 
+def check_layers(n: int) -> None:
+    """Refuse a stack qrt's sequence ops cannot hold (its file would be refused, naming ports, as it is written)."""
+    if n > MAX_LAYERS:
+        raise LoweringError(f"a recurrent module of {n} layers: qrt's sequence ops run 1 to {MAX_LAYERS}")
+
+
 @lowers(patterns=("rnn", "lstm", "gru"))
 def _sequence(lw: Lowerer, node: torch.fx.Node, layer: SequenceLayer, input: Any, hx: Any = None) -> Any:
     """nn.RNN / LSTM / GRU -> rnn/lstm/gru_dynamic; returns (y, h_n) or (y, (h_n, c_n)) as torch does."""
     kind = layer.pattern
+    check_layers(layer.num_layers)
     dirs = 2 if layer.bidirectional else 1
     weights: dict[str, Any] = {}
     for i, direction in enumerate(layer.directions):
