@@ -80,14 +80,8 @@ def _torch_logs_held() -> Iterator[None]:
     and then retries otherwise (an input first tried as float32, an example size widened), notices of dimensions
     it specialized, which the converter's own search decides, and the whole graph torch.export prints when it
     fails. A failure is reported by the converter's message."""
-    logger = logging.getLogger("torch")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            yield
-    finally:
-        logger.setLevel(level)
+    with qrt_backend.loggers_at(logging.CRITICAL, "torch"), contextlib.redirect_stderr(io.StringIO()):
+        yield
 
 
 def export(model: nn.Module, specs: Sequence[qshapes.Spec]) -> ExportedProgram:

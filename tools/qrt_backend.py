@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Callable
 
 import numpy as np
@@ -264,6 +265,21 @@ def quantizable(rules: Rules, mode: str) -> Callable[[str, nn.Module], bool]:
 
 
 # ------------------------------------------------------------ the FX flow
+
+
+@contextlib.contextmanager
+def loggers_at(level: int, *names: str) -> Iterator[None]:
+    """The named loggers set to level for the block, then as they were: log lines of torch or torchao that the
+    converter's users cannot act on, held back."""
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(level)
+    try:
+        yield
+    finally:
+        for lg, was in zip(loggers, levels):
+            lg.setLevel(was)
 
 
 @contextlib.contextmanager

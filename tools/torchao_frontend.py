@@ -22,7 +22,6 @@ import io
 import json
 import logging
 import zipfile
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,6 +31,7 @@ from torch.export import ExportedProgram
 
 from .layers import LinearLayer, QWeight
 from .lower_ops import LoweringError, Tensor, lowers
+from .qrt_backend import loggers_at
 
 if TYPE_CHECKING:
     from .lower import Lowerer
@@ -44,20 +44,11 @@ class TorchaoError(ValueError):
     """A torchao layer qrt does not run; the message names it and says why."""
 
 
-@contextlib.contextmanager
-def quiet_imports() -> Iterator[None]:
+def quiet_imports() -> contextlib.AbstractContextManager[None]:
     """torchao's import-time log lines (kernels built for other GPUs it cannot load, a torch.compile notice on
     its enums) held back, whoever imports it: the converter, or a pickled transformers model that imports
     transformers, which imports torchao. The converter's users cannot act on them."""
-    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
+    return loggers_at(logging.ERROR, "torchao", "torch.utils._pytree")
 
 
 def import_torchao() -> bool:
