@@ -794,9 +794,7 @@ def mark_free(specs: Sequence[qshapes.Spec], names: Sequence[str], ep: ExportedP
     runs find them free, as the FX front end's search would; torch.export keeps a dimension dynamic under
     guards, x.size(1) <= 10, that fix it for qrt), or the marked ones checked ("marked"): a dimension
     declared free that torch.export fixed is an error naming it."""
-    user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
-    vals = {n.name: n.meta["val"] for n in ep.graph.nodes if n.op == "placeholder"}
-    shapes = iter(vals[u].shape for u in user)
+    shapes = iter(v.shape for v in _user_values(ep))
     out = []
     for spec, name in zip(specs, names):
         flat = {}
