@@ -45,6 +45,19 @@ def _both(tmp_path, factory: str, shapes: list[str], **kwargs) -> tuple[bytes, b
     return convert_both_ways(tmp_path, factory, shapes, "frontend", ('fx', 'export'), **kwargs)
 
 
+class _OneLinear(nn.Module):
+    """A test model around one Linear `fc` of `features`, drawn after torch.manual_seed(seed) (None: not reseeded)."""
+
+    features: tuple[int, int]
+    seed: int | None
+
+    def __init__(self) -> None:
+        super().__init__()
+        if self.seed is not None:
+            torch.manual_seed(self.seed)
+        self.fc = nn.Linear(*self.features)
+
+
 # The converter tests' models (tests/models.py, tests/test_convert_models.py) that both front ends read.
 SAME_FILE = [
     ("models:make_mlp", ["1,37"], {}),
@@ -79,23 +92,17 @@ SAME_FILE = [
 ]
 
 
-class ConstantZeros(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(16)
-        self.fc = nn.Linear(6, 4)
+class ConstantZeros(_OneLinear):
+    features, seed = (6, 4), 16
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(x) + torch.zeros(4) + torch.full((4,), 0.5)
 
 
-class InPlace(nn.Module):
+class InPlace(_OneLinear):
     """y += 1 where z = y aliases it: torch returns the written value."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(17)
-        self.fc = nn.Linear(6, 4)
+    features, seed = (6, 4), 17
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.fc(x)
@@ -104,21 +111,15 @@ class InPlace(nn.Module):
         return z
 
 
-class TypeAs(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(15)
-        self.fc = nn.Linear(16, 4)
+class TypeAs(_OneLinear):
+    features, seed = (16, 4), 15
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(x * (x > 0).type_as(x))
 
 
-class Unflattened(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(12)
-        self.fc = nn.Linear(16, 16)
+class Unflattened(_OneLinear):
+    features, seed = (16, 16), 12
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(x).unflatten(-1, (4, 4)).sum(-1)
@@ -135,13 +136,10 @@ class FunctionalLinear(nn.Module):
         return self.fc(F.linear(x, self.w, self.b))
 
 
-class Defaults(nn.Module):
+class Defaults(_OneLinear):
     """forward() with a float and a bool default, which the converted model keeps."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(10)
-        self.fc = nn.Linear(6, 4)
+    features, seed = (6, 4), 10
 
     def forward(self, x: torch.Tensor, scale: float = 0.5, relu: bool = True) -> torch.Tensor:
         y = self.fc(x) * scale
@@ -366,13 +364,10 @@ def test_recurrent_call_that_cannot_be_read_is_named(tmp_path, frontend, quantiz
     assert not (tmp_path / "m.qrt").exists()
 
 
-class Untraceable(nn.Module):
+class Untraceable(_OneLinear):
     """torch.fx cannot trace int() of a size (as in HuggingFace's wrappers: "slice indices must be integers")."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(3)
-        self.fc = nn.Linear(8, 3)
+    features, seed = (8, 3), 3
 
     def forward(self, x: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
         keep = int(x.shape[1])
@@ -444,12 +439,10 @@ def test_refusal_names_each_op_once_and_the_int64_attempt(tmp_path):
                             "aten.cumsum.default has no qrt lowering (nodes 'cumsum', 'cumsum_1')")
 
 
-class Unpadded(nn.Module):
+class Unpadded(_OneLinear):
     """unpad_sequence (torch.nn.utils.rnn, as pack_padded_sequence) packs nothing: not refused as packing."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(6, 4)
+    features, seed = (6, 4), None
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         return self.fc(torch.cat(nn.utils.rnn.unpad_sequence(x, lengths, batch_first=True), 0))
@@ -462,10 +455,8 @@ def test_other_sequence_utilities_are_not_called_packing(tmp_path):
                 input_shapes=["2,4,6", "2"], input_dtypes={"lengths": "int64"}, frontend="fx")
 
 
-class Optional(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(8, 4)
+class Optional(_OneLinear):
+    features, seed = (8, 4), None
 
     def forward(self, x: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
         return self.fc(x) if extra is None else self.fc(x) + extra
@@ -480,23 +471,21 @@ def test_pt2_with_a_non_tensor_input_is_refused_by_name(tmp_path):
         convert(tmp_path / "o.pt2", tmp_path / "o.qrt")
 
 
-def test_type_as_matches_torch(tmp_path):
-    """x * (x > 0).type_as(x): the mask cast to float32 and the dynamic Linear after it, torch's bits."""
-    torch.save(TypeAs().state_dict(), tmp_path / "t.pt")
-    convert(tmp_path / "t.pt", tmp_path / "t.qrt", model="test_convert_export:TypeAs", input_shapes=["3,16"])
-    x = np.random.default_rng(12).standard_normal((5, 16)).astype(np.float32)
-    want = quantize_dynamic(TypeAs().eval(), {nn.Linear})(torch.from_numpy(x))
-    np.testing.assert_array_equal(qrt.load(tmp_path / "t.qrt").run(x), want.detach().numpy())
-
-
-def test_in_place_add_is_torchs_through_pt2e(tmp_path):
-    """The pt2e flow (the default) reads torch.export's aten.add_, which writes the tensor z aliases: torch's value
-    (it had been refused; torch.fx traces y += 1 as y = y + 1, which --quantizer fx keeps, one off)."""
-    torch.save(InPlace().state_dict(), tmp_path / "i.pt")
-    convert(tmp_path / "i.pt", tmp_path / "i.qrt", model="test_convert_export:InPlace", input_shapes=["3,6"])
-    x = np.random.default_rng(13).standard_normal((5, 6)).astype(np.float32)
-    want = quantize_dynamic(InPlace().eval(), {nn.Linear})(torch.from_numpy(x))
-    np.testing.assert_array_equal(qrt.load(tmp_path / "i.qrt").run(x), want.detach().numpy())
+@pytest.mark.parametrize("model", [
+    # x * (x > 0).type_as(x): the mask cast to float32 and the dynamic Linear after it
+    TypeAs,
+    # the pt2e flow (the default) reads torch.export's aten.add_, which writes the tensor z aliases: torch's value
+    # (it had been refused; torch.fx traces y += 1 as y = y + 1, which --quantizer fx keeps, one off)
+    InPlace,
+], ids=lambda m: m.__name__)
+def test_dynamic_models_give_torchs_bits(tmp_path, model):
+    torch.save(model().state_dict(), tmp_path / "m.pt")
+    width = model.features[0]
+    convert(tmp_path / "m.pt", tmp_path / "m.qrt", model=f"test_convert_export:{model.__name__}",
+            input_shapes=[f"3,{width}"])
+    x = np.random.default_rng(13).standard_normal((5, width)).astype(np.float32)
+    want = quantize_dynamic(model().eval(), {nn.Linear})(torch.from_numpy(x))
+    np.testing.assert_array_equal(qrt.load(tmp_path / "m.qrt").run(x), want.detach().numpy())
 
 
 def test_more_than_eight_recurrent_layers_refused_by_name(tmp_path):
@@ -529,11 +518,8 @@ def test_pt2_float_program(tmp_path):
     np.testing.assert_array_equal(a.run(x), b.run(x))
 
 
-class TwoInputs(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(12)
-        self.fc = nn.Linear(37, 10)
+class TwoInputs(_OneLinear):
+    features, seed = (37, 10), 12
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return torch.relu(self.fc(x)) - y
