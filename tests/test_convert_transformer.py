@@ -83,6 +83,15 @@ def _agreement(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:
     return float(np.abs(ref - got).max()), float(cos.min())
 
 
+def _bert_outputs_agree(ref, got: list, *where: int) -> None:
+    """qrt's two outputs of a BertModel against torch's ModelOutput (last_hidden_state, pooler_output), to the
+    bar of the module docstring; where: the batch and length, for the message."""
+    assert len(got) == 2
+    for r, g in zip((ref.last_hidden_state, ref.pooler_output), got):
+        diff, cos = _agreement(r.detach().numpy(), g)
+        assert diff <= 1e-4 and cos >= 0.99999, (*where, diff, cos)
+
+
 def _linears_bit_exact(q: nn.Module, path: str, args: tuple, tmp_path, prefix: str = "") -> int:
     """Every quantized Linear of q the file runs, by qrt's node alone on torch's input to it, gives torch's
     bits; returns how many."""
@@ -138,10 +147,7 @@ def test_bert_model_called_with_keywords(tmp_path, second):
         other = mask if second == "attention_mask" else torch.from_numpy(rng.integers(0, 64, (batch, length)))
         ref = q(input_ids=ids, **{second: other})
         got = m.run({"input_ids": ids.numpy(), second: other.numpy()})
-        assert len(got) == 2
-        for r, g in zip((ref.last_hidden_state, ref.pooler_output), got):
-            diff, cos = _agreement(r.detach().numpy(), g)
-            assert diff <= 1e-4 and cos >= 0.99999, (batch, length, diff, cos)
+        _bert_outputs_agree(ref, got, batch, length)
     layers = json.loads(qformat.load_file(path).metadata["converter.layers"])
     assert "encoder.layer.0.attention.self.query" in layers  # named as BertModel names its modules
 
@@ -253,10 +259,7 @@ def test_hugging_face_program_from_a_fresh_process(tmp_path):
     with torch.no_grad():
         want = q(input_ids=ids, attention_mask=mask)
     got = qrt.load(out).run({"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
-    assert len(got) == 2  # last_hidden_state, pooler_output
-    for ref, mine in zip((want.last_hidden_state, want.pooler_output), got):
-        diff, cos = _agreement(ref.numpy(), mine)
-        assert diff <= 1e-4 and cos >= 0.99999, (diff, cos)
+    _bert_outputs_agree(want, got)
 
 
 def test_float_program_exported_with_dim_auto(tmp_path):
@@ -283,9 +286,7 @@ def test_float_program_exported_with_dim_auto(tmp_path):
         ids, mask = _padded(rng, batch, length, TINY["vocab_size"])
         ref = q(input_ids=ids, attention_mask=mask)
         got = m.run({"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
-        for r, g in zip((ref.last_hidden_state, ref.pooler_output), got):
-            diff, cos = _agreement(r.detach().numpy(), g)
-            assert diff <= 1e-4 and cos >= 0.99999, (batch, length, diff, cos)
+        _bert_outputs_agree(ref, got, batch, length)
 
 
 def test_torchao_encoder_from_saved_program(tmp_path):
