@@ -40,6 +40,7 @@ OP_SINCE = dict.fromkeys(
     7,
 )
 OP_SINCE.update(dict.fromkeys(FLOAT_RECURRENT_OPS, 8))  # recurrent layers kept in float32
+OP_SINCE.update(dict.fromkeys(("add_int", "sub_int", "mul_int", "cumsum"), 9))  # integer arithmetic (positions)
 INPUT_DTYPE_SINCE = {"bool": 7}
 
 

@@ -1,10 +1,12 @@
-"""Comparisons, logic, where, cast, clamp and the shape-following ops, written once for both backends.
+"""Comparisons, logic, where, cast, clamp, integer arithmetic and the shape-following ops, written once for
+both backends.
 
 Each is exact in the backend's array library (NumPy on the CPU, CuPy on the GPU): a comparison, a
 logical op, a selection (where, index_select, gather, expand, arange) or min / max (clamp) rounds
-nothing, and a cast rounds at most once as C's conversions define it (int64 -> float32 to nearest, ties
-to even; float32 -> integer toward zero), the same on both. docs/NUMERICS.md says how each relates to
-torch. Each step returns a C-contiguous array, as the kernels of the ops after it expect.
+nothing, a cast rounds at most once as C's conversions define it (int64 -> float32 to nearest, ties
+to even; float32 -> integer toward zero), and integer arithmetic and running sums wrap modulo 2**bits
+(two's complement), the same on both. docs/NUMERICS.md says how each relates to torch. Each step returns a
+C-contiguous array, as the kernels of the ops after it expect.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ import numpy as np
 from . import tensor_moves
 from .cpu.types import Prepare, Step
 from .graph import Node
-from .ops import COMPARISONS
+from .ops import COMPARISONS, INTEGER_ARITHMETIC
 
 _UFUNCS = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal", "gt": "greater",
-           "ge": "greater_equal", "logical_and": "logical_and", "logical_or": "logical_or"}
+           "ge": "greater_equal", "logical_and": "logical_and", "logical_or": "logical_or",
+           "add_int": "add", "sub_int": "subtract", "mul_int": "multiply"}
 
 
 def _broadcast(shapes: list[tuple], names: list[str]) -> tuple:
@@ -61,13 +64,14 @@ def implementations(
         return tensor_moves.contiguous_of(array_library(), a)
 
     def binary(op: str) -> Prepare:
-        """A comparison or logical and / or, with numpy broadcasting: bool."""
+        """A comparison or logical and / or (bool), or integer arithmetic, with numpy broadcasting."""
 
         def prepare(node: Node, c: Mapping[str, np.ndarray]) -> Step:
             def step(a, b):
                 xp = array_library()
                 _broadcast([a.shape, b.shape], ["a", "b"])
-                # integers of two widths compare exactly: numpy and CuPy widen int32 to int64
+                # integers of two widths compare and add exactly: numpy and CuPy widen int32 to int64 first,
+                # and wrap integer arithmetic modulo 2**bits
                 return (contiguous(getattr(xp, _UFUNCS[op])(xp.asarray(a), xp.asarray(b))),)
 
             return step
@@ -116,6 +120,11 @@ def implementations(
         dim = node.attrs["dim"]
         return lambda x: (array_library().arange(x.shape[dim], dtype=np.int64),)
 
+    def cumsum(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+        dim = node.attrs["dim"]
+        # one int64 running sum per line, in index order: exact modulo 2**64, the order immaterial
+        return lambda x: (contiguous(array_library().cumsum(x, axis=dim, dtype=np.int64)),)
+
     def expand(node: Node, c: Mapping[str, np.ndarray]) -> Step:
         shape, like_dims = node.attrs["shape"], node.attrs["like_dims"]
 
@@ -162,6 +171,8 @@ def implementations(
 
     return {
         **{op: binary(op) for op in (*COMPARISONS, "logical_and", "logical_or")},
+        **{f"{op}_int": binary(f"{op}_int") for op in INTEGER_ARITHMETIC},
+        "cumsum": cumsum,
         "logical_not": logical_not,
         "where": where,
         "cast": cast,

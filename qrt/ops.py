@@ -1114,12 +1114,16 @@ OPS.update(
 
 
 # ---- comparisons, masks and casts
-# What attention masks and pooling are made of: comparisons and logic giving bool, where, cast, clamp,
-# and shape-following ops (arange over a dimension, expand, index_select, gather). All exact: comparisons,
-# min / max, selections and conversions round at most once, as IEEE and C define them (docs/NUMERICS.md).
+# What attention masks, positions and pooling are made of: comparisons and logic giving bool, where, cast,
+# clamp, integer arithmetic and running sums, and shape-following ops (arange over a dimension, expand,
+# index_select, gather). All exact: comparisons, min / max, selections and conversions round at most once, as
+# IEEE and C define them; integer arithmetic wraps modulo 2**bits (docs/NUMERICS.md).
 
 COMPARISONS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 CAST_DTYPES = ("float32", "int32", "int64", "bool")
+# integer tensors' arithmetic (positions counted over a mask, as RoBERTa's): exact modulo 2**bits, an op of
+# its own (add_int, ...) rather than add on integers, since the two round differently
+INTEGER_ARITHMETIC = {"add": "+", "sub": "-", "mul": "*"}
 _INTS = ("int32", "int64")
 _COMPARABLE = ("float32", "int32", "int64", "bool")
 _BOOL = ("bool",)
@@ -1227,6 +1231,17 @@ def _check_gather(ins, consts, attrs):
     return [ValueInfo(x.dtype, index.shape)]
 
 
+def _check_integer_arithmetic(ins, consts, attrs):
+    a, b = ins["a"], ins["b"]
+    return [ValueInfo("int64" if "int64" in (a.dtype, b.dtype) else "int32", broadcast_infos(a, b))]
+
+
+def _check_cumsum(ins, consts, attrs):
+    x = ins["x"]
+    _dim_of("dim", attrs["dim"], len(x.shape))
+    return [ValueInfo("int64", x.shape)]
+
+
 def _index_bounds(consts, size) -> None:
     """A stored index is checked now: [0, size) (a free size: at run time)."""
     t = consts.get("index")
@@ -1287,6 +1302,20 @@ OPS.update(
             ("y",),
             _check_expand,
             (Attr("shape", list, required=True), Attr("like_dims", list, default=[])),
+        ),
+        *(
+            OpSpec(f"{name}_int", f"a {sym} b modulo 2**bits (two's complement, as torch's integer tensors) with "
+                   "numpy broadcasting: int64 if a or b is (the other widened first), else int32",
+                   (Port("a", _INTS), Port("b", _INTS)), ("y",), _check_integer_arithmetic)
+            for name, sym in INTEGER_ARITHMETIC.items()
+        ),
+        OpSpec(
+            "cumsum",
+            "int64 running sums of x along dim, modulo 2**64, as torch.cumsum of an integer or bool tensor",
+            (Port("x", (*_INTS, "bool")),),
+            ("y",),
+            _check_cumsum,
+            (_DIM,),
         ),
         OpSpec(
             "index_select",

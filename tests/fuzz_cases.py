@@ -257,6 +257,14 @@ def _op_models() -> dict[str, GraphBuilder]:
     g = b.node("gather", {"x": sel, "index": b.tensor("gat", np.array([[2, 0]], np.int32))}, {"dim": 1})
     b.output(r, e, g, *cmp)
     models["masks"] = b
+    # positions counted over the non-padding tokens, as RoBERTa counts them: integer arithmetic (version 9)
+    b = GraphBuilder()
+    ids = b.input("ids", "int64", [None, None])
+    real = b.node("cast", {"x": b.node("ne", {"a": ids, "b": np.array(1, np.int32)})}, {"dtype": "int32"})
+    counts = b.node("cast", {"x": b.node("cumsum", {"x": real}, {"dim": 1})}, {"dtype": "int32"})
+    positions = b.node("add_int", {"a": b.node("mul_int", {"a": counts, "b": real}), "b": np.array(1, np.int32)})
+    b.output(b.node("sub_int", {"a": positions, "b": ids}))
+    models["positions"] = b
     # matmul against a stored matrix, attention with a bool mask over its heads
     b = GraphBuilder()
     x = b.input("x", "float32", [None, 2, 3, 4])

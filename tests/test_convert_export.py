@@ -413,8 +413,8 @@ def test_packed_sequences_are_refused_by_name(tmp_path, frontend, shapes):
     assert nn.utils.rnn.PackedSequence.__new__ is nn.utils.rnn.PackedSequence.__dict__["__new__"].__func__  # restored
 
 
-class CumulativePositions(nn.Module):
-    """Positions counted over the non-padding tokens, as RoBERTa does: torch.cumsum, which qrt does not run."""
+class CumulativeProducts(nn.Module):
+    """Indices from running products of the token mask: torch.cumprod, which qrt does not run."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -422,21 +422,21 @@ class CumulativePositions(nn.Module):
         self.tokens, self.positions = nn.Embedding(20, 8), nn.Embedding(12, 8)
 
     def forward(self, input_ids: torch.Tensor | None = None) -> torch.Tensor:
-        positions = torch.cumsum(input_ids.ne(0).int(), dim=1) * input_ids.ne(0).int()
-        pads = torch.cumsum(input_ids.eq(0).int(), dim=1)
-        return self.tokens(input_ids) + self.positions(positions) + self.positions(pads)
+        leading = torch.cumprod(input_ids.ne(0).int(), dim=1)
+        pads = torch.cumprod(input_ids.eq(0).int(), dim=1)
+        return self.tokens(input_ids) + self.positions(leading) + self.positions(pads)
 
 
 def test_refusal_names_each_op_once_and_the_int64_attempt(tmp_path):
     """Token ids given without a dtype: the float32 attempt fails in an embedding, the int64 one exports and
     then meets an op qrt does not run. The message is that one's, each op once with its nodes (it was both
     attempts' errors, after 'called with keyword arguments;', with every node's whole repr)."""
-    torch.save(CumulativePositions().state_dict(), tmp_path / "c.pt")
+    torch.save(CumulativeProducts().state_dict(), tmp_path / "c.pt")
     with pytest.raises(ConvertError) as e:
-        convert(tmp_path / "c.pt", tmp_path / "c.qrt", model="test_convert_export:CumulativePositions",
+        convert(tmp_path / "c.pt", tmp_path / "c.qrt", model="test_convert_export:CumulativeProducts",
                 input_shapes={"input_ids": "2,9"})
     assert str(e.value) == ("with int64 inputs (token ids): the export front end cannot raise: ATen op "
-                            "aten.cumsum.default has no qrt lowering (nodes 'cumsum', 'cumsum_1')")
+                            "aten.cumprod.default has no qrt lowering (nodes 'cumprod', 'cumprod_1')")
 
 
 class Unpadded(_OneLinear):

@@ -111,3 +111,48 @@ def test_sizes_followed_at_run_time(tmp_path):
             assert np.array_equal(g, r.numpy())
     with pytest.raises(ValueError, match=r"index must lie in \[0, 64\)"):
         m.run(np.zeros((1, 65), np.float32))  # where torch's slice would clamp (docs/CONVERTER.md)
+
+
+class IntegerArithmetic(nn.Module):
+    """Integer arithmetic as transformers writes it (RoBERTa's positions) and as torch promotes it: int32
+    against int32, a Python int, an int64 0-dim buffer and a 0-dim int64 value (int32 kept), int64 against
+    int64, bool against a Python int (int64), negation, cumsum with and without dtype, and integers meeting
+    float32 (x + mask, ids / 2: float32, the integers converted first)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("offset", torch.tensor(5))  # int64, 0-dim
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple:
+        real = ids.ne(1).int()
+        positions = torch.cumsum(real, dim=1).type_as(real) * real + 1
+        narrow = torch.cumsum(real, 1, dtype=torch.int32) - self.offset
+        wide = positions.long() * ids - ids
+        counted = real.bool() + 1
+        first = real + ids[0, 0]  # int32: a 0-dim int64 does not widen a tensor; the sum wraps past 2**31
+        return positions, narrow, wide, counted, first, -real, x + real, ids / 2, x * ids
+
+
+def make_integer_arithmetic() -> nn.Module:
+    return IntegerArithmetic()
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+def test_integer_arithmetic_as_torch(tmp_path, frontend):
+    """Every result exact (integers modulo 2**bits, one float32 rounding each), so bit for bit, dtypes included;
+    ids near 2**40 make int64 products wrap and int64 -> float32 conversions round."""
+    ckpt = str(tmp_path / "i.pt")
+    torch.save(IntegerArithmetic().state_dict(), ckpt)
+    out = str(tmp_path / "i.qrt")
+    convert(ckpt, out, model="test_convert_masks:make_integer_arithmetic", input_shapes=["2,9", "2,9"],
+            input_dtypes={"ids": "int64"}, frontend=frontend)
+    m, rng = qrt.load(out), np.random.default_rng(9)
+    for batch, length in ((1, 7), (3, 12)):
+        x = rng.standard_normal((batch, length)).astype(np.float32)
+        ids = rng.integers(0, 2**41, (batch, length))
+        ids[0, 4:] = 1  # padding
+        ref = IntegerArithmetic()(torch.from_numpy(x), torch.from_numpy(ids))
+        got = m.run({"x": x, "ids": ids})
+        assert len(got) == len(ref)
+        for i, (g, r) in enumerate(zip(got, ref)):
+            assert g.dtype == r.numpy().dtype and np.array_equal(g, r.numpy()), i

@@ -37,7 +37,7 @@ from tools.convert import convert
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 warnings.filterwarnings("ignore", module=r"torch\.ao")
 
-from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel  # noqa: E402
+from transformers import AutoConfig, AutoModel, AutoTokenizer, BertConfig, BertModel  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 # sentence-transformers' all-MiniLM-L6-v2 as users write it: mean pooling over the mask, then normalize
@@ -150,6 +150,26 @@ def test_bert_model_called_with_keywords(tmp_path, second):
         _bert_outputs_agree(ref, got, batch, length)
     layers = json.loads(qformat.load_file(path).metadata["converter.layers"])
     assert "encoder.layer.0.attention.self.query" in layers  # named as BertModel names its modules
+
+
+@pytest.mark.parametrize("family", ["roberta", "xlm-roberta"])
+def test_roberta_positions_counted_over_the_tokens(tmp_path, family):
+    """RoBERTa and XLM-RoBERTa called with input_ids and attention_mask: their position ids are counted over the
+    tokens that are not padding (cumsum(ids != pad) * (ids != pad) + pad, integer arithmetic of format version
+    9), so a padded row's positions differ from an unpadded one's; a pad id inside a row is skipped too."""
+    torch.manual_seed(7)
+    config = AutoConfig.for_model(family, **TINY)
+    q, path = _quantized_file(tmp_path, AutoModel.from_config(config), {"input_ids": "2,9", "attention_mask": "2,9"},
+                              family)
+    ops = {n.op for n in qrt.load(path).graph.nodes}
+    assert {"cumsum", "mul_int", "add_int"} <= ops and qrt.load(path).metadata["qrt.version"] == "9"
+    m, rng = qrt.load(path), np.random.default_rng(41)
+    for batch, length in ((1, 7), (3, 12)):
+        ids, mask = _padded(rng, batch, length, TINY["vocab_size"])
+        ids[mask == 0] = config.pad_token_id
+        ids[-1, length // 2] = config.pad_token_id
+        ref = q(input_ids=ids, attention_mask=mask)
+        _bert_outputs_agree(ref, m.run({"input_ids": ids.numpy(), "attention_mask": mask.numpy()}), batch, length)
 
 
 def test_quiet_conversion_of_a_pickled_hugging_face_model_prints_nothing(tmp_path):

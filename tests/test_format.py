@@ -374,8 +374,8 @@ def test_missing_version(tmp_path):
 
 
 def test_newer_version(tmp_path):
-    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].update({"qrt.version": "9"})),
-            r"format version 9 is newer than this qrt reads \(\[1, 2, 3, 4, 5, 6, 7, 8\]\): upgrade qrt")
+    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].update({"qrt.version": "10"})),
+            r"format version 10 is newer than this qrt reads \(\[1, 2, 3, 4, 5, 6, 7, 8, 9\]\): upgrade qrt")
 
 
 def test_version_1_2_and_3_files_still_load(tmp_path):
@@ -907,6 +907,25 @@ def test_version_7_ops_and_bool_inputs(tmp_path):
         (tmp_path / "v6.qrt").write_bytes(data.replace(b'"qrt.version":"7"', b'"qrt.version":"6"', 1))
         with pytest.raises(qrt.FormatError, match=message):
             qrt.load(tmp_path / "v6.qrt")
+
+
+@pytest.mark.parametrize("op", ["add_int", "sub_int", "mul_int", "cumsum"])
+def test_version_9_integer_ops(tmp_path, op):
+    """A graph with integer arithmetic is written as version 9 and refused, naming the op, when its header
+    says 8; integer comparisons and casts alone stay version 7."""
+    from qrt.builder import GraphBuilder
+
+    g = GraphBuilder()
+    x = g.input("x", "int32", [None, 4])
+    ports = {"x": x} if op == "cumsum" else {"a": x, "b": x}
+    g.output(g.node(op, ports, {"dim": 1} if op == "cumsum" else {}, name="n"))
+    g.save(tmp_path / "v9.qrt")
+    data = (tmp_path / "v9.qrt").read_bytes()
+    assert qrt.load(tmp_path / "v9.qrt").metadata["qrt.version"] == "9"
+    (tmp_path / "v8.qrt").write_bytes(data.replace(b'"qrt.version":"9"', b'"qrt.version":"8"', 1))
+    with pytest.raises(qrt.FormatError, match=rf"node 'n' \({op}\): op '{op}' needs format version 9, the file "
+                                              "says 8"):
+        qrt.load(tmp_path / "v8.qrt")
 
 
 def test_writer_refuses_what_the_reader_refuses_and_writes_what_it_reads(tmp_path):

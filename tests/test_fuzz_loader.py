@@ -69,7 +69,7 @@ def test_hostile_files_load_and_run_or_raise_format_error(seed, case_path):
 
 
 def test_seeds_hold_packed_version_4_files_and_version_3_files(case_path):
-    """The fuzzer starts from files of version 4 (and 7 or 8 where a seed uses their ops) with int8 and float packed
+    """The fuzzer starts from files of version 4 (and 7, 8 or 9 where a seed uses their ops) with int8 and float packed
     matrices, and from version 3 files (plain weights, sha256); join(fix_checksum=True) writes the checksum each
     version calls for."""
     packed_kinds, versions = set(), set()
@@ -86,7 +86,7 @@ def test_seeds_hold_packed_version_4_files_and_version_3_files(case_path):
         meta.pop("qrt.data_checksum", None)
         meta.pop("qrt.data_sha256", None)
         assert check_case(join(header, body, fix_checksum=True), case_path, random.Random(0)) == "loaded and ran"
-    assert packed_kinds == {"int8", "float"} and {"3", "4"} <= versions <= {"3", "4", "7", "8"}
+    assert packed_kinds == {"int8", "float"} and {"3", "4"} <= versions <= {"3", "4", "7", "8", "9"}
 
 
 def test_packed_and_checksum_edits_reach_their_checks(case_path):

@@ -1,5 +1,5 @@
-"""The comparison, logic, cast, clamp, sqrt / rsqrt and size-following ops on the GPU give the CPU's bits
-(skipped without a GPU): CuPy's comparisons, selections and conversions (qrt/mask_ops.py, written once for
+"""The comparison, logic, cast, clamp, sqrt / rsqrt, integer and size-following ops on the GPU give the CPU's
+bits (skipped without a GPU): CuPy's comparisons, selections and conversions (qrt/mask_ops.py, written once for
 both backends) and float_ops.cu's sqrt and rsqrt, over an encoder's mask-building graph at two batch sizes
 and lengths, with NaN, infinities, -0.0, subnormals and int64 values past 2^24; bad indices raise the CPU's
 ValueError.
@@ -37,6 +37,12 @@ def _mask_graph(tmp_path):
     table = np.arange(3 * 64, dtype=np.int32).reshape(3, 64)
     picked = b.node("index_select", {"x": table, "index": pos}, {"dim": 1})
     outs += [index, picked, b.node("gather", {"x": x, "index": index}, {"dim": 1})]
+    # RoBERTa's positions (format version 9): int32 arithmetic, a running sum, an int64 mask widening it
+    real = b.node("cast", {"x": on}, {"dtype": "int32"})
+    counts = b.node("cast", {"x": b.node("cumsum", {"x": real}, {"dim": 1})}, {"dtype": "int32"})
+    wraps = np.asarray(np.int32(2**31 - 1))
+    outs += [b.node("add_int", {"a": b.node("mul_int", {"a": counts, "b": real}), "b": wraps}),
+             b.node("sub_int", {"a": mask, "b": real}), b.node("mul_int", {"a": mask, "b": mask})]
     b.output(*outs)
     path = tmp_path / "masks.qrt"
     b.save(path)

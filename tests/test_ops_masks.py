@@ -1,12 +1,13 @@
-"""Comparisons, logic, where, cast, clamp, sqrt / rsqrt and the shape-following ops against torch.
+"""Comparisons, logic, where, cast, clamp, sqrt / rsqrt, integer arithmetic, cumsum and the shape-following
+ops against torch.
 
-Every op here but sqrt is exact (a comparison, a selection, min / max, or one conversion that C and IEEE
-define), so each is held bit for bit to torch at odd shapes, broadcasting, NaN, infinities, -0.0 and
-integer extremes included. sqrt is IEEE's (correctly rounded), held bit for bit to a float64 sqrt
-rounded once; torch's float32 sqrt is within 1 ulp of it (on AVX-512 builds torch's kernel is not
-correctly rounded: 0.6% of values differ by 1 ulp), which the test states. rsqrt is fl(1 / fl(sqrt(x))),
-bit for bit with torch. Same bits under every kernel variant (sqrt and rsqrt run in the float-ops
-builds); bad attributes raise FormatError at load and bad run-time shapes or indices ValueError.
+Every op here but sqrt is exact (a comparison, a selection, min / max, one conversion that C and IEEE define,
+or integer arithmetic modulo 2**bits), so each is held bit for bit to torch at odd shapes, broadcasting, NaN,
+infinities, -0.0 and integer extremes included. sqrt is IEEE's (correctly rounded), held bit for bit to a
+float64 sqrt rounded once; torch's float32 sqrt is within 1 ulp of it (on AVX-512 builds torch's kernel is not
+correctly rounded: 0.6% of values differ by 1 ulp), which the test states. rsqrt is fl(1 / fl(sqrt(x))), bit
+for bit with torch. Same bits under every kernel variant (sqrt and rsqrt run in the float-ops builds); bad
+attributes raise FormatError at load and bad run-time shapes or indices ValueError.
 """
 
 from __future__ import annotations
@@ -191,6 +192,45 @@ def test_index_select_gather(tmp_path):
         _model(tmp_path, "gather", {"x": [4, 9], "index": np.array([[9]], np.int32)}, {"dim": 1})
 
 
+INTEGER_ARITHMETIC = {"add_int": torch.add, "sub_int": torch.sub, "mul_int": torch.mul}
+EDGES = {"int32": [-(2**31), 2**31 - 1, -1, 0, 46341, 3, -7], "int64": [-(2**63), 2**63 - 1, -1, 0, 2**32 + 1, 3, -7]}
+
+
+def _ints(dtype: str, shape: tuple) -> np.ndarray:
+    info = np.iinfo(dtype)
+    a = RNG.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+    flat = a.reshape(-1)
+    flat[: min(flat.size, 7)] = EDGES[dtype][: flat.size]
+    return a
+
+
+@pytest.mark.parametrize("op", sorted(INTEGER_ARITHMETIC))
+@pytest.mark.parametrize(("dtypes", "shapes"), [
+    (("int32", "int32"), ((3, 7), (3, 7))),  # wraps modulo 2**32, as torch's int32 tensors
+    (("int64", "int64"), ((2, 1, 7), (4, 1))),  # modulo 2**64, broadcast
+    (("int64", "int32"), ((3, 7), (1, 7))),  # an int32 b widened first: int64, as torch promotes tensors
+])
+def test_integer_arithmetic_wraps_as_torch(tmp_path, op, dtypes, shapes):
+    a, b = _ints(dtypes[0], shapes[0]), _ints(dtypes[1], shapes[1])
+    b.reshape(-1)[:7] = b.reshape(-1)[:7][::-1]  # extremes against extremes
+    m = _model(tmp_path, op, {"a": [None] * a.ndim, "b": [None] * b.ndim}, dtypes=dict(zip("ab", dtypes)))
+    want = INTEGER_ARITHMETIC[op](torch.from_numpy(a), torch.from_numpy(b)).numpy()
+    assert _same(m.run({"a": a, "b": b}), want)
+    if dtypes[1] == "int32":  # files store no int64 tensor
+        stored = _model(tmp_path, op, {"a": [None] * a.ndim, "b": b}, dtypes={"a": dtypes[0]})
+        assert _same(stored.run(a), want)
+
+
+@pytest.mark.parametrize(("dtype", "dim"), [("int32", 1), ("int64", 0), ("bool", 2)])
+def test_cumsum_as_torch(tmp_path, dtype, dim):
+    """int64 running sums, as torch sums integers and bool; int32 extremes sum past int32's range exactly, and
+    int64 ones wrap modulo 2**64."""
+    x = RNG.integers(0, 2, (3, 5, 4)).astype(bool) if dtype == "bool" else _ints(dtype, (3, 5, 4))
+    m = _model(tmp_path, "cumsum", {"x": [None, None, 4]}, {"dim": dim}, dtypes={"x": dtype})
+    for part in (x, x[:1, :1], x[:, :0]):
+        assert _same(m.run(part), torch.cumsum(torch.from_numpy(part), dim).numpy())
+
+
 def test_bad_dtypes_refused_at_load(tmp_path):
     with pytest.raises(FormatError, match="must both be float32, both integers or both bool"):
         _model(tmp_path, "eq", {"a": [3], "b": [3]}, dtypes={"b": "int64"})
@@ -200,3 +240,10 @@ def test_bad_dtypes_refused_at_load(tmp_path):
         _model(tmp_path, "where", {"condition": [3], "a": [3], "b": [3]}, dtypes={"condition": "bool", "b": "int64"})
     with pytest.raises(FormatError, match="out of range"):
         _model(tmp_path, "arange", {"x": [3]}, {"dim": 1})
+    with pytest.raises(FormatError, match="dtype"):
+        _model(tmp_path, "add_int", {"a": [3], "b": [3]}, dtypes={"a": "int64"})  # float32 b
+    with pytest.raises(FormatError, match="dtype"):
+        _model(tmp_path, "cumsum", {"x": [3]}, {"dim": 0})  # float32: torch sums it in float64
+    with pytest.raises(ValueError, match="do not broadcast"):
+        _model(tmp_path, "mul_int", {"a": [None], "b": [None]}, dtypes={"a": "int32", "b": "int32"}).run(
+            {"a": np.ones(3, np.int32), "b": np.ones(4, np.int32)})

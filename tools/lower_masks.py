@@ -19,7 +19,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from .lower_ops import Const, LoweringError, Tensor, is_tensor, lowers
+from .lower_ops import Const, LoweringError, Tensor, _dim, is_tensor, lowers
 
 if TYPE_CHECKING:
     from .lower import Lowerer
@@ -136,6 +136,45 @@ def operands(lw: Lowerer, node: torch.fx.Node, a: Any, b: Any) -> tuple[Tensor, 
     values = [v.value if isinstance(v, Const) else v for v in (a, b)]
     kind = max((_kind_of(v) for v in values), key=_KINDS.index)
     return _as_kind(lw, node, values[0], kind, "_a"), _as_kind(lw, node, values[1], kind, "_b")
+
+
+def _example(lw: Lowerer, v: Any) -> Any:
+    """What torch.result_type needs of an operand: its dtype and whether it has dimensions."""
+    if isinstance(v, (bool, int, float, torch.Tensor)):
+        return v
+    return torch.zeros((1,) if lw.shape(v) else (), dtype=_TORCH[dtype_of(v)])
+
+
+def promoted_arithmetic(lw: Lowerer, node: torch.fx.Node, op: str, a: Any, b: Any) -> Tensor:
+    """add, sub, mul or div where an operand holds integers or bool, in the dtype torch's promotion gives:
+    float32 (the integers converted first, as torch converts them; always for div, torch's true division)
+    or integers, exact modulo 2**bits (add_int, sub_int, mul_int)."""
+    values = [v.value if isinstance(v, Const) else v for v in (a, b)]
+    result = torch.result_type(*(_example(lw, v) for v in values))
+    if op == "div" and not result.is_floating_point:
+        result = torch.float32
+    name = dtype_name(result)
+    if name == "bool":
+        raise LoweringError(f"{op} of bool tensors (torch's is logic there; qrt's arithmetic is on numbers)")
+    x, y = (_as_kind(lw, node, v, _kind(name), suffix) for v, suffix in zip(values, ("_a", "_b")))
+    if name == "float32":
+        return Tensor(lw.emit(node, op, {"a": x.name, "b": y.name}))
+    x, y = (cast(lw, node, v, "int32", suffix) if v.dtype == "bool" else v for v, suffix in zip((x, y), ("_a", "_b")))
+    out = Tensor(lw.emit(node, f"{op}_int", {"a": x.name, "b": y.name}), "int64" if "int64" in (x.dtype, y.dtype)
+                 else "int32")
+    # int32 where torch keeps an int32 tensor's dtype against an int64 scalar: the low 32 bits of the int64
+    # result are int32 arithmetic's
+    return cast(lw, node, out, name, "_wrapped")
+
+
+@lowers(functions=(torch.cumsum,), methods=("cumsum",))
+def _cumsum(lw: Lowerer, node: torch.fx.Node, input: Any, dim: int, *, dtype: Any = None) -> Tensor:
+    if dtype_of(input) == "float32":
+        # torch sums float32 in float64 on the CPU; qrt's cumsum counts
+        raise LoweringError("cumsum of a float32 tensor is not supported (qrt's cumsum is of integers or bool)")
+    sums = Tensor(lw.emit(node, "cumsum", {"x": input.name}, {"dim": _dim(dim, len(lw.shape(input)))}), "int64")
+    # torch sums integers in int64, or in dtype where given: its low bits are the int64 sum's
+    return sums if dtype is None else cast(lw, node, sums, dtype_name(dtype), "_cast")
 
 
 # ------------------------------------------------------------ comparisons and logic
@@ -418,8 +457,6 @@ def _expand_as(lw: Lowerer, node: torch.fx.Node, x: Any, other: Any) -> Any:
 
 @lowers(functions=(torch.gather,), keeps_dtype=True)
 def _gather(lw: Lowerer, node: torch.fx.Node, input: Any, dim: int, index: Any, *, sparse_grad: bool = False) -> Any:
-    from .lower_ops import _dim
-
     x, i = _runtime(lw, node, input, "_x"), _runtime(lw, node, index, "_index")
     if i.dtype not in ("int32", "int64"):
         raise LoweringError("gather's index must be an integer tensor")

@@ -825,6 +825,13 @@ def _operand(lw: Lowerer, v: Any) -> str | np.ndarray:
     return lw.float_of(v)
 
 
+def _other_numbers(v: Any) -> bool:
+    """Whether v is a run-time or constant tensor of integers or bool."""
+    if isinstance(v, Tensor):
+        return v.dtype != "float32"
+    return isinstance(v, Const) and isinstance(v.value, torch.Tensor) and not v.value.is_floating_point()
+
+
 def _binary(op: str, fold: Callable[[Any, Any], Any]) -> Callable:
     def lower(lw: Lowerer, node: torch.fx.Node, input: Any, other: Any, *, alpha: Any = 1,
               rounding_mode: Any = None) -> Any:
@@ -832,13 +839,17 @@ def _binary(op: str, fold: Callable[[Any, Any], Any]) -> Callable:
                 and not isinstance(other, Const):
             return fold(input, other)  # sizes and other Python numbers
         lw.require_static(node)
-        if op in ("add", "sub") and isinstance(input, Tensor) and input.dtype != "float32" and other == 0 \
+        if op in ("add", "sub") and isinstance(input, Tensor) and input.dtype in ("int32", "int64") and other == 0 \
                 and not isinstance(other, bool):
             return input  # integers + 0 (transformers' arange(n) + offset): the integers themselves
         if alpha != 1:
             raise LoweringError(f"{op} with alpha={alpha} is not supported")
         if rounding_mode is not None:
             raise LoweringError(f"div with rounding_mode={rounding_mode!r} is not supported")
+        if _other_numbers(input) or _other_numbers(other):
+            from .lower_masks import promoted_arithmetic  # it imports this module
+
+            return promoted_arithmetic(lw, node, op, input, other)
         a, b = _operand(lw, input), _operand(lw, other)
         if not isinstance(a, str) and not isinstance(b, str):
             raise LoweringError(f"{op} of two constants")
@@ -872,6 +883,8 @@ def _floordiv(lw: Lowerer, node: torch.fx.Node, a: Any, b: Any) -> Any:
 def _neg(lw: Lowerer, node: torch.fx.Node, input: Any) -> Any:
     if not is_tensor(input):
         return -input
+    if _other_numbers(input):
+        return _binary("mul", operator.mul)(lw, node, input, -1)
     return Tensor(lw.emit(node, "mul", {"a": _operand(lw, input), "b": np.asarray(np.float32(-1))}))
 
 

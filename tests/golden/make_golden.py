@@ -673,6 +673,37 @@ def case_masks(rng: np.random.Generator) -> Case:
     return c
 
 
+def case_integers(rng: np.random.Generator) -> Case:
+    """Integer arithmetic and running sums (format version 9): RoBERTa's positions over an int64 token row with
+    padding (cumsum of the non-padding tokens, times the mask, plus the padding index), and add_int, sub_int,
+    mul_int on int32 values that wrap past 2**31 and an int32 against an int64 (widened)."""
+    c = Case()
+    ids = c.g.input("ids", "int64", [None, 11])
+    v = c.g.input("v", "int32", [None, 11])
+    real = c.g.node("cast", {"x": c.g.node("ne", {"a": ids, "b": np.asarray(np.int32(1))}, name="real")},
+                    {"dtype": "int32"}, name="real_int")
+    counts = c.g.node("cast", {"x": c.g.node("cumsum", {"x": real}, {"dim": 1}, name="counts")}, {"dtype": "int32"},
+                      name="counts_int")
+    positions = c.g.node("add_int", {"a": c.g.node("mul_int", {"a": counts, "b": real}, name="masked"),
+                                     "b": np.asarray(np.int32(1))}, name="positions")
+    outs = [positions, c.g.node("cumsum", {"x": c.g.node("cast", {"x": v}, {"dtype": "bool"}, name="nonzero")},
+                                {"dim": 0}, name="nonzero_counts")]
+    first = c.g.node("unsqueeze", {"x": c.g.node("select", {"x": v}, {"dim": 0, "index": 0}, name="first")},
+                     {"dim": 0}, name="first_row")  # the extremes of row 0 against every row, itself included
+    outs += [c.g.node(op, {"a": v, "b": first}, name=f"{op}_wraps") for op in ("add_int", "sub_int", "mul_int")]
+    outs.append(c.g.node("mul_int", {"a": v, "b": ids}, name="widened"))
+    outs.append(c.g.node("cumsum", {"x": v}, {"dim": 1}, name="running"))
+    c.g.output(*outs)
+    for b in (3, 1):
+        iv = rng.integers(3, 50_000, (b, 11)).astype(np.int64)
+        iv[0, 7:] = 1  # padding
+        iv[-1, 0] = 2**40 + 3
+        vv = rng.integers(-(2**31), 2**31, (b, 11)).astype(np.int32)
+        vv[0, :6] = [2**31 - 1, -(2**31), 46341, -1, 0, 0]
+        c.runs.append({"ids": iv, "v": vv})
+    return c
+
+
 def case_attention(rng: np.random.Generator) -> Case:
     """matmul (batch broadcast, K past a tile) and attention (scale null and given, a bool mask over heads with a
     row masked out entirely, a float additive mask with -inf, is_causal, k/v broadcast over q's batch), at odd
@@ -806,6 +837,7 @@ CASES: dict[str, Callable[[np.random.Generator], Case]] = {
     "qnnpack_ties": case_qnnpack_ties,
     "masks": case_masks,
     "attention": case_attention,
+    "integers": case_integers,
 }
 
 
