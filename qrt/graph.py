@@ -41,6 +41,7 @@ OP_SINCE = dict.fromkeys(
 )
 OP_SINCE.update(dict.fromkeys(FLOAT_RECURRENT_OPS, 8))  # recurrent layers kept in float32
 OP_SINCE.update(dict.fromkeys(("add_int", "sub_int", "mul_int", "cumsum"), 9))  # integer arithmetic (positions)
+RESHAPE_LIKE_SINCE = 9  # reshape's attribute 'like_dims' (and input like): sizes of another value
 INPUT_DTYPE_SINCE = {"bool": 7}
 
 
@@ -51,6 +52,8 @@ def node_needs(op: str, attrs: Mapping[str, Any]) -> tuple[int, str]:
         needs.append((QUANTIZE_ENGINE_SINCE if op in QUANTIZE_OPS else ENGINE_SINCE, "attribute 'engine'"))
     if "activation" in attrs:
         needs.append((ACTIVATION_SINCE, "attribute 'activation'"))
+    if op == "reshape" and "like_dims" in attrs:
+        needs.append((RESHAPE_LIKE_SINCE, "attribute 'like_dims'"))
     return max(needs)
 MAX_TREE_DEPTH = 16  # tuples nested deeper are refused: no model needs them, and walking them stays shallow
 

@@ -19,7 +19,7 @@ import numpy as np
 from . import tensor_moves
 from .cpu.types import Prepare, Step
 from .graph import Node
-from .ops import COMPARISONS, INTEGER_ARITHMETIC
+from .ops import COMPARISONS, INTEGER_ARITHMETIC, like_sizes
 
 _UFUNCS = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal", "gt": "greater",
            "ge": "greater_equal", "logical_and": "logical_and", "logical_or": "logical_or",
@@ -130,10 +130,8 @@ def implementations(
 
         def step(x, like=None):
             lead = len(shape) - x.ndim
-            target = []
-            for i, s in enumerate(shape):
-                src = like_dims[i] if like_dims else None
-                target.append(like.shape[src] if src is not None else x.shape[i - lead] if s == -1 else s)
+            sizes = like_sizes(like_dims, like.shape) if like_dims else {}
+            target = [sizes[i] if i in sizes else x.shape[i - lead] if s == -1 else s for i, s in enumerate(shape)]
             for i in range(x.ndim):
                 if x.shape[i] not in (1, target[lead + i]):
                     raise ValueError(f"x has shape {list(x.shape)}, which cannot be expanded to {target}")

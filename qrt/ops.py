@@ -660,38 +660,60 @@ def _check_stack(ins, consts, attrs):
     return [ValueInfo(xs[0].dtype, shape[:dim] + (len(xs),) + shape[dim:])]
 
 
-def reshaped(in_shape: Shape, shape: list[int]) -> Shape | None:
+def reshaped(in_shape: Shape, shape: list[int], like: Mapping[int, int | None] | None = None) -> Shape | None:
     """reshape's output shape (None entries where it depends on a free dimension), or None if x cannot
     take that shape.
 
-    0 copies x's size at the same position, -1 is inferred. Free dimensions of x that a 0 copies cancel
+    0 copies x's size at the same position, -1 is inferred; like maps positions to the sizes another value
+    gives them (None: free), in place of shape's entries there. Free dimensions of x that a 0 copies cancel
     on both sides, so [?, 6] -> [0, 4] is refused at load and [?, 6] -> [0, -1] gives [?, 6].
     """
-    copied = {i for i, s in enumerate(shape) if s == 0 and in_shape[i] is None}
+    like = like or {}
+    copied = {i for i, s in enumerate(shape) if i not in like and s == 0 and in_shape[i] is None}
+    inferred = {i for i, s in enumerate(shape) if i not in like and s == -1}
     rest = [d for i, d in enumerate(in_shape) if i not in copied]
-    out = [in_shape[i] if s == 0 else s for i, s in enumerate(shape)]
-    if None in rest:
-        return tuple(None if s == -1 else d for s, d in zip(shape, out))
-    known = math.prod(d for i, d in enumerate(out) if i not in copied and shape[i] != -1)
+    out = [like[i] if i in like else in_shape[i] if s == 0 else s for i, s in enumerate(shape)]
+    if None in rest or None in like.values():
+        return tuple(None if i in inferred else d for i, d in enumerate(out))
+    known = math.prod(d for i, d in enumerate(out) if i not in copied and i not in inferred)
     total = math.prod(rest)
-    if -1 not in shape:
+    if not inferred:
         return tuple(out) if known == total else None
     if known == 0 or total % known:
         return None
-    return tuple(total // known if s == -1 else d for s, d in zip(shape, out))
+    return tuple(total // known if i in inferred else d for i, d in enumerate(out))
+
+
+def like_sizes(like_dims: list, like_shape: Shape) -> dict[int, int | None]:
+    """Output position -> the size of like's dimension that like_dims names there (expand's and reshape's)."""
+    return {i: like_shape[d] for i, d in enumerate(like_dims) if d is not None}
+
+
+def _check_like_dims(shape: list[int], like_dims: list, like: ValueInfo | None) -> dict[int, int | None]:
+    if (like is None) != (not like_dims):
+        _fail("like_dims and the input like go together")
+    if like_dims and len(like_dims) != len(shape):
+        _fail(f"like_dims must have one entry per shape entry ({len(shape)}), got {len(like_dims)}")
+    for d in like_dims:
+        if d is not None:
+            if not isinstance(d, int) or isinstance(d, bool):
+                _fail(f"like_dims entries must be integers or null, got {d!r:.40}")
+            _dim_of("like_dims entry", d, len(like.shape))
+    return like_sizes(like_dims, like.shape) if like_dims else {}
 
 
 def _check_reshape(ins, consts, attrs):
     x, shape = ins["x"], _ints("shape", attrs["shape"])
     _rank_fits(len(shape))
+    like = _check_like_dims(shape, attrs["like_dims"], ins.get("like"))
     for i, s in enumerate(shape):
         if not -1 <= s <= MAX_DIM:
             _fail(f"shape entries must be sizes >= 1, 0 (x's size there) or -1 (inferred), got {s}")
-        if s == 0 and i >= len(x.shape):
+        if s == 0 and i >= len(x.shape) and i not in like:
             _fail(f"shape[{i}] is 0 (x's size there) but x has rank {len(x.shape)}")
-    if shape.count(-1) > 1:
+    if sum(s == -1 for i, s in enumerate(shape) if i not in like) > 1:
         _fail(f"shape may infer (-1) at most one dimension, got {shape}")
-    out = reshaped(x.shape, shape)
+    out = reshaped(x.shape, shape, like)
     if out is None:
         _fail(f"x {x.describe()} cannot be reshaped to {shape}")
     return [ValueInfo(x.dtype, out)]
@@ -757,11 +779,12 @@ OPS.update(
         ),
         OpSpec(
             "reshape",
-            "x in a new shape, C order; 0 keeps x's size at that position, -1 is inferred (ONNX Reshape)",
-            (Port("x", _ANY),),
+            "x in a new shape, C order; 0 keeps x's size at that position, -1 is inferred (ONNX Reshape); where "
+            "like_dims names a dimension of like, like's size",
+            (Port("x", _ANY), Port("like", _ANY, optional=True, shape_only=True)),
             ("y",),
             _check_reshape,
-            (Attr("shape", list, required=True),),
+            (Attr("shape", list, required=True), Attr("like_dims", list, default=[])),
         ),
         OpSpec(
             "permute",
@@ -1178,25 +1201,18 @@ def _check_arange(ins, consts, attrs):
 
 
 def _check_expand(ins, consts, attrs):
-    x, shape, like_dims, like = ins["x"], _ints("shape", attrs["shape"]), attrs["like_dims"], ins.get("like")
+    x, shape = ins["x"], _ints("shape", attrs["shape"])
     _rank_fits(len(shape))
     if len(shape) < len(x.shape):
         _fail(f"shape {shape} has fewer dimensions than x {x.describe()}")
-    if (like is None) != (not like_dims):
-        _fail("like_dims and the input like go together")
-    if like_dims and len(like_dims) != len(shape):
-        _fail(f"like_dims must have one entry per shape entry ({len(shape)}), got {len(like_dims)}")
+    like = _check_like_dims(shape, attrs["like_dims"], ins.get("like"))
     lead = len(shape) - len(x.shape)
     out = []
     for i, s in enumerate(shape):
-        src = like_dims[i] if like_dims else None
         if not -1 <= s <= MAX_DIM:
             _fail(f"shape entries must be sizes >= 0 or -1 (x's size), got {s}")
-        if src is not None:
-            if not isinstance(src, int) or isinstance(src, bool):
-                _fail(f"like_dims entries must be integers or null, got {src!r:.40}")
-            _dim_of("like_dims entry", src, len(like.shape))
-            size = like.shape[src]
+        if i in like:
+            size = like[i]
         elif s == -1:
             if i < lead:
                 _fail(f"shape[{i}] is -1 (x's size) where x has no dimension")

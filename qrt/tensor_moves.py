@@ -15,7 +15,7 @@ import numpy as np
 
 from .cpu.types import Prepare, Step
 from .graph import Node
-from .ops import flattened, reshaped
+from .ops import flattened, like_sizes, reshaped
 
 
 def contiguous_of(xp: Any, a: Any) -> Any:
@@ -74,12 +74,14 @@ def implementations(array_library: Callable[[], Any]) -> dict[str, Prepare]:
         return prepare
 
     def reshape(node: Node, c: Mapping[str, np.ndarray]) -> Step:
-        shape = node.attrs["shape"]
+        shape, like_dims = node.attrs["shape"], node.attrs["like_dims"]
 
-        def step(x):
-            out = reshaped(x.shape, shape)
+        def step(x, like=None):
+            sizes = like_sizes(like_dims, like.shape) if like_dims else {}
+            out = reshaped(x.shape, shape, sizes)
             if out is None:
-                raise ValueError(f"x has shape {list(x.shape)}, which cannot be reshaped to {shape}")
+                target = [sizes.get(i, s) for i, s in enumerate(shape)]
+                raise ValueError(f"x has shape {list(x.shape)}, which cannot be reshaped to {target}")
             return (contiguous(x).reshape(out),)
 
         return step

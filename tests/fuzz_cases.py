@@ -265,6 +265,12 @@ def _op_models() -> dict[str, GraphBuilder]:
     positions = b.node("add_int", {"a": b.node("mul_int", {"a": counts, "b": real}), "b": np.array(1, np.int32)})
     b.output(b.node("sub_int", {"a": positions, "b": ids}))
     models["positions"] = b
+    # [S, B, E] as rows [S * B, E], viewed back with both sizes read from the input (reshape's like, version 9)
+    b = GraphBuilder()
+    like = b.input("like", "float32", [None, None, 4])
+    rows = b.node("reshape", {"x": like}, {"shape": [-1, 4]})
+    b.output(b.node("reshape", {"x": rows, "like": like}, {"shape": [2, 3, 4], "like_dims": [0, 1, None]}))
+    models["reshape_like"] = b
     # matmul against a stored matrix, attention with a bool mask over its heads
     b = GraphBuilder()
     x = b.input("x", "float32", [None, 2, 3, 4])

@@ -89,7 +89,34 @@ SAME_FILE = [
     ("test_convert_export:TypeAs", ["3,16"], {}),
     # a constant made in forward (torch.fx's trace runs torch.zeros(4); torch.export writes aten.zeros: refused)
     ("test_convert_export:ConstantZeros", ["3,6"], {}),
+    # [S * B, E] viewed as [S, B, E] with both sizes read from the input (reshape's like: format version 9)
+    ("test_convert_export:TwoFreeSizes", ["7,3,6"], {}),
 ]
+
+
+class TwoFreeSizes(_OneLinear):
+    """What MultiheadAttention does with its projections: rows of [S, B, E] through a Linear, viewed back as [S, B, F]
+    with the input's sizes, both free (and view_as, the same by another name)."""
+
+    features, seed = (6, 4), 15
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        rows = self.fc(x.reshape(-1, 6))
+        return rows.view(x.size(0), x.size(1), 4), torch.relu(x.reshape(-1, 6)).view_as(x)
+
+
+def test_two_free_sizes_read_from_the_input(tmp_path):
+    torch.save(TwoFreeSizes().state_dict(), tmp_path / "t.pt")
+    result = convert(tmp_path / "t.pt", tmp_path / "t.qrt", model="test_convert_export:TwoFreeSizes",
+                     input_shapes=["7,3,6"], frontend="fx")
+    assert result.shapes == {"x": "float32[?, ?, 6]"}
+    m = qrt.load(tmp_path / "t.qrt")
+    assert m.metadata["qrt.version"] == "9"
+    q = quantize_dynamic(TwoFreeSizes(), {nn.Linear}, dtype=torch.qint8)
+    for shape in ((1, 1, 6), (5, 2, 6), (2, 9, 6)):
+        x = np.random.default_rng(15).standard_normal(shape).astype(np.float32)
+        got, ref = m.run(x), q(torch.from_numpy(x))
+        assert [g.tobytes() for g in got] == [r.numpy().tobytes() for r in ref], shape  # exact: one dynamic Linear
 
 
 class ConstantZeros(_OneLinear):

@@ -363,23 +363,23 @@ class PaddedTorchEncoder(TorchEncoder):
 def test_torch_transformer_encoder(tmp_path, batch_first, masked):
     """Against torch's quantize_dynamic of the same model (its FFN Linears and the head quantized; the attention's
     projections, F.linear on parameters, float in both), run with torch's fast path off: with quantized Linears
-    its eligibility check reads .weight.device of a method and raises AttributeError in torch 2.13. The batch is
-    free; the length is fixed, for MultiheadAttention views [S * B, E] as [S, B, E], which qrt's reshape cannot
-    write with both free. The module docstring gives the bar."""
+    its eligibility check reads .weight.device of a method and raises AttributeError in torch 2.13. The batch and
+    the length are free: MultiheadAttention views [S * B, E] as [S, B, E] with S and B of its input, a reshape
+    that takes them from it (like_dims, format version 9). The module docstring gives the bar."""
     net = (PaddedTorchEncoder if masked else TorchEncoder)(batch_first).eval()
     torch.save(net, tmp_path / "e.pt")
     src = "2,7,48" if batch_first else "7,2,48"
     result = convert(tmp_path / "e.pt", tmp_path / "e.qrt", input_shapes=[src, "2,7"] if masked else [src],
                      input_dtypes={"pad": "bool"} if masked else None, trust_checkpoint=True)
     assert result.frontend == "export" and "torch.fx cannot trace" in result.frontend_note
-    free = "float32[?, 7, 48]" if batch_first else "float32[7, ?, 48]"
-    assert result.shapes == ({"src": free, "pad": "bool[?, 7]"} if masked else {"src": free})
+    assert result.shapes == ({"src": "float32[?, ?, 48]", "pad": "bool[?, ?]"} if masked
+                             else {"src": "float32[?, ?, 48]"})
     q = quantize_dynamic(net, {nn.Linear}, dtype=torch.qint8)
     m, rng = qrt.load(tmp_path / "e.qrt"), np.random.default_rng(44)
-    for batch in (1, 3):
-        x = rng.standard_normal((batch, 7, 48) if batch_first else (7, batch, 48)).astype(np.float32)
-        pad = np.zeros((batch, 7), bool)
-        pad[0, 4:] = True  # the first sequence is 4 tokens long
+    for batch, length in ((1, 7), (3, 12), (2, 1)):
+        x = rng.standard_normal((batch, length, 48) if batch_first else (length, batch, 48)).astype(np.float32)
+        pad = np.zeros((batch, length), bool)
+        pad[0, 4:] = True  # the first sequence is at most 4 tokens long
         feeds = [x, pad] if masked else [x]
         torch.backends.mha.set_fastpath_enabled(False)
         try:
@@ -388,4 +388,4 @@ def test_torch_transformer_encoder(tmp_path, batch_first, masked):
         finally:
             torch.backends.mha.set_fastpath_enabled(True)
         diff, cos = _agreement(ref, m.run(feeds))
-        assert diff <= 1e-4 and cos >= 0.99999, (batch, diff, cos)
+        assert diff <= 1e-4 and cos >= 0.99999, (batch, length, diff, cos)

@@ -25,4 +25,9 @@ def test_format_md_specifies_every_op(op):
 
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_user_guide_lists_every_op(op):
-    assert f"\n| `{op}` |" in _read("USER_GUIDE.md"), f"docs/USER_GUIDE.md's op table lacks {op!r}"
+    """Each op has its row, whose last column lists the registry's attributes and defaults."""
+    rows = [r for r in _read("USER_GUIDE.md").splitlines() if r.startswith(f"| `{op}` |")]
+    assert rows, f"docs/USER_GUIDE.md's op table lacks {op!r}"
+    attrs = ", ".join(f"`{a.name}` (required)" if a.required else f"`{a.name}`={a.default!r}"
+                      for a in OPS[op].attrs) or "-"
+    assert rows[0].endswith(f" | {attrs} |"), rows[0]

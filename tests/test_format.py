@@ -928,6 +928,35 @@ def test_version_9_integer_ops(tmp_path, op):
         qrt.load(tmp_path / "v8.qrt")
 
 
+def test_version_9_reshape_like(tmp_path):
+    """reshape with like_dims is written as version 9 and refused, naming the attribute, when its header says 8;
+    like_dims without like, or with an entry per shape entry missing, is refused at load."""
+    from qrt.builder import GraphBuilder
+
+    def save(attrs: dict, like: bool = True) -> str:
+        g = GraphBuilder()
+        x, q = g.input("x", "float32", [None, 4]), g.input("q", "float32", [None, None, 4])
+        g.output(g.node("reshape", {"x": x, **({"like": q} if like else {})}, attrs, name="r"))
+        g.save(tmp_path / "r.qrt")
+        return tmp_path / "r.qrt"
+
+    path = save({"shape": [1, 1, 4], "like_dims": [0, 1, None]})
+    assert qrt.load(path).metadata["qrt.version"] == "9"
+    (tmp_path / "v8.qrt").write_bytes(path.read_bytes().replace(b'"qrt.version":"9"', b'"qrt.version":"8"', 1))
+    with pytest.raises(qrt.FormatError, match=r"node 'r' \(reshape\): attribute 'like_dims' needs format version 9, "
+                                              "the file says 8"):
+        qrt.load(tmp_path / "v8.qrt")
+    for attrs, like, message in (({"shape": [1, 1, 4], "like_dims": [0, 1, None]}, False, "go together"),
+                                 ({"shape": [1, 1, 4], "like_dims": [0, 1]}, True, "one entry per shape entry"),
+                                 ({"shape": [1, 1, 4], "like_dims": [0, 3, None]}, True, "out of range"),
+                                 ({"shape": [-1, -1, 4], "like_dims": [0, None, None]}, True, None)):
+        if message is None:  # a -1 at a like position infers nothing: one -1 left
+            assert qrt.load(save(attrs, like)).outputs[0].shape == (None, None, 4)
+            continue
+        with pytest.raises(qrt.FormatError, match=message):
+            qrt.load(save(attrs, like))
+
+
 def test_writer_refuses_what_the_reader_refuses_and_writes_what_it_reads(tmp_path):
     """The writer runs the reader's JSON and entry rules on what it writes (it had written 64-bit-wide attributes,
     NUL names and metadata the reader then refused). A file whose only stored tensor is empty reads back: the

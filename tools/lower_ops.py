@@ -209,13 +209,14 @@ def _dims(ds: Any, rank: int, what: str = "dim") -> list[int]:
     return out
 
 
-def _move(lw: Lowerer, node: torch.fx.Node, x: Any, op: str, attrs: dict, suffix: str = "") -> Any:
-    """A data-movement op (select, reshape, ...): keeps the dtype, and a quantized tensor's scale and zero point."""
+def _move(lw: Lowerer, node: torch.fx.Node, x: Any, op: str, attrs: dict, suffix: str = "", **more: str) -> Any:
+    """A data-movement op (select, reshape, ...): keeps the dtype, and a quantized tensor's scale and zero point.
+    more: further input ports (reshape's like)."""
     if isinstance(x, Quant):
-        return Quant(lw.emit(node, op, {"x": x.name}, attrs, suffix), x.scale, x.zero_point)
+        return Quant(lw.emit(node, op, {"x": x.name, **more}, attrs, suffix), x.scale, x.zero_point)
     if isinstance(x, Tensor):
-        return Tensor(lw.emit(node, op, {"x": x.name}, attrs, suffix), x.dtype)
-    return Tensor(lw.emit(node, op, {"x": lw.float_of(x)}, attrs, suffix))
+        return Tensor(lw.emit(node, op, {"x": x.name, **more}, attrs, suffix), x.dtype)
+    return Tensor(lw.emit(node, op, {"x": lw.float_of(x), **more}, attrs, suffix))
 
 
 def _float_op(lw: Lowerer, node: torch.fx.Node, op: str, x: Any, attrs: dict | None = None) -> Tensor:
@@ -568,10 +569,14 @@ def _stack(lw: Lowerer, node: torch.fx.Node, tensors: Any, dim: int = 0) -> Any:
 # ------------------------------------------------------------ shapes
 
 
-def _reshape_observed(lw: Lowerer, node: torch.fx.Node, x: Any) -> Any:
+def _reshape_observed(lw: Lowerer, node: torch.fx.Node, x: Any, asked: Sequence[Any] = ()) -> Any:
     """A reshape whose target comes from the shapes the runs observed: a size that stays the same is
     written as it is, one that follows the input's size at the same position as 0, and one other
-    that changes as -1 (ONNX semantics), so the reshape stays right at every size of a free dimension."""
+    that changes as -1 (ONNX semantics), so the reshape stays right at every size of a free dimension.
+    Where several change, those the call asked for as sizes of one other tensor (asked: the call's sizes,
+    ``q.size(0)`` a SizeOf) are taken from it at run time (reshape's like)."""
+    from .lower_masks import SizeOf  # a size that remembers its tensor
+
     ins, outs = lw.shapes(x), lw.node_shapes(node)
     if all(i == o for i, o in zip(ins, outs)):
         return x
@@ -585,25 +590,44 @@ def _reshape_observed(lw: Lowerer, node: torch.fx.Node, x: Any) -> Any:
         else:
             target.append(-1)
             inferred.append(j)
+    followed = {j: s for j, s in enumerate(asked) if j in inferred and isinstance(s, SizeOf)
+                and all(o[j] == shape[s.dim] for o, shape in zip(outs, lw.observed[s.value]))}
+    sources = [s.value for s in followed.values()]
+    like = max(sources, key=sources.count, default=None)  # the tensor most sizes come from; the first of a tie
+    like_dims = [followed[j].dim if j in followed and followed[j].value == like else None for j in range(len(target))]
+    if len(inferred) > 1 and like is not None:
+        inferred = [j for j in inferred if like_dims[j] is None]
+        target = [outs[0][j] if d is not None else t for j, (t, d) in enumerate(zip(target, like_dims))]
+    else:
+        like = None
     if len(inferred) > 1 or (outs[0] and 0 in outs[0] and not inferred):
         runs = {r for r, o in enumerate(outs) for j in inferred[1:] if o[j] != outs[0][j]}
         lw.varies(runs, f"its result {list(outs[0])} has several sizes that follow free dimensions")
-    return _move(lw, node, x, "reshape", {"shape": target})
+    if like is None:
+        return _move(lw, node, x, "reshape", {"shape": target})
+    return _move(lw, node, x, "reshape", {"shape": target, "like_dims": like_dims}, like=like)
+
+
+def _sizes(shape: Any) -> tuple:
+    """view(2, 3) and view((2, 3)) alike."""
+    return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
 
 
 @lowers(methods=("view", "reshape"), sizes=True, keeps_dtype=True)
 def _view(lw: Lowerer, node: torch.fx.Node, x: Any, *shape: Any) -> Any:
-    return _reshape_observed(lw, node, x)
+    return _reshape_observed(lw, node, x, _sizes(shape))
 
 
 @lowers(functions=(torch.reshape,), sizes=True, keeps_dtype=True)
 def _reshape(lw: Lowerer, node: torch.fx.Node, input: Any, shape: Any) -> Any:
-    return _reshape_observed(lw, node, input)
+    return _reshape_observed(lw, node, input, _sizes((shape,)))
 
 
 @lowers(methods=("view_as", "reshape_as"), keeps_dtype=True)
 def _view_as(lw: Lowerer, node: torch.fx.Node, x: Any, other: Any) -> Any:
-    return _reshape_observed(lw, node, x)
+    from .lower_masks import sizes_of  # sizes that remember their tensor
+
+    return _reshape_observed(lw, node, x, sizes_of(lw, other, None))
 
 
 @lowers(methods=("unflatten",), sizes=True, keeps_dtype=True)

@@ -704,6 +704,24 @@ def case_integers(rng: np.random.Generator) -> Case:
     return c
 
 
+def case_reshape_like(rng: np.random.Generator) -> Case:
+    """reshape taking sizes from another value (format version 9): MultiheadAttention's [S * B, E] viewed as
+    [S, B, E] with both sizes free, one size taken and one inferred, and int64 values moved the same way."""
+    c = Case()
+    rows = c.g.input("rows", "float32", [None, 5])
+    q = c.g.input("q", "float32", [None, None, 5])
+    ids = c.g.input("ids", "int64", [None])
+    both = c.g.node("reshape", {"x": rows, "like": q}, {"shape": [1, 1, 5], "like_dims": [0, 1, None]}, name="both")
+    inferred = c.g.node("reshape", {"x": rows, "like": q}, {"shape": [1, -1], "like_dims": [1, None]},
+                        name="inferred")
+    moved = c.g.node("reshape", {"x": ids, "like": q}, {"shape": [1, 1], "like_dims": [0, 1]}, name="moved")
+    c.g.output(both, inferred, moved)
+    for s, b in ((3, 4), (1, 1), (7, 2)):
+        c.runs.append({"rows": wide(rng, (s * b, 5)), "q": wide(rng, (s, b, 5)),
+                       "ids": rng.integers(-(2**62), 2**62, s * b)})
+    return c
+
+
 def case_attention(rng: np.random.Generator) -> Case:
     """matmul (batch broadcast, K past a tile) and attention (scale null and given, a bool mask over heads with a
     row masked out entirely, a float additive mask with -inf, is_causal, k/v broadcast over q's batch), at odd
@@ -838,6 +856,7 @@ CASES: dict[str, Callable[[np.random.Generator], Case]] = {
     "masks": case_masks,
     "attention": case_attention,
     "integers": case_integers,
+    "reshape_like": case_reshape_like,
 }
 
 
