@@ -67,12 +67,16 @@ def implementations(
         """A comparison or logical and / or (bool), or integer arithmetic, with numpy broadcasting."""
 
         def prepare(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+            arithmetic = op.endswith("_int")
+
             def step(a, b):
                 xp = array_library()
                 _broadcast([a.shape, b.shape], ["a", "b"])
-                # integers of two widths compare and add exactly: numpy and CuPy widen int32 to int64 first,
-                # and wrap integer arithmetic modulo 2**bits
-                return (contiguous(getattr(xp, _UFUNCS[op])(xp.asarray(a), xp.asarray(b))),)
+                # integers of two widths compare exactly: numpy and CuPy widen int32 to int64. Arithmetic runs in
+                # its output dtype, named (numpy 1.x would keep int32 against an int64 [] array), and wraps
+                # modulo 2**bits
+                dtype = {"dtype": np.int64 if np.int64 in (a.dtype, b.dtype) else np.int32} if arithmetic else {}
+                return (contiguous(getattr(xp, _UFUNCS[op])(xp.asarray(a), xp.asarray(b), **dtype)),)
 
             return step
 

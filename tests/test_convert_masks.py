@@ -117,24 +117,43 @@ class IntegerArithmetic(nn.Module):
     """Integer arithmetic as transformers writes it (RoBERTa's positions) and as torch promotes it: int32
     against int32, a Python int, an int64 0-dim buffer and a 0-dim int64 value (int32 kept), int64 against
     int64, bool against a Python int (int64), negation, cumsum with and without dtype, and integers meeting
-    float32 (x + mask, ids / 2: float32, the integers converted first)."""
+    float32 (x + mask, ids / 2, ids + 0.0: float32, the integers converted first); y += b in place keeps y's int32,
+    as torch writes it; cumsum of a single value."""
 
     def __init__(self) -> None:
         super().__init__()
         self.register_buffer("offset", torch.tensor(5))  # int64, 0-dim
+        self.register_buffer("steps", torch.tensor([2**31 - 1, 2]))  # int64, stored as int32: sums past 2**31
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple:
         real = ids.ne(1).int()
         positions = torch.cumsum(real, dim=1).type_as(real) * real + 1
         narrow = torch.cumsum(real, 1, dtype=torch.int32) - self.offset
         wide = positions.long() * ids - ids
-        counted = real.bool() + 1
+        counted = real.bool() + (2**31 - 1)  # int64: past int32's range
         first = real + ids[0, 0]  # int32: a 0-dim int64 does not widen a tensor; the sum wraps past 2**31
-        return positions, narrow, wide, counted, first, -real, x + real, ids / 2, x * ids
+        widened = real[:, :2] + self.steps  # int64 (an int64 buffer of rank 1 widens)
+        kept = real * 3
+        kept += ids  # in place: int32 kept, the int64 sum's low 32 bits
+        return (positions, narrow, wide, counted, first, widened, kept, -real, x + real, ids / 2, x * ids, ids + 0.0,
+                torch.cumsum(ids[0, 0], 0))
 
 
 def make_integer_arithmetic() -> nn.Module:
     return IntegerArithmetic()
+
+
+class FloatCumsum(nn.Module):
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return torch.cumsum(ids, 1, dtype=torch.float32)
+
+
+def test_cumsum_to_float_refused(tmp_path):
+    """torch sums in float64 there and rounds each sum to float32: not qrt's exact integer sums cast after."""
+    torch.save(FloatCumsum().state_dict(), tmp_path / "c.pt")
+    with pytest.raises(ConvertError, match=r"cumsum of a float32 tensor, or to a float dtype, is not supported"):
+        convert(str(tmp_path / "c.pt"), str(tmp_path / "c.qrt"), model="test_convert_masks:FloatCumsum",
+                input_shapes=["2,9"], input_dtypes={"ids": "int64"})
 
 
 @pytest.mark.parametrize("frontend", ["fx", "export"])

@@ -93,7 +93,8 @@ def stored(lw: Lowerer, node: torch.fx.Node, t: torch.Tensor, suffix: str) -> Te
         return Tensor(lw.b.tensor(lw.unique(node.name + suffix), a.copy()))
     if t.dtype in (torch.int32, torch.int64):
         if a.size and (a.min() < -(2**31) or a.max() >= 2**31):
-            raise LoweringError("an int64 constant beyond int32's range")
+            raise LoweringError(f"an integer constant beyond int32's range ({int(a.min())} .. {int(a.max())}): qrt "
+                                "stores integers as int32")
         name = lw.b.tensor(lw.unique(node.name + suffix), a.astype(np.int32))
         return Tensor(name, "int32")
     if t.dtype == torch.bool:
@@ -145,34 +146,43 @@ def _example(lw: Lowerer, v: Any) -> Any:
     return torch.zeros((1,) if lw.shape(v) else (), dtype=_TORCH[dtype_of(v)])
 
 
-def promoted_arithmetic(lw: Lowerer, node: torch.fx.Node, op: str, a: Any, b: Any) -> Tensor:
+def promoted_arithmetic(lw: Lowerer, node: torch.fx.Node, op: str, a: Any, b: Any, in_place: bool = False
+                        ) -> Tensor:
     """add, sub, mul or div where an operand holds integers or bool, in the dtype torch's promotion gives:
     float32 (the integers converted first, as torch converts them; always for div, torch's true division)
-    or integers, exact modulo 2**bits (add_int, sub_int, mul_int)."""
+    or integers, both operands cast to it first, exact modulo 2**bits (add_int, sub_int, mul_int). In place
+    (y += b), in y's dtype, as torch writes it."""
     values = [v.value if isinstance(v, Const) else v for v in (a, b)]
     result = torch.result_type(*(_example(lw, v) for v in values))
     if op == "div" and not result.is_floating_point:
         result = torch.float32
     name = dtype_name(result)
+    if in_place and dtype_of(a) != name:
+        if _KINDS.index(_kind(name)) > _KINDS.index(_kind(dtype_of(a))):
+            raise LoweringError(f"{op} in place of a {dtype_of(a)} tensor with a {name} result (torch refuses it)")
+        name = dtype_of(a)  # an int32 y += int64 b: the low 32 bits, as torch casts the sum back
     if name == "bool":
         raise LoweringError(f"{op} of bool tensors (torch's is logic there; qrt's arithmetic is on numbers)")
     x, y = (_as_kind(lw, node, v, _kind(name), suffix) for v, suffix in zip(values, ("_a", "_b")))
     if name == "float32":
         return Tensor(lw.emit(node, op, {"a": x.name, "b": y.name}))
-    x, y = (cast(lw, node, v, "int32", suffix) if v.dtype == "bool" else v for v, suffix in zip((x, y), ("_a", "_b")))
-    out = Tensor(lw.emit(node, f"{op}_int", {"a": x.name, "b": y.name}), "int64" if "int64" in (x.dtype, y.dtype)
-                 else "int32")
-    # int32 where torch keeps an int32 tensor's dtype against an int64 scalar: the low 32 bits of the int64
-    # result are int32 arithmetic's
-    return cast(lw, node, out, name, "_wrapped")
+    # in torch's dtype from the start: an int32 against an int64 constant (stored as int32) sums in int64, and
+    # an int64 scalar against an int32 tensor in int32 (the low 32 bits of the int64 sum)
+    x, y = (cast(lw, node, v, name, suffix) for v, suffix in zip((x, y), ("_a", "_b")))
+    return Tensor(lw.emit(node, f"{op}_int", {"a": x.name, "b": y.name}), name)
 
 
 @lowers(functions=(torch.cumsum,), methods=("cumsum",))
 def _cumsum(lw: Lowerer, node: torch.fx.Node, input: Any, dim: int, *, dtype: Any = None) -> Tensor:
-    if dtype_of(input) == "float32":
-        # torch sums float32 in float64 on the CPU; qrt's cumsum counts
-        raise LoweringError("cumsum of a float32 tensor is not supported (qrt's cumsum is of integers or bool)")
-    sums = Tensor(lw.emit(node, "cumsum", {"x": input.name}, {"dim": _dim(dim, len(lw.shape(input)))}), "int64")
+    # torch sums float32 (and integers it is asked to sum as float32) in float64 on the CPU; qrt's cumsum counts
+    if dtype_of(input) == "float32" or dtype_name(dtype or torch.int64) not in ("int32", "int64"):
+        raise LoweringError("cumsum of a float32 tensor, or to a float dtype, is not supported (qrt's cumsum sums "
+                            "integers or bool exactly; torch sums floats in float64)")
+    rank = len(lw.shape(input))
+    if rank == 0:  # torch's cumsum of a single value: the value, as its sum's dtype
+        sums = cast(lw, node, input, "int64", "_value")
+    else:
+        sums = Tensor(lw.emit(node, "cumsum", {"x": input.name}, {"dim": _dim(dim, rank)}), "int64")
     # torch sums integers in int64, or in dtype where given: its low bits are the int64 sum's
     return sums if dtype is None else cast(lw, node, sums, dtype_name(dtype), "_cast")
 

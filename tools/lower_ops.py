@@ -849,6 +849,9 @@ def _operand(lw: Lowerer, v: Any) -> str | np.ndarray:
     return lw.float_of(v)
 
 
+_IN_PLACE = (operator.iadd, operator.isub, operator.imul, operator.itruediv)  # y += b: the result in y's dtype
+
+
 def _other_numbers(v: Any) -> bool:
     """Whether v is a run-time or constant tensor of integers or bool."""
     if isinstance(v, Tensor):
@@ -863,9 +866,9 @@ def _binary(op: str, fold: Callable[[Any, Any], Any]) -> Callable:
                 and not isinstance(other, Const):
             return fold(input, other)  # sizes and other Python numbers
         lw.require_static(node)
-        if op in ("add", "sub") and isinstance(input, Tensor) and input.dtype in ("int32", "int64") and other == 0 \
-                and not isinstance(other, bool):
-            return input  # integers + 0 (transformers' arange(n) + offset): the integers themselves
+        if op in ("add", "sub") and isinstance(input, Tensor) and input.dtype in ("int32", "int64") \
+                and type(other) is int and other == 0:
+            return input  # integers + 0 (transformers' arange(n) + offset): the integers themselves (+ 0.0: floats)
         if alpha != 1:
             raise LoweringError(f"{op} with alpha={alpha} is not supported")
         if rounding_mode is not None:
@@ -873,7 +876,7 @@ def _binary(op: str, fold: Callable[[Any, Any], Any]) -> Callable:
         if _other_numbers(input) or _other_numbers(other):
             from .lower_masks import promoted_arithmetic  # it imports this module
 
-            return promoted_arithmetic(lw, node, op, input, other)
+            return promoted_arithmetic(lw, node, op, input, other, in_place=node.target in _IN_PLACE)
         a, b = _operand(lw, input), _operand(lw, other)
         if not isinstance(a, str) and not isinstance(b, str):
             raise LoweringError(f"{op} of two constants")
