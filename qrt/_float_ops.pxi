@@ -23,7 +23,6 @@ cdef extern from "float_ops.h" nogil:
         QRT_BINARY_MAX_RANK
 
 cdef extern from "float_math.h" nogil:
-    float qrt_sigmoid_full(float x)
     float qrt_silu(float x)
     float qrt_gelu_tanh(float x)
 
@@ -198,7 +197,7 @@ def float_unary_oracle(str op, const float[::1] x, float[::1] y) -> None:
     with nogil:
         for i in range(n):
             if code == QRT_SIGMOID:
-                y[i] = qrt_sigmoid_full(x[i])
+                y[i] = qrt_sigmoid(x[i])
             elif code == QRT_TANH:
                 y[i] = qrt_tanh(x[i])
             elif code == QRT_SILU:

@@ -1038,10 +1038,10 @@ cdef void release(prepared_input* p) noexcept nogil:
 
 
 cdef inline void relu_to(const float* x, float* y, Py_ssize_t n) noexcept nogil:
-    """y = max(x, 0) as numpy's maximum gives it: NaN stays as it is, -0.0 becomes +0.0."""
+    """y = relu(x) as torch.relu gives it: 0 where x < 0, x elsewhere (NaN and -0.0 stay)."""
     cdef Py_ssize_t i
     for i in range(n):
-        y[i] = 0 if x[i] <= 0 else x[i]
+        y[i] = 0 if x[i] < 0 else x[i]
 
 
 cdef class DynamicLinear:
@@ -1118,7 +1118,7 @@ cdef class DynamicLinear:
 
     cdef int project(self, const prepared_input* p, Py_ssize_t row, Py_ssize_t m, float* y,
                      bint relu) noexcept nogil:
-        """y[m, n] = layer(x[row:row + m]) (then max(y, 0) if relu) for x prepared by prepare().
+        """y[m, n] = layer(x[row:row + m]) (then relu(y) if relu) for x prepared by prepare().
         -1: out of memory."""
         cdef qrt_epilogue e
         cdef int err
@@ -1135,7 +1135,7 @@ cdef class DynamicLinear:
         return self.w8.matmul(p.q + row * self.in_features, m, p.zero_point, &e)
 
     cdef int forward(self, const float* x, Py_ssize_t m, float* y, bint relu, bint by_panels) noexcept nogil:
-        """y[m, n] from x[m, k], then max(y, 0) if relu. by_panels: threads split the product by columns
+        """y[m, n] from x[m, k], then relu(y) if relu. by_panels: threads split the product by columns
         (PackedS8.matmul_float), where it can. Returns 1 if x holds NaN or infinity, -1 if out of memory."""
         cdef Py_ssize_t k = self.in_features
         if (self.is_int8 and not self.per_row and not self.w8.any_zp and m and k and self.out_features
@@ -1168,7 +1168,7 @@ cdef class DynamicLinear:
         return self.w8.matmul_float(x, m, inv, zp, self.qnnpack, largest <= 128, &e, by_panels)
 
     def __call__(self, const float[:, ::1] x, float[:, ::1] y, bint relu=False):
-        """y = layer(x), then max(y, 0) if relu. Shapes are checked here, before the GIL is released."""
+        """y = layer(x), then relu(y) if relu. Shapes are checked here, before the GIL is released."""
         cdef Py_ssize_t m = x.shape[0]
         if x.shape[1] != self.in_features or y.shape[0] != m or y.shape[1] != self.out_features:
             raise ValueError("DynamicLinear: shape mismatch")

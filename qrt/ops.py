@@ -1096,7 +1096,8 @@ _X_F32 = (Port("x", _F32),)
 OPS.update(
     (op.name, op)
     for op in (
-        OpSpec("relu", "float32 max(x, 0)", _X_F32, ("y",), _check_float_map),
+        OpSpec("relu", "float32 0 where x < 0, else x (NaN and -0.0 kept), as torch.relu", _X_F32, ("y",),
+               _check_float_map),
         *(OpSpec(name, f"float32 {doc}", _X_F32, ("y",), _check_float_map) for name, doc in _UNARY_FLOAT.items()),
         OpSpec(
             "gelu",

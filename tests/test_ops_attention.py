@@ -137,16 +137,26 @@ def context(p: np.ndarray, v: np.ndarray, y: np.ndarray | None) -> np.ndarray:
     return y
 
 
+def block_max(block: np.ndarray) -> f32:
+    """torch's _mul_reduce_max_fusion_kernel: the whole vectors' max propagating NaN, std::max over the rest
+    (skipping NaN), the larger unless the first is NaN."""
+    whole = len(block) // 16 * 16
+    vectors, tail = (block[:whole].max() if whole else f32(-np.inf)), f32(-np.inf)
+    for x in block[whole:]:
+        tail = x if tail < x else tail
+    return tail if vectors < tail else vectors
+
+
 def attention_oracle(q, k, v, mask, scale: f32, causal: bool) -> np.ndarray:
     """One head: q [l, e], k [s, e], v [s, ev], mask None or [l, s] (bool or float32)."""
     t = chain(q, np.ascontiguousarray(k.T))
-    if mask is not None and mask.dtype == np.float32:  # fma32 is for finite addends; t * scale + inf is inf
+    if mask is not None and mask.dtype == np.bool_:  # the float mask torch makes of it
+        mask = np.where(mask, f32(0), f32(-np.inf))
+    if mask is not None:  # fma32 is for finite addends; t * scale + inf is inf
         with np.errstate(invalid="ignore"):
             t = np.where(np.isfinite(mask), fma32(t, scale, np.where(np.isfinite(mask), mask, 0)), t * scale + mask)
     else:
         t = t * scale
-    if mask is not None and mask.dtype == np.bool_:
-        t = np.where(mask, t, f32(-np.inf))
     if causal:
         t = np.where(np.arange(k.shape[0])[None, :] > np.arange(q.shape[0])[:, None], f32(-np.inf), t)
     out = np.zeros((q.shape[0], v.shape[1]), f32)
@@ -154,7 +164,8 @@ def attention_oracle(q, k, v, mask, scale: f32, causal: bool) -> np.ndarray:
         m, z = f32(-np.inf), f32(0)
         for n in range(0, t.shape[1], 512):
             block = t[i, n : n + 512]
-            m_new = max(m, block.max())
+            b = block_max(block)
+            m_new = m if m > b else b
             p = np.zeros_like(block)
             if m_new != -np.inf:
                 p, z_block = softmax_weights(block - m_new)
@@ -535,6 +546,29 @@ def test_nonfinite_scores_same_bits_on_every_build(tmp_path, s):
     for got in outs.values():
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         _bits(np.where(np.isnan(want), f32(0), got), np.where(np.isnan(want), f32(0), want))
+
+
+@pytest.mark.parametrize("masked", [False, True], ids=["", "masked"])
+@pytest.mark.parametrize("s", [1, 5, 15, 16, 17, 40])
+def test_rows_of_nan_scores_as_torch(tmp_path, s, masked):
+    """A query row whose every score is NaN, in torch's flash attention (4-D, ev = e): without a mask its max skips
+    NaN past the whole vectors of 16 keys, so with fewer than 16 keys the row looks masked out and its context is
+    0; from 16 on, and with a mask at any length, it is NaN. A row whose only NaN score lies past the whole
+    vectors, which a mask leaves alone (or none), is NaN both ways. Every build, against torch."""
+    q, k, v = _normal(1, 1, 3, 4, sd=1.5), _normal(1, 1, s, 4, sd=1.5), _normal(1, 1, s, 4)
+    q[..., 0, 1] = np.nan  # row 0: every score NaN
+    k[..., s - 1, 2] = np.nan  # every row's last score NaN
+    inputs = {"q": q, "k": k, "v": v}
+    if masked:
+        inputs["mask"] = np.ones((1, 1, 3, s), bool)
+        inputs["mask"][..., 1, : s // 16 * 16] = False  # row 1: the tail's keys only
+    want = F.scaled_dot_product_attention(*map(torch.from_numpy, (q, k, v)), attn_mask=torch.from_numpy(
+        inputs["mask"]) if masked else None).numpy()
+    zero = s < 16 and not masked
+    assert np.isnan(want[..., 0, :]).all() != zero and (want[..., 0, :] == 0).all() == zero
+    for got in _every_build(tmp_path, "attention", inputs).values():
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(np.where(np.isnan(got), 0, got), np.where(np.isnan(want), 0, want))
 
 
 def test_default_scale_is_torchs(tmp_path):

@@ -60,9 +60,11 @@ def test_gate_activations_are_within_ulps_of_exact_on_a_dense_grid():
     assert np.all(np.abs(tanh) <= 1) and np.all((sigmoid >= 0) & (sigmoid <= 1))
 
 
-def test_gate_activations_clamp_beyond_87_and_keep_nan():
-    """The gates clamp exp's argument to [-87, 87] (on its bits): past 87, to infinity, sigmoid and tanh
-    are their values at +-87 exactly, and NaN stays NaN. sigmoid(-87) is 1/(1 + e^87), not 0."""
+def test_gate_activations_tails_and_nan():
+    """tanh clamps exp's argument to [-87, 87] (on its bits): past 87, to infinity, it is +-1 exactly. sigmoid runs
+    over the whole float range, as torch's: down to -88.7 its value (within the grid test's 2.5 ulps of it, also
+    where it is subnormal), from -88.73 on 0 exactly, as torch.sigmoid gives it (a clamp at -87 had held it at
+    1.65e-38, which a gate times a state past 1e31 showed); past +87 it is 1. NaN stays NaN."""
     from qrt import _kernels
 
     edge = np.float32(87)
@@ -71,17 +73,38 @@ def test_gate_activations_clamp_beyond_87_and_keep_nan():
     x = np.concatenate([x, -x])
     tanh, sigmoid = np.empty_like(x), np.empty_like(x)
     _kernels.gate_activations(x, tanh, sigmoid)
-    for half in (slice(0, 5), slice(6, 11)):
-        assert np.all(sigmoid[half] == sigmoid[half][0]) and np.all(tanh[half] == tanh[half][0])
-    assert sigmoid[0] == 1 and tanh[0] == 1 and tanh[6] == -1
-    exact = np.float32(1 / (1 + np.exp(87.0)))  # 1.6458115e-38: qrt's exp is within an ulp of e^87
-    assert abs(sigmoid[6] - exact) <= np.spacing(exact)
+    assert np.all(tanh[:5] == 1) and np.all(tanh[6:11] == -1) and np.all(sigmoid[:5] == 1)
+    assert sigmoid[8] > 0 and np.all(sigmoid[9:11] == 0)  # -88 is short of exp's overflow at 88.72; -1e30, -inf
     assert np.isnan(sigmoid[[5, 11]]).all() and np.isnan(tanh[[5, 11]]).all()
-    # just inside the clamp, exp is still evaluated: sigmoid(-86.99) differs from sigmoid(-87)
-    inside = np.array([-np.nextafter(edge, np.float32(0))], np.float32)
-    t1, s1 = np.empty_like(inside), np.empty_like(inside)
-    _kernels.gate_activations(inside, t1, s1)
-    assert s1[0] > sigmoid[6]
+    tail = np.linspace(-88.72, -86, 20_001, dtype=np.float32)
+    t, s = np.empty_like(tail), np.empty_like(tail)
+    _kernels.gate_activations(tail, t, s)
+    exact = 1 / (1 + np.exp(-tail.astype(np.float64)))
+    assert (np.abs(s - exact) / np.spacing(exact.astype(np.float32)).astype(np.float64)).max() <= 2.5
+    below = np.linspace(-120, -88.73, 1001, dtype=np.float32)
+    t, s = np.empty_like(below), np.empty_like(below)
+    _kernels.gate_activations(below, t, s)
+    assert np.all(s == 0) and np.all(torch.sigmoid(torch.from_numpy(below)).numpy() == 0)
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+def test_saturated_gate_times_a_huge_state(tmp_path, kind):
+    """A gate far below -87 times a state near float32's largest: torch's sigmoid is 0 there, so the state drops
+    out (GRU: h' = (h - n) z + n with z = 0; LSTM: c' = f c + i g with f = 0). With the clamp at 1.65e-38 qrt
+    had added 4.9 to a GRU's h' (h = 3e38) and 1.6 to an LSTM's c' (c = 1e38)."""
+    torch.manual_seed(5)
+    cell = quantized_copy(CELLS[kind](6, 5), torch.qint8, False)
+    cell_model_file(tmp_path / "c.qrt", kind, cell)
+    rng = np.random.default_rng(5)
+    x, h = rng.standard_normal((3, 6)).astype(np.float32), rng.standard_normal((3, 5)).astype(np.float32)
+    h[0, 0] = 3e38  # every hh gate of row 0 is scaled by it: pre-activations far past +-87
+    states = (h,) if kind == "gru" else (h, np.full((3, 5), 1e38, np.float32))
+    got = qrt.load(tmp_path / "c.qrt").run({"x": x, "h": h, **({"c": states[1]} if kind == "lstm" else {})})
+    with torch.no_grad():
+        want = cell(torch.from_numpy(x), tuple(map(torch.from_numpy, states)) if kind == "lstm"
+                    else torch.from_numpy(h))
+    for g, w in zip(got if kind == "lstm" else (got,), want if kind == "lstm" else (want,)):
+        _close(g, w.numpy())
 
 
 def _close(got, want):

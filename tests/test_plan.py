@@ -159,8 +159,11 @@ def test_linear_chain_with_relu(tmp_path, kind):
 
 
 def test_relu_keeps_nan_and_signed_zero(tmp_path):
-    """relu (alone, and fused after a float linear whose outputs carry NaN, infinities and -0.0) gives
-    numpy's maximum(x, 0) bit for bit."""
+    """relu (alone, and fused after a float linear whose outputs carry NaN and infinities) gives the same bits in
+    the plan and node by node, and torch.relu's: -0.0 kept (qrt had made it +0.0, as numpy's maximum(x, 0)
+    does), NaN kept."""
+    import torch
+
     g = GraphBuilder()
     x = g.input("x", "float32", [None, 8])
     y = g.node("linear_float", {"x": x, "weight": np.eye(8, dtype=np.float32)})
@@ -170,6 +173,9 @@ def test_relu_keeps_nan_and_signed_zero(tmp_path):
     assert plan._relu_of
     special = np.array([[-0.0, 0.0, np.nan, -np.nan, np.inf, -np.inf, -1e-40, 3.5]] * 3, np.float32)
     _check(model, plan, [special])
+    got, want = model.run(special)[1], torch.relu(torch.from_numpy(special)).numpy()
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert np.array_equal(got[~np.isnan(got)].view(np.uint32), want[~np.isnan(want)].view(np.uint32))
 
 
 @pytest.mark.parametrize("kind", ["rnn_tanh", "rnn_relu", "lstm", "gru"])

@@ -4,7 +4,7 @@ The functions, reductions and arithmetic run in C (qrt/_float_ops.pxi over qrt/k
 one fixed sequence of IEEE operations per op, so the same bits on every CPU and build, whatever the
 layout of the input or the number of threads (docs/NUMERICS.md). Not numpy's exp/tanh/log, whose float32
 kernels are chosen by CPU; and not numpy's arithmetic either, whose floating-point warnings would cost an
-errstate per call to silence. relu is numpy's maximum, exact.
+errstate per call to silence. relu is a numpy selection, exact.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def _view(shape: tuple, start: int, stop: int) -> tuple[int, int, int]:
 
 def _relu(node: Node, c: Mapping[str, np.ndarray]) -> Step:
     zero = np.float32(0)
-    return lambda x: (np.maximum(x, zero),)
+    return lambda x: (np.where(x < zero, zero, x),)  # torch.relu: NaN and -0.0 stay (np.maximum makes -0.0 +0.0)
 
 
 def _unary(op: str) -> Prepare:

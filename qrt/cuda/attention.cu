@@ -3,8 +3,8 @@
 // fma chain (__fmaf_rn) over k in order from +0; nothing else contracts (--fmad=false); nothing
 // flushes to zero.
 //
-// The softmax's max is float_ops.cu's lane_reduce, run by the first half-warp of a block over the scores in
-// shared memory (float_ops.cu is included for it); its exponentials and sum are torch's (torch_exp.h).
+// The softmax's max is float_ops.cu's lane_reduce, run by the first half-warp of a block over the scores' whole
+// vectors of 16 in shared memory (float_ops.cu is included for it), and torch's NaN-skipping max over the rest; its exponentials and sum are torch's (torch_exp.h).
 #include "float_ops.cu"
 #include "../kernels/torch_exp.h"
 
@@ -101,9 +101,10 @@ extern "C" __global__ void attention_f32(const float* q, const float* k, const f
         for (unsigned d = 0; d < e; d++) t = __fmaf_rn(qr[d], kj[d], t);
         if (mask_kind == MASK_FLOAT)
             t = __fmaf_rn(t, scale, ((const float*)mask)[mask_row + j]);
+        else if (mask_kind == MASK_BOOL)  // torch's float mask of it, 0 / -inf: a masked NaN score stays NaN
+            t = __fmaf_rn(t, scale, mask[mask_row + j] ? 0.0f : -INFINITY);
         else
             t = __fmul_rn(t, scale);
-        if (mask_kind == MASK_BOOL && !mask[mask_row + j]) t = -INFINITY;
         if (causal && j > r) t = -INFINITY;
         p[j] = t;
     }
@@ -118,8 +119,18 @@ extern "C" __global__ void attention_f32(const float* q, const float* k, const f
     for (unsigned n0 = 0; n0 < s; n0 += TORCH_KV_BLOCK) {
         const unsigned kb_len = s - n0 < TORCH_KV_BLOCK ? s - n0 : TORCH_KV_BLOCK;
         if (threadIdx.x < QRT_LANES) {
-            const float bm = lane_reduce<RED_MAX>(HalfWarp(), p + n0, kb_len, 1);
-            if (threadIdx.x == 0) block_max = run_max > bm ? run_max : bm;
+            // torch's max: the whole vectors' (NaN propagated), then the last kb_len % 16, without a mask by
+            // std::max (NaN skipped), with one NaN propagated too
+            const unsigned vectors = kb_len / TORCH_LANES * TORCH_LANES;
+            const bool torch_tail = mask_kind == MASK_NONE;
+            float bm = lane_reduce<RED_MAX>(HalfWarp(), p + n0, vectors, 1);
+            if (threadIdx.x == 0) {
+                float tail = -INFINITY;
+                for (unsigned j = vectors; j < kb_len; j++)
+                    tail = torch_tail ? (tail < p[n0 + j] ? p[n0 + j] : tail) : combine<RED_MAX>(tail, p[n0 + j]);
+                bm = torch_tail ? (bm < tail ? tail : bm) : combine<RED_MAX>(bm, tail);
+                block_max = run_max > bm ? run_max : bm;
+            }
         }
         __syncthreads();
         const float m = block_max;

@@ -224,14 +224,33 @@ QRT_INLINE float qrt_lanes_fold(int op, qrt_lanes v) {
 #endif
 }
 
-/* out[r] = the max of row r's x[0, n) (rows ldx floats apart), r < rows, in qrt_lane_reduce's order
- * (float_ops_body.h: blocks of QRT_BLOCK, 16 lanes each, NaN propagated as there, so the same value and the same
- * NaN), x[n, n rounded up to 16) holding -inf, which leaves a lane as it is: the last vector is read whole (a
- * score row's padding, qrt_attention). The rows advance together, a vector each in turn, their chains
- * overlapping: row after row, each row's chain of compares and blends waited on the last (Zen 5, 12 heads at
- * 128 keys: 1.06x the attention's time). Inlined with a constant row count. */
-QRT_INLINE void qrt_lane_max_rows(const float* restrict x, ptrdiff_t ldx, ptrdiff_t n, const int rows,
+/* NaN lanes as -inf: what std::max(m, x_j), torch's max over the last s % 16 scores, makes of them */
+QRT_INLINE qrt_lanes qrt_lanes_without_nan(qrt_lanes a) {
+    for (int p = 0; p < 16 / QRT_VW; p++) {
+#if QRT_ATTENTION_VECTORS
+        const qrt_vi nan = a.part[p] != a.part[p];
+        a.part[p] = (qrt_vf)((nan & (qrt_vi)((qrt_vf){0} - INFINITY)) | (~nan & (qrt_vi)a.part[p]));
+#else
+        a.part[p] = a.part[p] != a.part[p] ? -INFINITY : a.part[p];
+#endif
+    }
+    return a;
+}
+
+/* out[r] = the max of row r's x[0, n) (rows ldx floats apart), r < rows, as torch 2.13's flash attention takes
+ * it: over the whole vectors of 16 the max that propagates NaN, over the last n % 16 keys, where torch_tail (no
+ * mask: its _mul_reduce_max_fusion_kernel), std::max(m, x_j), which skips NaN, then the larger of the two unless
+ * the vectors' is NaN (its guard). So a row of fewer than 16 scores, all NaN, has max -inf there: a row masked
+ * out entirely, whose context is 0, as torch gives it; with a mask torch's max propagates NaN throughout. The
+ * same as one max that propagates NaN over the whole vectors and the last one with its NaN lanes made -inf, in
+ * qrt_lane_reduce's order (float_ops_body.h: blocks of QRT_BLOCK, 16 lanes each), the last vector read whole,
+ * x[n, n rounded up to 16) holding -inf (a score row's padding, qrt_attention), which leaves a lane as it is.
+ * The rows advance together, a vector each in turn, their chains overlapping: row after row, each row's chain of
+ * compares and blends waited on the last (Zen 5, 12 heads at 128 keys: 1.06x the attention's time). Inlined with
+ * a constant row count. */
+QRT_INLINE void qrt_lane_max_rows(const float* restrict x, ptrdiff_t ldx, ptrdiff_t n, const int rows, int torch_tail,
                                   float* restrict out) {
+    const ptrdiff_t whole = n / 16 * 16;
     for (int r = 0; r < rows; r++)
         out[r] = -INFINITY;
     for (ptrdiff_t j0 = 0; j0 < n; j0 += QRT_BLOCK) {
@@ -240,8 +259,10 @@ QRT_INLINE void qrt_lane_max_rows(const float* restrict x, ptrdiff_t ldx, ptrdif
         QRT_UNROLL for (int r = 0; r < rows; r++)
             acc[r] = qrt_lanes_set(-INFINITY);
         for (ptrdiff_t j = j0; j < j0 + nb; j += 16)
-            QRT_UNROLL for (int r = 0; r < rows; r++)
-                acc[r] = qrt_lanes_combine(QRT_RED_MAX, acc[r], qrt_lanes_load(x + r * ldx + j));
+            QRT_UNROLL for (int r = 0; r < rows; r++) {
+                const qrt_lanes v = qrt_lanes_load(x + r * ldx + j);
+                acc[r] = qrt_lanes_combine(QRT_RED_MAX, acc[r], torch_tail && j >= whole ? qrt_lanes_without_nan(v) : v);
+            }
         for (int r = 0; r < rows; r++)
             out[r] = qrt_red_combine(QRT_RED_MAX, out[r], qrt_lanes_fold(QRT_RED_MAX, acc[r]));
     }
@@ -347,8 +368,9 @@ static void qrt_transpose(const float* restrict k, ptrdiff_t ldk, float* restric
 }
 
 /* Row i's scores from their chains in place, as torch takes them: t_j = fl(t_j * scale), or fma(t_j, scale,
- * mask_j) with a float mask; -inf where a bool mask is 0 and from key `causal_from` on. One pass (the
- * scaling, the mask and the causal cut each took one). Inlined with a constant kind. */
+ * mask_j) with a float mask, a bool mask being the float mask 0 / -inf torch makes of it (so a NaN or +inf score
+ * it masks stays NaN, as in torch); -inf from key `causal_from` on (torch fills them). One pass (the scaling, the
+ * mask and the causal cut each took one). Inlined with a constant kind. */
 QRT_INLINE void qrt_scores(float* restrict t, ptrdiff_t s, float scale, int mask_kind, const void* mask,
                            ptrdiff_t causal_from) {
     if (mask_kind == QRT_MASK_FLOAT) {
@@ -358,7 +380,7 @@ QRT_INLINE void qrt_scores(float* restrict t, ptrdiff_t s, float scale, int mask
     } else if (mask_kind == QRT_MASK_BOOL) {
         const unsigned char* restrict keep = (const unsigned char*)mask;
         for (ptrdiff_t j = 0; j < s; j++)
-            t[j] = keep[j] ? t[j] * scale : -INFINITY;
+            t[j] = fmaf(t[j], scale, keep[j] ? 0.0f : -INFINITY);
     } else {
         for (ptrdiff_t j = 0; j < s; j++)
             t[j] = t[j] * scale;
@@ -435,9 +457,9 @@ static void qrt_attention(const float* q, ptrdiff_t ldq, const float* k, ptrdiff
             const ptrdiff_t kb = s - n0 < QRT_TORCH_KV_BLOCK ? s - n0 : QRT_TORCH_KV_BLOCK;
             float block_max[QRT_MM_R];
             if (rows == QRT_MM_R)
-                qrt_lane_max_rows(tile + n0, sp, kb, QRT_MM_R, block_max);
+                qrt_lane_max_rows(tile + n0, sp, kb, QRT_MM_R, mask_kind == QRT_MASK_NONE, block_max);
             else
-                qrt_lane_max_rows(tile + n0, sp, kb, rows, block_max);
+                qrt_lane_max_rows(tile + n0, sp, kb, rows, mask_kind == QRT_MASK_NONE, block_max);
             /* m as long as the rows-together exp's loop (QRT_ATTENTION_ROWS), which reads m[r] only for r < rows
              * but which GCC, under -fsanitize=address, warned could read past QRT_MM_R */
             float m[QRT_ATTENTION_ROWS], z[QRT_MM_R];

@@ -55,10 +55,6 @@ QRT_GATE_FN float qrt_exp_full(float x) {
     return p * qrt_pow2(h) * qrt_pow2(n - h);
 }
 
-/* sigmoid over the whole range: the gates' qrt_sigmoid (the same bits) from -87 up; below, where the
- * gates' clamped exp holds it at 1.65e-38, the value, and 0 below -88.7 (as torch). */
-QRT_GATE_FN float qrt_sigmoid_full(float x) { return 1.0f / (1.0f + qrt_exp_full(-x)); }
-
 /* log(x): msun's e_logf.c, max error below 1 ulp. */
 QRT_GATE_FN float qrt_logf(float x) {
     static const float ln2_hi = 6.9313812256e-01f, /* 0x3f317180 */

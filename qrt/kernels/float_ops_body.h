@@ -145,7 +145,7 @@ static void qrt_unary(int op, const float* restrict x, float* restrict y, ptrdif
     switch (op) {
     case QRT_SIGMOID:
         for (ptrdiff_t i = 0; i < n; i++)
-            y[i] = qrt_sigmoid_full(x[i]);
+            y[i] = qrt_sigmoid(x[i]);
         break;
     case QRT_TANH:
         for (ptrdiff_t i = 0; i < n; i++)

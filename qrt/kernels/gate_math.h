@@ -82,8 +82,8 @@ QRT_GATE_FN float qrt_clamp_bits(float x, unsigned below, unsigned above) {
     return magnitude > bound && magnitude <= 0x7f800000u ? qrt_bits_float((bits & 0x80000000u) | bound) : x;
 }
 
-/* exp(x), clamped to [-87, 87] (0x42ae0000) first: beyond that the callers' results no longer change
- * (sigmoid reaches 0 or 1 to within 1e-38; tanh is 1 in float32 from |x| > 9). */
+/* exp(x), clamped to [-87, 87] (0x42ae0000) first: beyond that tanh's result no longer changes (it is 1 in
+ * float32 from |x| > 9). */
 QRT_GATE_FN float qrt_exp(float x) {
     x = qrt_clamp_bits(x, 0x42ae0000u, 0x42ae0000u);
     int n;
@@ -91,7 +91,15 @@ QRT_GATE_FN float qrt_exp(float x) {
     return p * qrt_pow2(n);
 }
 
-QRT_GATE_FN float qrt_sigmoid(float v) { return 1.0f / (1.0f + qrt_exp(-v)); }
+/* sigmoid over the whole float range, the gates' and the op's: 1 / (1 + e^-v), e^-v clamped to [-87, 89] and
+ * formed as p 2^(n-1) 2, exact where normal and inf from 88.7 on, so the sigmoid is 0 below -88.7, as torch's
+ * (a clamp at 87 had held a gate there at 1.65e-38). Where e^-v would be below 2^-126 it is 0 instead: 1 plus
+ * either is 1. The same bits as 1 / (1 + qrt_exp_full(-v)) for every float (checked over all 2^32). */
+QRT_GATE_FN float qrt_sigmoid(float v) {
+    int n;
+    const float p = qrt_exp_parts(qrt_clamp_bits(-v, 0x42ae0000u, 0x42b20000u), &n);
+    return 1.0f / (1.0f + p * qrt_pow2(n - 1) * 2.0f);
+}
 
 /* tanh: an odd polynomial below 0.625 (Cephes' tanhf), where 1 - 2/(e^2a + 1) would lose its
  * relative accuracy to cancellation; that formula above. Both are computed, one is kept:

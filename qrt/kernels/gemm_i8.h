@@ -269,7 +269,7 @@ QRT_INLINE void qrt_requantize_row(const qrt_epilogue* e, uint8_t* restrict out,
 }
 
 /* Dynamic linear: y = fma(fl(a), fl(x_scale * w_scale[j]), bias[j]), or fl(a) * fl(x_scale * w_scale[j])
- * without bias, for columns [j0, j0 + cols) of one row; then max(y, 0) if relu. The scale product rounds
+ * without bias, for columns [j0, j0 + cols) of one row; then relu(y) if relu (0 where y < 0). The scale product rounds
  * here as it would in a table made per call. */
 QRT_INLINE void qrt_dequantize_row(const qrt_epilogue* e, float* restrict out, const int32_t* restrict a,
                                    ptrdiff_t j0, const ptrdiff_t cols) {
@@ -285,14 +285,14 @@ QRT_INLINE void qrt_dequantize_row(const qrt_epilogue* e, float* restrict out, c
     else
         for (j = 0; j < cols; j++)
             out[j] = (float)a[j] * (x_scale * w_scale[j]);
-    if (e->relu) /* as numpy's maximum(y, 0): NaN stays, -0.0 becomes +0.0 */
+    if (e->relu) /* as torch.relu: NaN and -0.0 stay */
         for (j = 0; j < cols; j++)
-            out[j] = out[j] <= 0.0f ? 0.0f : out[j];
+            out[j] = out[j] < 0.0f ? 0.0f : out[j];
 }
 
 /* Dynamic linear with per-row activation scales (torchao's Int8Tensor linear, NUMERICS.md): y = fl(fl(fl(a) * x_scale)
  * * w_scale[j]) + bias[j], in torchao's order (the product scaled by the row's scale, then by the column's, then
- * the bias added), for columns [j0, j0 + cols) of one row whose activation scale is x_scale; then max(y, 0) if relu. */
+ * the bias added), for columns [j0, j0 + cols) of one row whose activation scale is x_scale; then relu(y) if relu. */
 QRT_INLINE void qrt_dequantize_row_scaled(const qrt_epilogue* e, float* restrict out, const int32_t* restrict a,
                                           float x_scale, ptrdiff_t j0, const ptrdiff_t cols) {
     const float *restrict w_scale = e->w_scale + j0, *restrict bias = e->bias;
@@ -305,7 +305,7 @@ QRT_INLINE void qrt_dequantize_row_scaled(const qrt_epilogue* e, float* restrict
             out[j] = (float)a[j] * x_scale * w_scale[j];
     if (e->relu)
         for (j = 0; j < cols; j++)
-            out[j] = out[j] <= 0.0f ? 0.0f : out[j];
+            out[j] = out[j] < 0.0f ? 0.0f : out[j];
 }
 
 /* Rows [i0, i1), columns [j0, j1), of the epilogue from the sums a (row i at a + (i - i0) * lda), one call

@@ -34,7 +34,7 @@
 typedef struct {
     int32_t* acc;         /* if not NULL: acc[i][j] = a */
     float* y;             /* dynamic linear: y[i][j] = fma(fl(a), fl(x_scale * w_scale[j]), bias[j]) */
-    float x_scale;        /* ... or fl(a) * fl(x_scale * w_scale[j]) without bias; then max(y, 0) if relu */
+    float x_scale;        /* ... or fl(a) * fl(x_scale * w_scale[j]) without bias; then relu(y) if relu */
     const float* w_scale;
     const float* bias;
     int relu;

@@ -30,14 +30,14 @@ typedef __m512i i8_x;
 
 /* The dynamic linear's epilogue (gemm_i8.h's qrt_dequantize_row) on one accumulator, 16 columns:
  * y = fma(fl(acc), scale, bias) (i8_out's tables), or fl(fl(acc) * scale) + bias where separate (qnnpack's), then
- * +0.0 where y <= 0 under relu; the first `lanes` stored */
+ * +0.0 where y < 0 under relu (torch.relu: -0.0 and NaN kept); the first `lanes` stored */
 #define I8_DEQUANTIZE i8_dequantize
 QRT_INLINE void i8_dequantize(float* y, __m512i acc, const float* scale, const float* bias, int separate, int relu,
                               int lanes) {
     const __m512 a = _mm512_cvtepi32_ps(acc), s = _mm512_loadu_ps(scale), b = _mm512_loadu_ps(bias);
     __m512 v = separate ? _mm512_add_ps(_mm512_mul_ps(a, s), b) : _mm512_fmadd_ps(a, s, b);
     if (relu)
-        v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LE_OQ), _mm512_setzero_ps());
+        v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), _mm512_setzero_ps());
     if (lanes == 16)
         _mm512_storeu_ps(y, v);
     else

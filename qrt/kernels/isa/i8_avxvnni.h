@@ -23,14 +23,14 @@ typedef __m256i i8_x;
 
 /* The dynamic linear's epilogue (gemm_i8.h's qrt_dequantize_row) on one accumulator, 8 columns:
  * y = fma(fl(acc), scale, bias) (i8_out's tables), or fl(fl(acc) * scale) + bias where separate (qnnpack's), then
- * +0.0 where y <= 0 under relu; the first `lanes` stored */
+ * +0.0 where y < 0 under relu (torch.relu: -0.0 and NaN kept); the first `lanes` stored */
 #define I8_DEQUANTIZE i8_dequantize
 QRT_INLINE void i8_dequantize(float* y, __m256i acc, const float* scale, const float* bias, int separate, int relu,
                               int lanes) {
     const __m256 a = _mm256_cvtepi32_ps(acc), s = _mm256_loadu_ps(scale), b = _mm256_loadu_ps(bias);
     __m256 v = separate ? _mm256_add_ps(_mm256_mul_ps(a, s), b) : _mm256_fmadd_ps(a, s, b);
     if (relu)
-        v = _mm256_blendv_ps(v, _mm256_setzero_ps(), _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LE_OQ));
+        v = _mm256_blendv_ps(v, _mm256_setzero_ps(), _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ));
     if (lanes == 8)
         _mm256_storeu_ps(y, v);
     else

@@ -20,14 +20,14 @@ typedef int8x16_t i8_x;
 
 /* The dynamic linear's epilogue (gemm_i8.h's qrt_dequantize_row) on one accumulator, 4 columns:
  * y = fma(fl(acc), scale, bias) (i8_out's tables), or fl(fl(acc) * scale) + bias where separate (qnnpack's), then
- * +0.0 where y <= 0 under relu; the first `lanes` stored */
+ * +0.0 where y < 0 under relu (torch.relu: -0.0 and NaN kept); the first `lanes` stored */
 #define I8_DEQUANTIZE i8_dequantize
 QRT_INLINE void i8_dequantize(float* y, int32x4_t acc, const float* scale, const float* bias, int separate, int relu,
                               int lanes) {
     const float32x4_t a = vcvtq_f32_s32(acc), s = vld1q_f32(scale), b = vld1q_f32(bias);
     float32x4_t v = separate ? vaddq_f32(vmulq_f32(a, s), b) : vfmaq_f32(b, a, s);
     if (relu)
-        v = vbslq_f32(vcleq_f32(v, vdupq_n_f32(0.0f)), vdupq_n_f32(0.0f), v);
+        v = vbslq_f32(vcltq_f32(v, vdupq_n_f32(0.0f)), vdupq_n_f32(0.0f), v);
     if (lanes == 4) {
         vst1q_f32(y, v);
     } else { /* where n ends inside the register: no masked store on NEON */
