@@ -715,7 +715,8 @@ def _check_reshape(ins, consts, attrs):
         _fail(f"shape may infer (-1) at most one dimension, got {shape}")
     out = reshaped(x.shape, shape, like)
     if out is None:
-        _fail(f"x {x.describe()} cannot be reshaped to {shape}")
+        target = ", ".join("?" if like.get(i, s) is None else str(like.get(i, s)) for i, s in enumerate(shape))
+        _fail(f"x {x.describe()} cannot be reshaped to [{target}]")
     return [ValueInfo(x.dtype, out)]
 
 

@@ -118,7 +118,7 @@ class IntegerArithmetic(nn.Module):
     against int32, a Python int, an int64 0-dim buffer and a 0-dim int64 value (int32 kept), int64 against
     int64, bool against a Python int (int64), negation, cumsum with and without dtype, and integers meeting
     float32 (x + mask, ids / 2, ids + 0.0: float32, the integers converted first); y += b in place keeps y's int32,
-    as torch writes it; cumsum of a single value."""
+    as torch writes it, and in place on a clone leaves the original as it was; cumsum of a single value."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -135,8 +135,11 @@ class IntegerArithmetic(nn.Module):
         widened = real[:, :2] + self.steps  # int64 (an int64 buffer of rank 1 widens)
         kept = real * 3
         kept += ids  # in place: int32 kept, the int64 sum's low 32 bits
-        return (positions, narrow, wide, counted, first, widened, kept, -real, x + real, ids / 2, x * ids, ids + 0.0,
-                torch.cumsum(ids[0, 0], 0))
+        copied, shifted = real.clone(), x.clone()
+        copied -= ids  # in place on copies: real and x themselves unchanged
+        shifted += 1
+        return (positions, narrow, wide, counted, first, widened, kept, copied, shifted, -real, x + real, ids / 2,
+                x * ids, ids + 0.0, torch.cumsum(ids[0, 0], 0), real * 2, x * 2)
 
 
 def make_integer_arithmetic() -> nn.Module:

@@ -930,7 +930,8 @@ def test_version_9_integer_ops(tmp_path, op):
 
 def test_version_9_reshape_like(tmp_path):
     """reshape with like_dims is written as version 9 and refused, naming the attribute, when its header says 8;
-    like_dims without like, or with an entry per shape entry missing, is refused at load."""
+    like_dims without like, or with an entry per shape entry missing, is refused at load; a count that cannot
+    match is refused naming the target with like's sizes."""
     from qrt.builder import GraphBuilder
 
     def save(attrs: dict, like: bool = True) -> str:
@@ -946,6 +947,11 @@ def test_version_9_reshape_like(tmp_path):
     with pytest.raises(qrt.FormatError, match=r"node 'r' \(reshape\): attribute 'like_dims' needs format version 9, "
                                               "the file says 8"):
         qrt.load(tmp_path / "v8.qrt")
+    g = GraphBuilder()
+    x, q = g.input("x", "float32", [7, 4]), g.input("q", "float32", [2, 3, 4])
+    g.output(g.node("reshape", {"x": x, "like": q}, {"shape": [1, 1, 4], "like_dims": [0, 1, None]}, name="r"))
+    with pytest.raises(qrt.FormatError, match=r"x float32\[7, 4\] cannot be reshaped to \[2, 3, 4\]"):  # like's sizes
+        g.save(tmp_path / "bad.qrt")
     for attrs, like, message in (({"shape": [1, 1, 4], "like_dims": [0, 1, None]}, False, "go together"),
                                  ({"shape": [1, 1, 4], "like_dims": [0, 1]}, True, "one entry per shape entry"),
                                  ({"shape": [1, 1, 4], "like_dims": [0, 3, None]}, True, "out of range"),

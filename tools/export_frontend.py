@@ -352,8 +352,6 @@ _RENAMED = {
 }
 # Written as operators by users: torch.fx traces x / y as operator.truediv (and names the node after it).
 _OPERATORS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv}
-# ... and y += b as operator.iadd (torch.fx's too), whose result keeps y's dtype
-_IN_PLACE_OPERATORS = {"add": operator.iadd, "sub": operator.isub, "mul": operator.imul, "div": operator.itruediv}
 _METHODS = ("expand", "expand_as", "new_ones", "new_zeros", "new_full", "masked_fill", "unflatten", "type_as",
             "view_as", "reshape_as")
 _LOGICAL = {"__and__": operator.and_, "__or__": operator.or_, "__invert__": operator.invert}
@@ -573,8 +571,8 @@ class _Raiser:
                 raise LoweringError(f"{name} writes in place a tensor that is read elsewhere too (z = y; y += 1): "
                                     "qrt's ops do not write in place (write y = y + 1)")
             name = name[:-1]
-            if name in _IN_PLACE_OPERATORS and not kwargs:
-                return self.function(_IN_PLACE_OPERATORS[name], args, {})
+            if name in _OPERATORS and not kwargs:  # y += b: the sum in y's dtype, as torch writes it back
+                return self.method("type_as", (self.function(_OPERATORS[name], args, {}), args[0]))
         if name in ("sym_size", "view"):  # x.size(d), x.view(shape): as torch.fx traces them
             return self.method("size" if name == "sym_size" else "view", args)
         if name in _OPERATORS and not kwargs:

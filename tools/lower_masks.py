@@ -166,9 +166,12 @@ def promoted_arithmetic(lw: Lowerer, node: torch.fx.Node, op: str, a: Any, b: An
     x, y = (_as_kind(lw, node, v, _kind(name), suffix) for v, suffix in zip(values, ("_a", "_b")))
     if name == "float32":
         return Tensor(lw.emit(node, op, {"a": x.name, "b": y.name}))
-    # in torch's dtype from the start: an int32 against an int64 constant (stored as int32) sums in int64, and
-    # an int64 scalar against an int32 tensor in int32 (the low 32 bits of the int64 sum)
-    x, y = (cast(lw, node, v, name, suffix) for v, suffix in zip((x, y), ("_a", "_b")))
+    # in torch's dtype from the start: an int32 against an int64 constant (stored as int32) sums in int64, and an
+    # int64 scalar against an int32 tensor in int32 (the low 32 bits of the int64 sum). Against an int64 operand
+    # add_int widens an int32 one itself.
+    widens = name == "int64" and "int64" in (x.dtype, y.dtype)
+    x, y = (v if widens and v.dtype != "bool" else cast(lw, node, v, name, suffix)
+            for v, suffix in zip((x, y), ("_a", "_b")))
     return Tensor(lw.emit(node, f"{op}_int", {"a": x.name, "b": y.name}), name)
 
 

@@ -10,10 +10,7 @@
 // any stride), and the fold is __shfl_down_sync's tree, which pairs lanes exactly so. Nothing flushes
 // to zero: subnormals are kept, as on the CPU.
 
-// gate_math.h's gate sigmoid goes unused here (the ops take float_math.h's, over the whole range)
-#pragma nv_diag_suppress 177
 #include "../kernels/float_math.h"
-#pragma nv_diag_default 177
 #include "../kernels/torch_gelu.h"
 #include "../kernels/torch_layer_norm.h"
 

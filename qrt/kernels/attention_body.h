@@ -412,8 +412,9 @@ static void qrt_torch_gemm_rows(const float* a, ptrdiff_t lda, const float* b, p
 
 /* Per query row i, torch 2.13's CPU flash attention for float32 (docs/NUMERICS.md): s_j = the chain q_i . k_j
  * (its sgemm's sums up to E = 384, measured; above, MKL's are not this); t_j = fl(s_j * scale), or fma(s_j, scale, mask_j) with a float mask (its
- * compiler contracts the product and sum), then -inf where a bool mask is 0 or, causal, j > i. Then over blocks of QRT_TORCH_KV_BLOCK keys in turn, its online softmax: m' = the
- * larger of the running max m and the block's; p_j = exp(fl(t_j - m')) and their sum z in torch's AVX-512 order
+ * compiler contracts the product and sum; a bool mask as the float mask 0 / -inf), then -inf where, causal, j > i. Then over blocks of
+ * QRT_TORCH_KV_BLOCK keys in turn, its online softmax: m' = the larger of the running max m and the block's (qrt_lane_max_rows: NaN skipped
+ * in the last kb % 16 keys without a mask); p_j = exp(fl(t_j - m')) and their sum z in torch's AVX-512 order
  * (qrt_torch_exp_whole, qrt_torch_exp_tails); c = glibc's expf(fl(m - m')), Z = fma(c, Z, z), the context so far times c (from the
  * second block on), plus the block's p_j v_j (its sgemm's sums); m = m'. A block whose m' is -inf takes p_j = 0
  * and leaves the rest. y_i = fl(context * fl(1 / Z)), Z = 0 taken as 1: a row masked out entirely gives the

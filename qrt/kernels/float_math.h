@@ -43,8 +43,8 @@ QRT_GATE_FN int32_t qrt_float_word(float x) { return (int32_t)qrt_float_bits(x);
 
 QRT_GATE_FN float qrt_word_float(int32_t w) { return qrt_bits_float((unsigned)w); }
 
-/* exp over the whole float range: gate_math.h's qrt_exp (the same bits on [-87, 87], where the gates
- * clamp), and beyond it the value down to the subnormals, then 0 below -103.9, and inf above 88.7. */
+/* exp over the whole float range: gate_math.h's qrt_exp (the same bits on [-87, 87], where tanh's exp
+ * clamps), and beyond it the value down to the subnormals, then 0 below -103.9, and inf above 88.7. */
 QRT_GATE_FN float qrt_exp_full(float x) {
     x = qrt_clamp_bits(x, 0x42d00000u, 0x42b20000u); /* to [-104, 89], as qrt_exp clamps */
     int n;
