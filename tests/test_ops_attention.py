@@ -554,7 +554,8 @@ def test_rows_of_nan_scores_as_torch(tmp_path, s, masked):
     """A query row whose every score is NaN, in torch's flash attention (4-D, ev = e): without a mask its max skips
     NaN past the whole vectors of 16 keys, so with fewer than 16 keys the row looks masked out and its context is
     0; from 16 on, and with a mask at any length, it is NaN. A row whose only NaN score lies past the whole
-    vectors, which a mask leaves alone (or none), is NaN both ways. Every build, against torch."""
+    vectors, which a mask leaves alone (or none), is NaN both ways. Every build, against torch's AVX-512 kernel (under
+    its AVX2 one, 8 to 15 keys without a mask give NaN: the rule takes torch's vector width)."""
     q, k, v = _normal(1, 1, 3, 4, sd=1.5), _normal(1, 1, s, 4, sd=1.5), _normal(1, 1, s, 4)
     q[..., 0, 1] = np.nan  # row 0: every score NaN
     k[..., s - 1, 2] = np.nan  # every row's last score NaN
@@ -564,6 +565,11 @@ def test_rows_of_nan_scores_as_torch(tmp_path, s, masked):
         inputs["mask"][..., 1, : s // 16 * 16] = False  # row 1: the tail's keys only
     want = F.scaled_dot_product_attention(*map(torch.from_numpy, (q, k, v)), attn_mask=torch.from_numpy(
         inputs["mask"]) if masked else None).numpy()
+    if torch.backends.cpu.get_cpu_capability() != "AVX512" and not masked and 8 <= s < 16:
+        # torch's AVX2 kernel (ATEN_CPU_CAPABILITY=avx2) has vectors of 8 keys, so the NaN row lies in a whole one
+        # and stays NaN; qrt follows its AVX-512 kernel, as everywhere (module docstring)
+        assert np.isnan(want[..., 0, :]).all()
+        want[..., 0, :] = 0
     zero = s < 16 and not masked
     assert np.isnan(want[..., 0, :]).all() != zero and (want[..., 0, :] == 0).all() == zero
     for got in _every_build(tmp_path, "attention", inputs).values():
