@@ -1038,10 +1038,10 @@ cdef void release(prepared_input* p) noexcept nogil:
 
 
 cdef inline void relu_to(const float* x, float* y, Py_ssize_t n) noexcept nogil:
-    """y = relu(x) as torch.relu gives it: 0 where x < 0, x elsewhere (NaN and -0.0 stay)."""
+    """y = relu(x) as torch.relu gives it (gate_math.h's qrt_relu: NaN and -0.0 stay)."""
     cdef Py_ssize_t i
     for i in range(n):
-        y[i] = 0 if x[i] < 0 else x[i]
+        y[i] = qrt_relu(x[i])
 
 
 cdef class DynamicLinear:
@@ -1279,6 +1279,7 @@ cdef extern from "gate_math.h" nogil:
         QRT_RNN_TANH, QRT_RNN_RELU, QRT_LSTM, QRT_GRU
     float qrt_tanh(float v)
     float qrt_sigmoid(float v)
+    float qrt_relu(float v)
 
 KINDS = {"rnn_tanh": QRT_RNN_TANH, "rnn_relu": QRT_RNN_RELU, "lstm": QRT_LSTM, "gru": QRT_GRU}
 GATES = {"rnn_tanh": 1, "rnn_relu": 1, "lstm": 4, "gru": 3}

@@ -4,7 +4,8 @@
 // flushes to zero.
 //
 // The softmax's max is float_ops.cu's lane_reduce, run by the first half-warp of a block over the scores' whole
-// vectors of 16 in shared memory (float_ops.cu is included for it), and torch's NaN-skipping max over the rest; its exponentials and sum are torch's (torch_exp.h).
+// vectors of 16 in shared memory (float_ops.cu is included for it), then the rest as torch takes it (NaN skipped
+// without a mask); its exponentials and sum are torch's (torch_exp.h).
 #include "float_ops.cu"
 #include "../kernels/torch_exp.h"
 

@@ -23,7 +23,7 @@ enum { RED_SUM, RED_MAX };
 
 template <int OP>
 __device__ __forceinline__ float unary_fn(float x) {
-    if (OP == UN_RELU) return x < 0.0f ? 0.0f : x;  // torch.relu: NaN and -0.0 kept
+    if (OP == UN_RELU) return qrt_relu(x);
     if (OP == UN_SIGMOID) return qrt_sigmoid(x);
     if (OP == UN_TANH) return qrt_tanh(x);
     if (OP == UN_SILU) return qrt_silu(x);

@@ -15,7 +15,7 @@ template <> struct GateCount<CELL_GRU> { static constexpr int value = 3; };
 template <int ACT>
 __device__ __forceinline__ float activate(float v) {
     if (ACT == ACT_TANH) return qrt_tanh(v);
-    return v < 0.0f ? 0.0f : v;  // torch.relu: NaN (the GPU cannot raise on it) and -0.0 pass through
+    return qrt_relu(v);  // NaN passes through: the GPU cannot raise on it
 }
 
 // h' of one unit from its gates xi = lin_ih(x), xh = lin_hh(h) (torch's chunk order), its state h

@@ -261,7 +261,8 @@ QRT_INLINE void qrt_lane_max_rows(const float* restrict x, ptrdiff_t ldx, ptrdif
         for (ptrdiff_t j = j0; j < j0 + nb; j += 16)
             QRT_UNROLL for (int r = 0; r < rows; r++) {
                 const qrt_lanes v = qrt_lanes_load(x + r * ldx + j);
-                acc[r] = qrt_lanes_combine(QRT_RED_MAX, acc[r], torch_tail && j >= whole ? qrt_lanes_without_nan(v) : v);
+                acc[r] = qrt_lanes_combine(QRT_RED_MAX, acc[r],
+                                           torch_tail && j >= whole ? qrt_lanes_without_nan(v) : v);
             }
         for (int r = 0; r < rows; r++)
             out[r] = qrt_red_combine(QRT_RED_MAX, out[r], qrt_lanes_fold(QRT_RED_MAX, acc[r]));

@@ -102,6 +102,10 @@ QRT_GATE_FN float qrt_sigmoid(float v) {
     return 1.0f / (1.0f + p * qrt_pow2(n - 1) * 2.0f);
 }
 
+/* torch.relu: 0 where v < 0, else v, so NaN and -0.0 stay (max(v, 0) would make -0.0 +0.0); the relu cell's,
+ * the op's and a dynamic Linear's fused one */
+QRT_GATE_FN float qrt_relu(float v) { return v < 0.0f ? 0.0f : v; }
+
 /* tanh: an odd polynomial below 0.625 (Cephes' tanhf), where 1 - 2/(e^2a + 1) would lose its
  * relative accuracy to cancellation; that formula above. Both are computed, one is kept:
  * a select, not a branch, so the loop still vectorises. */

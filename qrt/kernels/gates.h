@@ -19,7 +19,7 @@ static void qrt_rnn_row(int relu, const float* restrict xi, const float* restric
     if (relu) {
         for (ptrdiff_t j = 0; j < n; j++) {
             const float v = xh[j] + xi[j];
-            ho[j] = v < 0.0f ? 0.0f : v; /* torch.relu: NaN and -0.0 stay */
+            ho[j] = qrt_relu(v);
         }
     } else {
         for (ptrdiff_t j = 0; j < n; j++)

@@ -10,6 +10,7 @@
  *
  * Included once per variant (variant.h); everything here is static to that variant.
  */
+#include "gate_math.h"
 #include "layout.h"
 
 #include <stdlib.h>
@@ -268,6 +269,12 @@ QRT_INLINE void qrt_requantize_row(const qrt_epilogue* e, uint8_t* restrict out,
     }
 }
 
+/* out[j] = relu(out[j]) for j < cols: gate_math.h's qrt_relu, torch.relu's NaN and -0.0 kept */
+QRT_INLINE void qrt_relu_row(float* restrict out, const ptrdiff_t cols) {
+    for (ptrdiff_t j = 0; j < cols; j++)
+        out[j] = qrt_relu(out[j]);
+}
+
 /* Dynamic linear: y = fma(fl(a), fl(x_scale * w_scale[j]), bias[j]), or fl(a) * fl(x_scale * w_scale[j])
  * without bias, for columns [j0, j0 + cols) of one row; then relu(y) if relu (0 where y < 0). The scale product rounds
  * here as it would in a table made per call. */
@@ -285,9 +292,8 @@ QRT_INLINE void qrt_dequantize_row(const qrt_epilogue* e, float* restrict out, c
     else
         for (j = 0; j < cols; j++)
             out[j] = (float)a[j] * (x_scale * w_scale[j]);
-    if (e->relu) /* as torch.relu: NaN and -0.0 stay */
-        for (j = 0; j < cols; j++)
-            out[j] = out[j] < 0.0f ? 0.0f : out[j];
+    if (e->relu)
+        qrt_relu_row(out, cols);
 }
 
 /* Dynamic linear with per-row activation scales (torchao's Int8Tensor linear, NUMERICS.md): y = fl(fl(fl(a) * x_scale)
@@ -304,8 +310,7 @@ QRT_INLINE void qrt_dequantize_row_scaled(const qrt_epilogue* e, float* restrict
         for (j = 0; j < cols; j++)
             out[j] = (float)a[j] * x_scale * w_scale[j];
     if (e->relu)
-        for (j = 0; j < cols; j++)
-            out[j] = out[j] < 0.0f ? 0.0f : out[j];
+        qrt_relu_row(out, cols);
 }
 
 /* Rows [i0, i1), columns [j0, j1), of the epilogue from the sums a (row i at a + (i - i0) * lda), one call
