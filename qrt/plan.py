@@ -389,7 +389,7 @@ class Plan:
     def _fixed_by_shapes(self, env: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The values fixed by the input shapes (see the module docstring), as env holds them, by name: the
         outputs of nodes run in Python (not views, not already fused) whose every run-time operand is a stored
-        tensor, such a value, or read for its shape only."""
+        tensor, such a value, or read for its shape only; with a linear, the output of the relu it runs."""
         fixed: dict[str, np.ndarray] = {}
         for i, node in enumerate(self.graph.nodes):
             if i in self._fused or node.op in _VIEWS or any(v not in env for v in node.outputs):
@@ -397,7 +397,8 @@ class Plan:
             shape_only = {p.name for p in OPS[node.op].inputs if p.shape_only}
             if all(self._root(v) in self._consts or self._root(v) in fixed or p in shape_only
                    for p, v in node.inputs.items()):
-                for v in node.outputs:
+                relu = [self.graph.nodes[self._relu_of[i]]] if i in self._relu_of else []
+                for v in [v for n in [node, *relu] for v in n.outputs]:  # a fused relu's output is the linear's
                     fixed[v] = env[v]
         return fixed
 

@@ -924,6 +924,23 @@ def test_values_fixed_by_the_shapes_are_kept(tmp_path):
         assert plan._executor.fallback_steps((shape,)) == ["node 'read' (cast)"]  # x's values: every call
 
 
+def test_fixed_linear_with_its_relu_feeding_another(tmp_path):
+    """A dynamic linear of a value fixed by the shapes (MarkupLM's xpath embeddings of a stored pad id
+    expanded to the input's sizes) with its relu fused, read by a linear that is then fixed too: the relu's
+    output is kept with its linear's (it was lost: a KeyError at the program's compile)."""
+    g = GraphBuilder()
+    x = g.input("x", "float32", [None, None, 6])
+    pad = g.node("expand", {"x": _x(1, 1, 6), "like": x}, {"shape": [-1, -1, 6], "like_dims": [0, 1, None]})
+    inner = g.node("relu", {"x": g.node("linear_dynamic", {"x": pad, **_dyn_weight(9, 6)})})
+    g.output(g.node("add", {"a": x, "b": g.node("linear_dynamic", {"x": inner, **_dyn_weight(6, 9)})}))
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    assert len(plan._relu_of) == 1
+    for shape in ((1, 4, 6), (3, 7, 6), (1, 4, 6)):
+        _check(model, plan, [_x(*shape)])
+        assert plan._executor.fallback_steps((shape,)) == []
+
+
 def test_float_functions_and_layer_norm_run_natively(tmp_path):
     """gelu (both forms), the other float functions and layer_norm (with and without weight and bias, over one
     and two dimensions) are native steps: the per-node path's bits, nothing run in Python."""
