@@ -63,6 +63,63 @@ def test_mask_ops_against_torch(tmp_path, frontend):
             assert np.all(err <= 1e-6 * scale), (i, err, scale)
 
 
+class NewTensors(nn.Module):
+    """Tensors made in forward at sizes read from the inputs, free ones (HuggingFace's defaults for a missing
+    token_type_ids or attention_mask: torch.zeros(input_shape, dtype=long), torch.ones(...)), in the forms
+    torch.fx traces too."""
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple:
+        types = torch.zeros(ids.shape, dtype=torch.long)
+        ones = torch.ones((ids.size(0), ids.size(1)))
+        counts = x.new_zeros(x.size(0), 2) + x.new_ones((1, x.size(1))).sum(1, keepdim=True)
+        return (x * ones.unsqueeze(-1) + types.unsqueeze(-1), torch.full((x.size(0), 3), 2.5), torch.ones_like(ids),
+                counts, torch.full_like(x, 7.9, dtype=torch.int64),
+                torch.zeros((x.size(0), ids.size(1)), dtype=torch.bool), torch.full((ids.size(1),), True),
+                ids.new_full((2, ids.size(1)), -3))
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+def test_new_tensors_of_free_sizes(tmp_path, frontend):
+    """Each a stored value expanded to the sizes at run time (expand with like), cast to torch's dtype: the same
+    values, dtypes and shapes as torch at two batches and lengths."""
+    ckpt = str(tmp_path / "n.pt")
+    torch.save({}, ckpt)
+    out = str(tmp_path / "n.qrt")
+    result = convert(ckpt, out, model="test_convert_masks:NewTensors", input_shapes=["2,9,4", "2,9"],
+                     input_dtypes={"ids": "int64"}, frontend=frontend)
+    assert result.shapes == {"x": "float32[?, ?, ?]", "ids": "int64[?, ?]"}
+    m, rng = qrt.load(out), np.random.default_rng(6)
+    for batch, length in ((1, 3), (3, 7)):
+        x = rng.standard_normal((batch, length, 5)).astype(np.float32)
+        ids = rng.integers(0, 50, (batch, length))
+        got = m.run({"x": x, "ids": ids})
+        want = NewTensors()(torch.from_numpy(x), torch.from_numpy(ids))
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.dtype == w.numpy().dtype and np.array_equal(g, w.numpy())
+
+
+class ComputedSize(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x, torch.zeros((x.size(0), x.size(1) + 1))], 1)
+
+
+def test_new_tensor_of_a_computed_size_fixes_its_dimension(tmp_path):
+    """x.size(1) + 1 is a number, not a size qrt follows: the automatic search fixes dimension 1, and a dimension
+    marked free is refused, naming the node."""
+    ckpt = str(tmp_path / "c.pt")
+    torch.save({}, ckpt)
+    out = str(tmp_path / "c.qrt")
+    result = convert(ckpt, out, model="test_convert_masks:ComputedSize", input_shapes=["2,5"], frontend="export")
+    assert result.shapes == {"x": "float32[?, 5]"}
+    x = np.random.default_rng(7).standard_normal((3, 5)).astype(np.float32)
+    assert np.array_equal(qrt.load(out).run(x), ComputedSize()(torch.from_numpy(x)).numpy())
+    with pytest.raises(ConvertError, match=r"dimension 1 is declared free.*node 'zeros'.* makes a tensor of size 6 at "
+                                           r"dimension 1, computed from a free size"):
+        convert(ckpt, out, model="test_convert_masks:ComputedSize", input_shapes=["2?,5?"], frontend="export",
+                free_dims="marked")
+
+
 class BadPow(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x ** 1.5

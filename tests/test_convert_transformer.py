@@ -172,6 +172,23 @@ def test_roberta_positions_counted_over_the_tokens(tmp_path, family):
         _bert_outputs_agree(ref, m.run({"input_ids": ids.numpy(), "attention_mask": mask.numpy()}), batch, length)
 
 
+@pytest.mark.parametrize("family, extra", [("ibert", {}), ("luke", {"entity_vocab_size": 10, "entity_emb_size": 16}),
+                                           ("markuplm", {})])
+def test_encoders_making_their_defaults_at_the_inputs_sizes(tmp_path, family, extra):
+    """I-BERT, LUKE and MarkupLM called with input_ids alone make their token types and attention mask in forward,
+    torch.zeros / torch.ones of input_ids' sizes (MarkupLM also its xpath tags and subscripts, a pad id at every
+    token, through two Linears): stored values expanded to the sizes at run time, batch and length free."""
+    torch.manual_seed(7)
+    config = AutoConfig.for_model(family, **TINY, **extra)
+    q, path = _quantized_file(tmp_path, AutoModel.from_config(config), {"input_ids": "2,9"}, family)
+    m, rng = qrt.load(path), np.random.default_rng(43)
+    assert "expand" in {n.op for n in m.graph.nodes}
+    for batch, length in ((1, 7), (3, 12)):
+        ids = torch.from_numpy(rng.integers(4, TINY["vocab_size"], (batch, length)))
+        ids[-1, length // 2] = config.pad_token_id
+        _bert_outputs_agree(q(input_ids=ids), m.run({"input_ids": ids.numpy()}), batch, length)
+
+
 def test_quiet_conversion_of_a_pickled_hugging_face_model_prints_nothing(tmp_path):
     """`convert.py -q` of a quantize_dynamic BertModel saved whole: unpickling it imports transformers, which
     imports torchao, whose import-time log lines (GPU kernels it cannot load, torch.compile notices) the

@@ -388,27 +388,61 @@ def _arange(lw: Lowerer, node: torch.fx.Node, *args: Any, dtype: Any = None, dev
     return Const(torch.arange(*args, dtype=dtype))
 
 
-def _full(lw: Lowerer, node: torch.fx.Node, x: Any, size: Any, value: Any, dtype: Any) -> Const:
-    if has_size_of(size):
-        raise LoweringError("a new tensor of a free size is not supported")
-    lw.require_static(node)
-    return Const(torch.full(tuple(size), value, dtype=dtype or _TORCH[dtype_of(x)]))
+def _filled(lw: Lowerer, node: torch.fx.Node, size: Any, value: Any, dtype: torch.dtype) -> Any:
+    """A new tensor of size filled with value (torch.full's rule for value in dtype). Of constant sizes: a
+    constant. Sizes read from tensors (x.size(d), free ones too): a stored value expanded to them, then cast
+    to dtype (integers are stored as int32)."""
+    size = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)
+    if not has_size_of(size):
+        lw.require_static(node)
+        return Const(torch.full(size, value, dtype=dtype))
+    for i, s in enumerate(size):
+        changed = {r for r, o in enumerate(lw.node_shapes(node)) if o[i] != s}
+        if not isinstance(s, SizeOf) and changed:  # x.size(1) + 1: the free dimension it came from is fixed
+            lw.varies(changed, f"makes a tensor of size {s} at dimension {i}, computed from a free size (qrt "
+                               "follows a free size only as read from a tensor, x.size(d))")
+    one = Const(torch.full((1,) * len(size), value, dtype=dtype))
+    return cast(lw, node, _runtime(lw, node, _expand(lw, node, one, *size), "_filled"), dtype_name(dtype))
+
+
+def _dtype_or_default(dtype: Any, value: Any) -> torch.dtype:
+    """torch.full's dtype: the one asked for, else the fill value's (bool, int64, or the default float32)."""
+    return dtype if dtype is not None else torch.full((), value).dtype
+
+
+@lowers(functions=(torch.zeros,), sizes=True)
+def _zeros(lw: Lowerer, node: torch.fx.Node, *size: Any, dtype: Any = None, **kw: Any) -> Any:
+    return _filled(lw, node, size, 0, dtype or torch.float32)
+
+
+@lowers(functions=(torch.ones,), sizes=True)
+def _ones(lw: Lowerer, node: torch.fx.Node, *size: Any, dtype: Any = None, **kw: Any) -> Any:
+    return _filled(lw, node, size, 1, dtype or torch.float32)
+
+
+@lowers(functions=(torch.full,), sizes=True)
+def _full(lw: Lowerer, node: torch.fx.Node, size: Any, fill_value: Any, *, dtype: Any = None, **kw: Any) -> Any:
+    return _filled(lw, node, (size,), fill_value, _dtype_or_default(dtype, fill_value))
+
+
+def _torch_dtype(x: Any) -> torch.dtype:
+    return x.value.dtype if isinstance(x, Const) and isinstance(x.value, torch.Tensor) else _TORCH[dtype_of(x)]
 
 
 @lowers(methods=("new_ones",), sizes=True)
-def _new_ones(lw: Lowerer, node: torch.fx.Node, x: Any, size: Any, *, dtype: Any = None, **kw: Any) -> Const:
-    return _full(lw, node, x, size, 1, dtype)
+def _new_ones(lw: Lowerer, node: torch.fx.Node, x: Any, *size: Any, dtype: Any = None, **kw: Any) -> Any:
+    return _filled(lw, node, size, 1, dtype or _torch_dtype(x))
 
 
 @lowers(methods=("new_zeros",), sizes=True)
-def _new_zeros(lw: Lowerer, node: torch.fx.Node, x: Any, size: Any, *, dtype: Any = None, **kw: Any) -> Const:
-    return _full(lw, node, x, size, 0, dtype)
+def _new_zeros(lw: Lowerer, node: torch.fx.Node, x: Any, *size: Any, dtype: Any = None, **kw: Any) -> Any:
+    return _filled(lw, node, size, 0, dtype or _torch_dtype(x))
 
 
 @lowers(methods=("new_full",), sizes=True)
 def _new_full(lw: Lowerer, node: torch.fx.Node, x: Any, size: Any, fill_value: Any, *, dtype: Any = None,
-              **kw: Any) -> Const:
-    return _full(lw, node, x, size, fill_value, dtype)
+              **kw: Any) -> Any:
+    return _filled(lw, node, (size,), fill_value, dtype or _torch_dtype(x))
 
 
 def _runtime(lw: Lowerer, node: torch.fx.Node, x: Any, suffix: str) -> Tensor:
@@ -420,17 +454,28 @@ def _runtime(lw: Lowerer, node: torch.fx.Node, x: Any, suffix: str) -> Tensor:
     return Tensor(lw.float_of(x))
 
 
+def _full_like(lw: Lowerer, node: torch.fx.Node, input: Any, value: Any, dtype: Any) -> Any:
+    """value in input's shape, free sizes too (F._canonical_mask's zeros under a padding mask): a stored value
+    expanded to input's sizes, then cast to dtype (input's where none is asked for)."""
+    if isinstance(input, Const):
+        return Const(torch.full_like(input.value, value, dtype=dtype))
+    return _filled(lw, node, sizes_of(lw, input, None), value, dtype or _torch_dtype(input))
+
+
 @lowers(functions=(torch.zeros_like,))
-def _zeros_like(lw: Lowerer, node: torch.fx.Node, input: Any, *, dtype: Any = None, **kwargs: Any) -> Tensor:
-    """Zeros of input's shape, free sizes too (F._canonical_mask's, under a padding mask): a stored 0 expanded
-    to input's sizes, then cast to dtype."""
-    x = _runtime(lw, node, input, "_x")
-    rank = len(lw.shape(input))
-    out = stored(lw, node, torch.zeros((1,) * rank), "_zero")
-    if rank:
-        out = Tensor(lw.emit(node, "expand", {"x": out.name, "like": x.name},
-                             {"shape": [-1] * rank, "like_dims": list(range(rank))}))
-    return cast(lw, node, out, x.dtype if dtype is None else dtype_name(dtype))
+def _zeros_like(lw: Lowerer, node: torch.fx.Node, input: Any, *, dtype: Any = None, **kwargs: Any) -> Any:
+    return _full_like(lw, node, input, 0, dtype)
+
+
+@lowers(functions=(torch.ones_like,))
+def _ones_like(lw: Lowerer, node: torch.fx.Node, input: Any, *, dtype: Any = None, **kwargs: Any) -> Any:
+    return _full_like(lw, node, input, 1, dtype)
+
+
+@lowers(functions=(torch.full_like,))
+def _full_like_fn(lw: Lowerer, node: torch.fx.Node, input: Any, fill_value: Any, *, dtype: Any = None,
+                  **kwargs: Any) -> Any:
+    return _full_like(lw, node, input, fill_value, dtype)
 
 
 @lowers(methods=("expand",), sizes=True, keeps_dtype=True)
