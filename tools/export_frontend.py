@@ -44,7 +44,7 @@ from . import keywords, lower_masks, pt2e, qrt_backend, recurrent_program, torch
 from . import shapes as qshapes
 from .layers import EmbeddingLayer, Layer, LinearLayer, RNNCellLayer, SequenceLayer, StubLayer
 from .lower import TIED_DIMS
-from .lower_ops import FUNCTIONS, LoweringError
+from .lower_values import FUNCTIONS, LoweringError
 
 _TUPLE_MODULES = (nn.RNNBase, nn.LSTMCell)
 

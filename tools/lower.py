@@ -6,7 +6,8 @@ model (``convert_fx`` / ``quantize_dynamic``) traced with torch.fx. This module
 never touches ``torch.ao``: a front end passes ``describe``, which turns one
 quantized module into a neutral layer (tools/layers.py), so another front end
 (pt2e) can reuse it. What each module, function and method becomes is the table
-in tools/lower_ops.py; this module walks the graph through it.
+of tools/lower_values.py, which tools/lower_ops.py and tools/lower_masks.py fill; this
+module walks the graph through it.
 
 Before the walk the model runs at the example sizes and at other sizes of each
 dimension (tools/shapes.py): the dimensions it accepts are free in the .qrt
@@ -34,6 +35,7 @@ from torch import nn
 
 from qrt.builder import GraphBuilder
 
+from . import lower_float_recurrent, lower_masks  # noqa: F401  (their @lowers fill the table)
 from . import shapes as qshapes
 from .layers import (  # noqa: F401  (the neutral layers, re-exported for front ends and tests)
     Describe,
@@ -44,8 +46,8 @@ from .layers import (  # noqa: F401  (the neutral layers, re-exported for front 
     RNNCellLayer,
     SequenceLayer,
 )
-from .lower_masks import has_size_of
-from .lower_ops import (
+from .lower_ops import module_lowering
+from .lower_values import (
     FUNCTIONS,
     METHODS,
     PATTERNS,
@@ -58,8 +60,8 @@ from .lower_ops import (
     PendingLinear,
     Quant,
     Tensor,
+    has_size_of,
     is_tensor,
-    module_lowering,
 )
 
 TIED_DIMS = "qrt_tied_dims"  # gm.meta key: (flat leaf, dim) sets a front end knows to be one size (tools/shapes.py)

@@ -16,7 +16,8 @@ from torch import nn
 
 from qrt.ops import layer_prefix
 
-from .lower_ops import LoweringError, Tensor, check_layers, emit_cell, emit_sequence, lowers
+from .lower_ops import check_layers, emit_cell, emit_sequence
+from .lower_values import LoweringError, Tensor, lowers
 
 if TYPE_CHECKING:
     from .lower import Lowerer

@@ -2,9 +2,10 @@
 
 Transformer encoders build their attention masks from the sizes of their inputs: ``arange(S)``,
 ``mask[arange(B)[:, None, None, None], arange(S)[None, None, None, :]]``, ``buffer[:, :S]``,
-``x.expand(B, S)``. A size read from a tensor (``x.size(d)``) is a ``SizeOf`` in the walk: an int that
-remembers its tensor and dimension, so that what is built from it follows that dimension at run time
-(qrt's ``arange``, ``expand`` with ``like``, ``index_select``) instead of being written as a constant.
+``x.expand(B, S)``. A size read from a tensor (``x.size(d)``) is a ``SizeOf`` in the walk
+(tools/lower_values.py): an int that remembers its tensor and dimension, so that what is built from it
+follows that dimension at run time (qrt's ``arange``, ``expand`` with ``like``, ``index_select``) instead
+of being written as a constant.
 Indexing with full aranges is rewritten exactly as the data movement it is (unsqueezes, a permute).
 docs/CONVERTER.md lists what is rewritten and what runs.
 """
@@ -19,161 +20,31 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from .lower_ops import Const, LoweringError, Tensor, _dim, is_tensor, lowers
+from .lower_ops import _index, operands, slice_to_size, value_kind
+from .lower_values import (
+    TORCH_DTYPES,
+    Const,
+    LoweringError,
+    SizeOf,
+    Tensor,
+    cast,
+    dtype_name,
+    dtype_of,
+    has_size_of,
+    is_tensor,
+    lowers,
+    moved,
+    norm_dim,
+    norm_dims,
+    runtime_value,
+    sizes_of,
+)
 
 if TYPE_CHECKING:
     from .lower import Lowerer
 
 
-class SizeOf(int):
-    """A size of a run-time tensor's dimension: value (a qrt value name) and dim say which."""
-
-    value: str
-    dim: int
-
-    def __new__(cls, size: int, value: str, dim: int) -> SizeOf:
-        out = super().__new__(cls, size)
-        out.value, out.dim = value, dim
-        return out
-
-
-def sizes_of(lw: Lowerer, x: Any, dim: int | None) -> Any:
-    """x.size(dim) (x.size() without dim: all of them), each a SizeOf where x is a run-time tensor."""
-    shape = lw.shape(x)
-    if not is_tensor(x):
-        return shape if dim is None else shape[dim]
-    if dim is None:
-        return tuple(SizeOf(s, x.name, d) for d, s in enumerate(shape))
-    return SizeOf(shape[dim], x.name, dim)
-
-
-def has_size_of(v: Any) -> bool:
-    leaves: list = []
-    torch.fx.node.map_aggregate(v, leaves.append)
-    return any(isinstance(x, SizeOf) for x in leaves)
-
-
 # ------------------------------------------------------------ dtypes
-
-_DTYPES = {torch.float32: "float32", torch.int32: "int32", torch.int64: "int64", torch.bool: "bool"}
-_TORCH = {v: k for k, v in _DTYPES.items()}
-
-
-def dtype_name(dtype: Any) -> str:
-    if dtype not in _DTYPES:
-        raise LoweringError(f"dtype {dtype} is not supported (float32, int32, int64 or bool)")
-    return _DTYPES[dtype]
-
-
-def _kind(dtype: str) -> str:
-    return "integer" if dtype in ("int32", "int64") else dtype
-
-
-def dtype_of(v: Any) -> str:
-    if isinstance(v, Tensor):
-        return v.dtype
-    if is_tensor(v):
-        return "float32"
-    raise LoweringError(f"needs a tensor, got {type(v).__name__}")
-
-
-def cast(lw: Lowerer, node: torch.fx.Node, x: Any, dtype: str, suffix: str = "_cast") -> Tensor:
-    """x as dtype (torch's .to(dtype)); x itself where it has that dtype."""
-    if dtype_of(x) == dtype:
-        return x
-    source = x.name if isinstance(x, Tensor) else lw.float_of(x)
-    return Tensor(lw.emit(node, "cast", {"x": source}, {"dtype": dtype}, suffix), dtype)
-
-
-def stored(lw: Lowerer, node: torch.fx.Node, t: torch.Tensor, suffix: str) -> Tensor:
-    """A constant tensor as a run-time value. qrt stores no int64 or bool tensor: integers are stored as
-    int32 (where every value fits) and bool as uint8, each cast back at run time."""
-    a = t.detach().cpu().numpy()
-    if t.dtype == torch.float32:
-        return Tensor(lw.b.tensor(lw.unique(node.name + suffix), a.copy()))
-    if t.dtype in (torch.int32, torch.int64):
-        if a.size and (a.min() < -(2**31) or a.max() >= 2**31):
-            raise LoweringError(f"an integer constant beyond int32's range ({int(a.min())} .. {int(a.max())}): qrt "
-                                "stores integers as int32")
-        name = lw.b.tensor(lw.unique(node.name + suffix), a.astype(np.int32))
-        return Tensor(name, "int32")
-    if t.dtype == torch.bool:
-        name = lw.b.tensor(lw.unique(node.name + suffix), a.astype(np.uint8))
-        return Tensor(lw.emit(node, "cast", {"x": name}, {"dtype": "bool"}, suffix + "_bool"), "bool")
-    raise LoweringError(f"a constant of dtype {t.dtype} (float32, integers or bool)")
-
-
-_KINDS = ("bool", "integer", "float32")  # torch's promotion order among what qrt computes with
-
-
-def _kind_of(v: Any) -> str:
-    if isinstance(v, torch.Tensor):
-        return _kind(dtype_name(v.dtype))
-    if isinstance(v, bool):
-        return "bool"
-    if isinstance(v, (int, float)):
-        return "integer" if isinstance(v, int) else "float32"
-    return _kind(dtype_of(v))
-
-
-def _as_kind(lw: Lowerer, node: torch.fx.Node, v: Any, kind: str, suffix: str) -> Tensor:
-    """v (a run-time value, a constant or a Python number) as a run-time value of kind."""
-    if isinstance(v, (bool, int, float)):  # a number takes the operation's kind, as in torch
-        if kind == "integer":
-            v = torch.tensor(int(v), dtype=torch.int32 if -(2**31) <= v < 2**31 else torch.int64)
-        else:
-            v = torch.tensor(v, dtype=_TORCH[kind])
-    if isinstance(v, torch.Tensor):
-        v = stored(lw, node, v, suffix)
-    elif not isinstance(v, Tensor):
-        v = Tensor(lw.float_of(v))
-    return v if kind == "integer" else cast(lw, node, v, kind, suffix + "_cast")  # int32 and int64 mix
-
-
-def operands(lw: Lowerer, node: torch.fx.Node, a: Any, b: Any) -> tuple[Tensor, Tensor]:
-    """Two operands as run-time values of one kind, promoted as torch promotes them: the higher kind of the
-    two (bool < integer < float32), so an int64 tensor against 0.5 compares in float32, against 0 in
-    integers."""
-    values = [v.value if isinstance(v, Const) else v for v in (a, b)]
-    kind = max((_kind_of(v) for v in values), key=_KINDS.index)
-    return _as_kind(lw, node, values[0], kind, "_a"), _as_kind(lw, node, values[1], kind, "_b")
-
-
-def _example(lw: Lowerer, v: Any) -> Any:
-    """What torch.result_type needs of an operand: its dtype and whether it has dimensions."""
-    if isinstance(v, (bool, int, float, torch.Tensor)):
-        return v
-    return torch.zeros((1,) if lw.shape(v) else (), dtype=_TORCH[dtype_of(v)])
-
-
-def promoted_arithmetic(lw: Lowerer, node: torch.fx.Node, op: str, a: Any, b: Any, in_place: bool = False
-                        ) -> Tensor:
-    """add, sub, mul or div where an operand holds integers or bool, in the dtype torch's promotion gives:
-    float32 (the integers converted first, as torch converts them; always for div, torch's true division)
-    or integers, both operands cast to it first, exact modulo 2**bits (add_int, sub_int, mul_int). In place
-    (y += b), in y's dtype, as torch writes it."""
-    values = [v.value if isinstance(v, Const) else v for v in (a, b)]
-    result = torch.result_type(*(_example(lw, v) for v in values))
-    if op == "div" and not result.is_floating_point:
-        result = torch.float32
-    name = dtype_name(result)
-    if in_place and dtype_of(a) != name:
-        if _KINDS.index(_kind(name)) > _KINDS.index(_kind(dtype_of(a))):
-            raise LoweringError(f"{op} in place of a {dtype_of(a)} tensor with a {name} result (torch refuses it)")
-        name = dtype_of(a)  # an int32 y += int64 b: the low 32 bits, as torch casts the sum back
-    if name == "bool":
-        raise LoweringError(f"{op} of bool tensors (torch's is logic there; qrt's arithmetic is on numbers)")
-    x, y = (_as_kind(lw, node, v, _kind(name), suffix) for v, suffix in zip(values, ("_a", "_b")))
-    if name == "float32":
-        return Tensor(lw.emit(node, op, {"a": x.name, "b": y.name}))
-    # in torch's dtype from the start: an int32 against an int64 constant (stored as int32) sums in int64, and an
-    # int64 scalar against an int32 tensor in int32 (the low 32 bits of the int64 sum). Against an int64 operand
-    # add_int widens an int32 one itself.
-    widens = name == "int64" and "int64" in (x.dtype, y.dtype)
-    x, y = (v if widens and v.dtype != "bool" else cast(lw, node, v, name, suffix)
-            for v, suffix in zip((x, y), ("_a", "_b")))
-    return Tensor(lw.emit(node, f"{op}_int", {"a": x.name, "b": y.name}), name)
-
 
 @lowers(functions=(torch.cumsum,), methods=("cumsum",))
 def _cumsum(lw: Lowerer, node: torch.fx.Node, input: Any, dim: int, *, dtype: Any = None) -> Tensor:
@@ -185,7 +56,7 @@ def _cumsum(lw: Lowerer, node: torch.fx.Node, input: Any, dim: int, *, dtype: An
     if rank == 0:  # torch's cumsum of a single value: the value, as its sum's dtype
         sums = cast(lw, node, input, "int64", "_value")
     else:
-        sums = Tensor(lw.emit(node, "cumsum", {"x": input.name}, {"dim": _dim(dim, rank)}), "int64")
+        sums = Tensor(lw.emit(node, "cumsum", {"x": input.name}, {"dim": norm_dim(dim, rank)}), "int64")
     # torch sums integers in int64, or in dtype where given: its low bits are the int64 sum's
     return sums if dtype is None else cast(lw, node, sums, dtype_name(dtype), "_cast")
 
@@ -245,7 +116,7 @@ def _where(lw: Lowerer, node: torch.fx.Node, condition: Any, input: Any, other: 
 @lowers(methods=("masked_fill",))
 def _masked_fill(lw: Lowerer, node: torch.fx.Node, x: Any, mask: Any, value: Any) -> Tensor:
     if isinstance(value, (bool, int, float)):
-        value = Const(torch.tensor(value, dtype=_TORCH[dtype_of(x)]))  # torch casts the value to x's dtype
+        value = Const(torch.tensor(value, dtype=TORCH_DTYPES[dtype_of(x)]))  # torch casts the value to x's dtype
     return _where(lw, node, mask, value, x)
 
 
@@ -258,7 +129,7 @@ def _to(lw: Lowerer, node: torch.fx.Node, x: Any, *args: Any, dtype: Any = None,
         if isinstance(a, torch.dtype):
             dtype = a
         elif is_tensor(a):
-            dtype = _TORCH.get(dtype_of(a))
+            dtype = TORCH_DTYPES.get(dtype_of(a))
     return x if dtype is None else cast(lw, node, x, dtype_name(dtype), "")
 
 
@@ -338,11 +209,9 @@ def _pow(lw: Lowerer, node: torch.fx.Node, input: Any, exponent: Any) -> Any:
 
 def _vector_norm(lw: Lowerer, node: torch.fx.Node, x: Any, dims: Any, keepdim: bool) -> str:
     """sqrt(sum(x * x)) over dims, in qrt's summation order (docs/NUMERICS.md)."""
-    from .lower_ops import _dims
-
     f = lw.float_of(x)
     sq = lw.emit(node, "mul", {"a": f, "b": f}, suffix="_square")
-    total = lw.emit(node, "sum", {"x": sq}, {"dims": _dims(dims, len(lw.shape(x))), "keepdim": bool(keepdim)},
+    total = lw.emit(node, "sum", {"x": sq}, {"dims": norm_dims(dims, len(lw.shape(x))), "keepdim": bool(keepdim)},
                     suffix="_sum")
     return lw.emit(node, "sqrt", {"x": total})
 
@@ -402,7 +271,7 @@ def _filled(lw: Lowerer, node: torch.fx.Node, size: Any, value: Any, dtype: torc
             lw.varies(changed, f"makes a tensor of size {s} at dimension {i}, computed from a free size (qrt "
                                "follows a free size only as read from a tensor, x.size(d))")
     one = Const(torch.full((1,) * len(size), value, dtype=dtype))
-    return cast(lw, node, _runtime(lw, node, _expand(lw, node, one, *size), "_filled"), dtype_name(dtype))
+    return cast(lw, node, runtime_value(lw, node, _expand(lw, node, one, *size), "_filled"), dtype_name(dtype))
 
 
 def _dtype_or_default(dtype: Any, value: Any) -> torch.dtype:
@@ -426,7 +295,7 @@ def _full(lw: Lowerer, node: torch.fx.Node, size: Any, fill_value: Any, *, dtype
 
 
 def _torch_dtype(x: Any) -> torch.dtype:
-    return x.value.dtype if isinstance(x, Const) and isinstance(x.value, torch.Tensor) else _TORCH[dtype_of(x)]
+    return x.value.dtype if isinstance(x, Const) and isinstance(x.value, torch.Tensor) else TORCH_DTYPES[dtype_of(x)]
 
 
 @lowers(methods=("new_ones",), sizes=True)
@@ -443,15 +312,6 @@ def _new_zeros(lw: Lowerer, node: torch.fx.Node, x: Any, *size: Any, dtype: Any 
 def _new_full(lw: Lowerer, node: torch.fx.Node, x: Any, size: Any, fill_value: Any, *, dtype: Any = None,
               **kw: Any) -> Any:
     return _filled(lw, node, (size,), fill_value, dtype or _torch_dtype(x))
-
-
-def _runtime(lw: Lowerer, node: torch.fx.Node, x: Any, suffix: str) -> Tensor:
-    """x as a run-time value (a constant stored)."""
-    if isinstance(x, Const) and isinstance(x.value, torch.Tensor):
-        return stored(lw, node, x.value, suffix)
-    if isinstance(x, Tensor):
-        return x
-    return Tensor(lw.float_of(x))
 
 
 def _full_like(lw: Lowerer, node: torch.fx.Node, input: Any, value: Any, dtype: Any) -> Any:
@@ -499,7 +359,7 @@ def _expand(lw: Lowerer, node: torch.fx.Node, x: Any, *sizes: Any) -> Any:
             if any(o[i] != s for o in outs):
                 raise LoweringError(f"expand's size {s} at dimension {i} changes with a free dimension")
             shape.append(int(s))
-    v = _runtime(lw, node, x, "_x")
+    v = runtime_value(lw, node, x, "_x")
     out = v.name
     for k, (like, dims) in enumerate(likes.items() or [(None, {})]):
         attrs = {"shape": shape if k == 0 else [-1] * len(sizes),
@@ -515,19 +375,11 @@ def _expand_as(lw: Lowerer, node: torch.fx.Node, x: Any, other: Any) -> Any:
 
 @lowers(functions=(torch.gather,), keeps_dtype=True)
 def _gather(lw: Lowerer, node: torch.fx.Node, input: Any, dim: int, index: Any, *, sparse_grad: bool = False) -> Any:
-    x, i = _runtime(lw, node, input, "_x"), _runtime(lw, node, index, "_index")
+    x, i = runtime_value(lw, node, input, "_x"), runtime_value(lw, node, index, "_index")
     if i.dtype not in ("int32", "int64"):
         raise LoweringError("gather's index must be an integer tensor")
-    return Tensor(lw.emit(node, "gather", {"x": x.name, "index": i.name}, {"dim": _dim(dim, len(lw.shape(input)))}),
+    return Tensor(lw.emit(node, "gather", {"x": x.name, "index": i.name}, {"dim": norm_dim(dim, len(lw.shape(input)))}),
                   x.dtype)
-
-
-def slice_to_size(lw: Lowerer, node: torch.fx.Node, x: Any, dim: int, stop: SizeOf) -> Tensor:
-    """x[..., :n] along dim with n a free size: x's first n entries there (index_select of arange(n);
-    n beyond x's size raises at run time where Python's slice would clamp)."""
-    v = _runtime(lw, node, x, "_x")
-    n = lw.emit(node, "arange", {"x": stop.value}, {"dim": stop.dim}, suffix="_arange")
-    return Tensor(lw.emit(node, "index_select", {"x": v.name, "index": n}, {"dim": dim}), v.dtype)
 
 
 def _traced(fn: Any, args: tuple) -> Any:
@@ -557,10 +409,8 @@ def slice_dim(x: torch.Tensor, dim: int, start: Any, end: Any, step: int) -> tor
 def _slice_dim(lw: Lowerer, node: torch.fx.Node, x: Any, dim: int, start: Any, end: Any, step: int) -> Any:
     if isinstance(end, SizeOf) and start in (None, 0) and step == 1 and not isinstance(start, SizeOf):
         return slice_to_size(lw, node, x, dim, end)
-    from .lower_ops import _index
-
     lw.require_static(node)
-    return _index(lw, node, _runtime(lw, node, x, "_x"), (slice(None),) * dim + (slice(start, end, step),))
+    return _index(lw, node, runtime_value(lw, node, x, "_x"), (slice(None),) * dim + (slice(start, end, step),))
 
 
 def _iota_axis(lw: Lowerer, n: Any) -> tuple[int, torch.fx.Node] | None:
@@ -591,18 +441,16 @@ def _index_tensors(lw: Lowerer, node: torch.fx.Node, x: Any, indices: Any) -> An
     fx_indices = node.args[1]
     xs, outs = lw.shapes(x), lw.node_shapes(node)
     given = [k for k, i in enumerate(indices) if i is not None]
-    if any(_kind_of(i.value if isinstance(i, Const) else i) == "bool" for i in indices if i is not None):
+    if any(value_kind(i.value if isinstance(i, Const) else i) == "bool" for i in indices if i is not None):
         raise LoweringError("indexing with a bool mask (its result's size depends on the values)")
     if len(given) == 1 and len(lw.shape(indices[given[0]])) == 1:
         k = given[0]
-        i = _runtime(lw, node, indices[k], "_index")
-        return Tensor(lw.emit(node, "index_select", {"x": _runtime(lw, node, x, "_x").name, "index": i.name},
+        i = runtime_value(lw, node, indices[k], "_index")
+        return Tensor(lw.emit(node, "index_select", {"x": runtime_value(lw, node, x, "_x").name, "index": i.name},
                               {"dim": k}), dtype_of(x) if is_tensor(x) else "float32")
     if any(i is None for i in indices):
         raise LoweringError("tensor indexing with whole dimensions between index tensors")
-    from .lower_ops import _move
-
-    v = _runtime(lw, node, x, "_x")
+    v = runtime_value(lw, node, x, "_x")
     axes = []
     for k, n in enumerate(fx_indices):
         found = _iota_axis(lw, n)
@@ -611,7 +459,7 @@ def _index_tensors(lw: Lowerer, node: torch.fx.Node, x: Any, indices: Any) -> An
         axis, arange = found
         if any(a[0] != s[k] for a, s in zip(lw.node_shapes(arange), xs)):
             # an arange shorter than x's dimension in some run: x's first entries there, as many as it has
-            index = _runtime(lw, node, lw.env[arange], f"_index{k}")
+            index = runtime_value(lw, node, lw.env[arange], f"_index{k}")
             v = Tensor(lw.emit(node, "index_select", {"x": v.name, "index": index.name}, {"dim": k},
                                f"_select{k}"), v.dtype)
         axes.append(axis)
@@ -623,8 +471,8 @@ def _index_tensors(lw: Lowerer, node: torch.fx.Node, x: Any, indices: Any) -> An
     order = sorted(range(len(axes)), key=lambda k: axes[k])
     perm = order + list(range(len(axes), len(xs[0])))
     if perm != sorted(perm):
-        v = _move(lw, node, v, "permute", {"perm": perm}, "_permute")
+        v = moved(lw, node, v, "permute", {"perm": perm}, "_permute")
     for a in range(rank):
         if a not in axes:
-            v = _move(lw, node, v, "unsqueeze", {"dim": a}, f"_unsqueeze{a}")
+            v = moved(lw, node, v, "unsqueeze", {"dim": a}, f"_unsqueeze{a}")
     return v

@@ -1,10 +1,12 @@
-"""The lowering table: PyTorch modules, functions and methods -> small functions emitting qrt ops.
+"""Lowerings of PyTorch's quantized layers, float modules and functions, arithmetic, indexing and shapes.
 
-As qrt/ops.py's OPS is for the runtime, this is the one place that says what the converter
-lowers: ``MODULES`` (float module classes), ``FUNCTIONS`` (call_function targets), ``METHODS``
-(tensor method names) and ``PATTERNS`` (quantized layers the front end describes, by pattern
-name). ``find_unsupported`` (tools/lower.py) derives what is supported from them, and the walk
-dispatches through them; adding an op is one ``@lowers(...)`` function here.
+As qrt/ops.py's OPS is for the runtime, the lowering table (tools/lower_values.py) is the one place that
+says what the converter lowers: ``MODULES`` (float module classes), ``FUNCTIONS`` (call_function targets),
+``METHODS`` (tensor method names) and ``PATTERNS`` (quantized layers the front end describes, by pattern
+name). This module fills most of it; tools/lower_masks.py (comparisons, masks, casts, what follows free
+sizes), tools/lower_float_recurrent.py and tools/torchao_frontend.py the rest. ``find_unsupported``
+(tools/lower.py) derives what is supported from the table, and the walk dispatches through it; adding an
+op is one ``@lowers(...)`` function.
 
 A lowering gets the walk (``lw``: emitting nodes, float values of a tensor, observed shapes),
 the fx node, and the call's arguments with fx nodes replaced by walk values (below); module
@@ -14,10 +16,8 @@ message: the walk adds which module or function it is about.
 
 from __future__ import annotations
 
-import inspect
 import operator
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -30,143 +30,35 @@ from torch.nn.modules.dropout import _DropoutNd
 from qrt.ops import MAX_LAYERS, layer_prefix
 
 from .layers import EmbeddingLayer, LinearLayer, RNNCellLayer, SequenceLayer, StubLayer
+from .lower_values import (
+    MODULES,
+    TORCH_DTYPES,
+    Const,
+    Deq,
+    DynDeq,
+    DynQ,
+    Lowering,
+    LoweringError,
+    PendingLinear,
+    Quant,
+    SizeOf,
+    Tensor,
+    cast,
+    dtype_kind,
+    dtype_name,
+    dtype_of,
+    is_tensor,
+    lowers,
+    moved,
+    norm_dim,
+    norm_dims,
+    runtime_value,
+    sizes_of,
+    stored,
+)
 
 if TYPE_CHECKING:
     from .lower import Lowerer
-
-
-class LoweringError(ValueError):
-    """The graph holds something qrt cannot run; the message names every such node."""
-
-
-# ------------------------------------------------------------ values during the walk
-# A node's value is one of these, a Python value (an int, a shape, None, ...), or a tuple of values
-# (a recurrent module's result, a tuple argument such as an LSTM's (h, c)).
-
-
-@dataclass(frozen=True)
-class Tensor:
-    """A run-time tensor of the qrt graph (float32, or integer indices)."""
-
-    name: str
-    dtype: str = "float32"
-
-
-@dataclass(frozen=True)
-class Quant:
-    """A quint8 per-tensor value in the qrt graph."""
-
-    name: str
-    scale: np.float32
-    zero_point: int
-
-
-@dataclass(frozen=True)
-class Deq:
-    """dequantize(q): becomes a qrt dequantize only if a float op reads it."""
-
-    q: Quant
-
-    @property
-    def name(self) -> str:
-        return self.q.name
-
-
-@dataclass(frozen=True)
-class DynQ:
-    source: Tensor
-    reduce_range: bool = True  # 7-bit activations (torch.ao's x86 flow); pt2e's dynamic schemes use all 8 bits
-
-    @property
-    def name(self) -> str:
-        return self.source.name
-
-
-@dataclass(frozen=True)
-class DynDeq:
-    """The float input of a dynamic op: the op quantizes it itself, per call."""
-
-    source: Tensor
-    reduce_range: bool = True
-
-    @property
-    def name(self) -> str:
-        return self.source.name
-
-
-@dataclass(frozen=True)
-class PendingLinear:
-    """A static reference Linear whose output quantize has not been seen yet."""
-
-    name: str
-    layer: LinearLayer
-    x: Quant
-
-
-@dataclass(frozen=True)
-class Const:
-    """A get_attr: a parameter, buffer or attribute of the model, known at conversion."""
-
-    value: Any
-
-
-TENSORS = (Tensor, Quant, Deq, DynQ, DynDeq, PendingLinear)
-
-
-def is_tensor(v: Any) -> bool:
-    return isinstance(v, TENSORS)
-
-
-# ------------------------------------------------------------ the table
-
-
-@dataclass(frozen=True)
-class Lowering:
-    """One table entry. ``sizes``: the lowering may be given sizes of free dimensions (it checks
-    what it uses itself: a reshape takes its target from the observed shapes); otherwise the walk
-    refuses a size that changes with a free dimension. ``keeps_dtype``: the result has the first
-    argument's dtype (integer indices stay indices through it). ``index_args``: (position, name)
-    of arguments that are integer indices, whose graph inputs are then int64."""
-
-    fn: Callable[..., Any]
-    sizes: bool = False
-    keeps_dtype: bool = False
-    index_args: tuple[tuple[int, str], ...] = ()
-
-    def call(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            inspect.signature(self.fn).bind(*args, **kwargs)
-        except TypeError as e:  # arguments the lowering does not take (a keyword it does not know, say)
-            raise LoweringError(f"unsupported call arguments ({e})") from None
-        return self.fn(*args, **kwargs)
-
-
-MODULES: dict[type, Lowering] = {}
-FUNCTIONS: dict[Any, Lowering] = {}
-METHODS: dict[str, Lowering] = {}
-PATTERNS: dict[str, Lowering] = {}
-
-
-def lowers(
-    *,
-    modules: Sequence[type] = (),
-    functions: Sequence[Any] = (),
-    methods: Sequence[str] = (),
-    patterns: Sequence[str] = (),
-    **flags: Any,
-) -> Callable:
-    """Register a lowering for module classes, functions, method names or described patterns."""
-
-    def register(fn: Callable) -> Callable:
-        entry = Lowering(fn, **flags)
-        for table, keys in ((MODULES, modules), (FUNCTIONS, functions), (METHODS, methods), (PATTERNS, patterns)):
-            for key in keys:
-                if key in table:
-                    raise AssertionError(f"{key!r} is lowered twice")
-                table[key] = entry
-        return fn
-
-    return register
 
 
 def float_linear_relu(m: nn.Module) -> bool:
@@ -187,36 +79,6 @@ def module_lowering(m: nn.Module) -> Lowering | None:
 
 
 # ------------------------------------------------------------ helpers
-
-
-def _dim(d: Any, rank: int, what: str = "dim") -> int:
-    """A dim normalised to [0, rank) as torch does (negative counts from the end)."""
-    if not isinstance(d, int) or isinstance(d, bool):
-        raise LoweringError(f"{what} must be an int, got {d!r:.40}")
-    if not -max(rank, 1) <= d < max(rank, 1):
-        raise LoweringError(f"{what} {d} is out of range for a tensor of rank {rank}")
-    return d % max(rank, 1)
-
-
-def _dims(ds: Any, rank: int, what: str = "dim") -> list[int]:
-    """One dim or a sequence of dims, normalised; None or () = every dim, as torch's reductions read it."""
-    if ds is None or (isinstance(ds, (tuple, list)) and not ds):
-        return list(range(rank))
-    items = ds if isinstance(ds, (tuple, list)) else [ds]
-    out = [_dim(d, rank, what) for d in items]
-    if len(set(out)) != len(out):
-        raise LoweringError(f"{what} {list(items)} names a dimension twice")
-    return out
-
-
-def _move(lw: Lowerer, node: torch.fx.Node, x: Any, op: str, attrs: dict, suffix: str = "", **more: str) -> Any:
-    """A data-movement op (select, reshape, ...): keeps the dtype, and a quantized tensor's scale and zero point.
-    more: further input ports (reshape's like)."""
-    if isinstance(x, Quant):
-        return Quant(lw.emit(node, op, {"x": x.name, **more}, attrs, suffix), x.scale, x.zero_point)
-    if isinstance(x, Tensor):
-        return Tensor(lw.emit(node, op, {"x": x.name, **more}, attrs, suffix), x.dtype)
-    return Tensor(lw.emit(node, op, {"x": lw.float_of(x), **more}, attrs, suffix))
 
 
 def _float_op(lw: Lowerer, node: torch.fx.Node, op: str, x: Any, attrs: dict | None = None) -> Tensor:
@@ -389,8 +251,6 @@ def _same(lw: Lowerer, node: torch.fx.Node, x: Any, *args: Any, **kwargs: Any) -
 
 @lowers(methods=("float",))
 def _float(lw: Lowerer, node: torch.fx.Node, x: Any) -> Any:
-    from .lower_masks import cast
-
     return cast(lw, node, x, "float32", "") if isinstance(x, Tensor) else x
 
 
@@ -414,9 +274,7 @@ def _assert(lw: Lowerer, node: torch.fx.Node, condition: Any, message: str) -> N
 
 @lowers(methods=("size",), sizes=True)
 def _size(lw: Lowerer, node: torch.fx.Node, x: Any, dim: int | None = None) -> Any:
-    from .lower_masks import sizes_of  # a size that remembers its tensor
-
-    return sizes_of(lw, x, None if dim is None else _dim(dim, len(lw.shape(x))))
+    return sizes_of(lw, x, None if dim is None else norm_dim(dim, len(lw.shape(x))))
 
 
 @lowers(methods=("dim",))
@@ -436,6 +294,14 @@ def _getattr(lw: Lowerer, node: torch.fx.Node, x: Any, name: str) -> Any:
 # ------------------------------------------------------------ indexing and slicing
 
 
+def slice_to_size(lw: Lowerer, node: torch.fx.Node, x: Any, dim: int, stop: SizeOf) -> Tensor:
+    """x[..., :n] along dim with n a free size: x's first n entries there (index_select of arange(n);
+    n beyond x's size raises at run time where Python's slice would clamp)."""
+    v = runtime_value(lw, node, x, "_x")
+    n = lw.emit(node, "arange", {"x": stop.value}, {"dim": stop.dim}, suffix="_arange")
+    return Tensor(lw.emit(node, "index_select", {"x": v.name, "index": n}, {"dim": dim}), v.dtype)
+
+
 @lowers(functions=(operator.getitem,), sizes=True, keeps_dtype=True)
 def _getitem(lw: Lowerer, node: torch.fx.Node, obj: Any, index: Any) -> Any:
     """A tuple's item (a recurrent module's result, a tuple argument, a shape), or tensor indexing."""
@@ -443,8 +309,6 @@ def _getitem(lw: Lowerer, node: torch.fx.Node, obj: Any, index: Any) -> Any:
         if isinstance(index, (int, slice)) and not isinstance(index, bool):
             return obj[index]
         raise LoweringError(f"indexing a tuple with {index!r:.40}")
-    from .lower_masks import SizeOf, slice_to_size
-
     items = index if isinstance(index, tuple) else (index,)
     to_size = [k for k, it in enumerate(items) if isinstance(it, slice) and isinstance(it.stop, SizeOf)]
     if len(to_size) == 1 and items[to_size[0]].start in (None, 0) and items[to_size[0]].step in (None, 1) \
@@ -481,9 +345,9 @@ def _index(lw: Lowerer, node: torch.fx.Node, x: Any, index: Any) -> Any:
     for it in items:
         suffix = f"_{emitted}" if emitted else ""
         if it is None:
-            v, pos, emitted = _move(lw, node, v, "unsqueeze", {"dim": pos}, suffix), pos + 1, emitted + 1
+            v, pos, emitted = moved(lw, node, v, "unsqueeze", {"dim": pos}, suffix), pos + 1, emitted + 1
         elif isinstance(it, int):
-            v, emitted = _move(lw, node, v, "select", {"dim": pos, "index": it}, suffix), emitted + 1
+            v, emitted = moved(lw, node, v, "select", {"dim": pos, "index": it}, suffix), emitted + 1
         elif it == slice(None) or it == slice(None, None, 1):
             pos += 1
         else:
@@ -491,7 +355,7 @@ def _index(lw: Lowerer, node: torch.fx.Node, x: Any, index: Any) -> Any:
             if step < 1:
                 raise LoweringError(f"slice step must be positive, got {step}")
             attrs = {"dim": pos, "start": it.start or 0, "end": it.stop, "step": step}
-            v, pos, emitted = _move(lw, node, v, "slice", attrs, suffix), pos + 1, emitted + 1
+            v, pos, emitted = moved(lw, node, v, "slice", attrs, suffix), pos + 1, emitted + 1
     return v
 
 
@@ -499,7 +363,7 @@ def _index(lw: Lowerer, node: torch.fx.Node, x: Any, index: Any) -> Any:
 def _select(lw: Lowerer, node: torch.fx.Node, input: Any, dim: int, index: int) -> Any:
     if not isinstance(index, int) or isinstance(index, bool):
         raise LoweringError(f"index must be an int, got {index!r:.40}")
-    return _move(lw, node, input, "select", {"dim": _dim(dim, len(lw.shape(input))), "index": index})
+    return moved(lw, node, input, "select", {"dim": norm_dim(dim, len(lw.shape(input))), "index": index})
 
 
 @lowers(functions=(torch.narrow,), methods=("narrow",), keeps_dtype=True)
@@ -507,8 +371,8 @@ def _narrow(lw: Lowerer, node: torch.fx.Node, input: Any, dim: int, start: int, 
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, length)):
         raise LoweringError("narrow's start and length must be ints")
     end = start + length
-    attrs = {"dim": _dim(dim, len(lw.shape(input))), "start": start, "end": None if start < 0 <= end else end}
-    return _move(lw, node, input, "slice", attrs)
+    attrs = {"dim": norm_dim(dim, len(lw.shape(input))), "start": start, "end": None if start < 0 <= end else end}
+    return moved(lw, node, input, "slice", attrs)
 
 
 # ------------------------------------------------------------ joining
@@ -546,7 +410,7 @@ def _cat(lw: Lowerer, node: torch.fx.Node, tensors: Any, dim: int = 0) -> Any:
     if len(items) == 1:
         return items[0]
     names, wrap = _joined(lw, items)
-    return _cat_names(lw, node, names, _dim(dim, len(lw.shape(items[0]))), wrap)
+    return _cat_names(lw, node, names, norm_dim(dim, len(lw.shape(items[0]))), wrap)
 
 
 @lowers(functions=(torch.concatenate,), keeps_dtype=True)
@@ -557,7 +421,7 @@ def _concatenate(lw: Lowerer, node: torch.fx.Node, tensors: Any, axis: int = 0) 
 @lowers(functions=(torch.stack,), keeps_dtype=True)
 def _stack(lw: Lowerer, node: torch.fx.Node, tensors: Any, dim: int = 0) -> Any:
     items = _items(tensors, "tensors")
-    d = _dim(dim, len(lw.shape(items[0])) + 1)
+    d = norm_dim(dim, len(lw.shape(items[0])) + 1)
     names, wrap = _joined(lw, items)
     if len(names) <= _MAX_JOIN:
         return wrap(lw.emit(node, "stack", {f"x{k}": n for k, n in enumerate(names)}, {"dim": d}))
@@ -575,8 +439,6 @@ def _reshape_observed(lw: Lowerer, node: torch.fx.Node, x: Any, asked: Sequence[
     that changes as -1 (ONNX semantics), so the reshape stays right at every size of a free dimension.
     Where several change, those the call asked for as sizes of one other tensor (asked: the call's sizes,
     ``q.size(0)`` a SizeOf) are taken from it at run time (reshape's like)."""
-    from .lower_masks import SizeOf  # a size that remembers its tensor
-
     ins, outs = lw.shapes(x), lw.node_shapes(node)
     if all(i == o for i, o in zip(ins, outs)):
         return x
@@ -604,8 +466,8 @@ def _reshape_observed(lw: Lowerer, node: torch.fx.Node, x: Any, asked: Sequence[
         runs = {r for r, o in enumerate(outs) for j in inferred[1:] if o[j] != outs[0][j]}
         lw.varies(runs, f"its result {list(outs[0])} has several sizes that follow free dimensions")
     if like is None:
-        return _move(lw, node, x, "reshape", {"shape": target})
-    return _move(lw, node, x, "reshape", {"shape": target, "like_dims": like_dims}, like=like)
+        return moved(lw, node, x, "reshape", {"shape": target})
+    return moved(lw, node, x, "reshape", {"shape": target, "like_dims": like_dims}, like=like)
 
 
 def _sizes(shape: Any) -> tuple:
@@ -625,8 +487,6 @@ def _reshape(lw: Lowerer, node: torch.fx.Node, input: Any, shape: Any) -> Any:
 
 @lowers(methods=("view_as", "reshape_as"), keeps_dtype=True)
 def _view_as(lw: Lowerer, node: torch.fx.Node, x: Any, other: Any) -> Any:
-    from .lower_masks import sizes_of  # sizes that remember their tensor
-
     return _reshape_observed(lw, node, x, sizes_of(lw, other, None))
 
 
@@ -645,13 +505,13 @@ def _flatten(lw: Lowerer, node: torch.fx.Node, input: Any, start_dim: int = 0, e
     rank = len(lw.shape(input))
     if rank == 0:
         return _reshape_observed(lw, node, input)
-    start, end = _dim(start_dim, rank, "start_dim"), _dim(end_dim, rank, "end_dim")
+    start, end = norm_dim(start_dim, rank, "start_dim"), norm_dim(end_dim, rank, "end_dim")
     if start > end:
         raise LoweringError(f"flatten's start_dim {start_dim} comes after its end_dim {end_dim}")
     if start == end:
         return input
     attrs = {"start_dim": start} if end == rank - 1 else {"start_dim": start, "end_dim": end}
-    return _move(lw, node, input, "flatten", attrs)
+    return moved(lw, node, input, "flatten", attrs)
 
 
 @lowers(modules=(nn.Flatten,), keeps_dtype=True)
@@ -660,7 +520,7 @@ def _flatten_module(lw: Lowerer, node: torch.fx.Node, m: nn.Flatten, x: Any) -> 
 
 
 def _permute_to(lw: Lowerer, node: torch.fx.Node, x: Any, perm: list[int]) -> Any:
-    return x if perm == sorted(perm) else _move(lw, node, x, "permute", {"perm": perm})
+    return x if perm == sorted(perm) else moved(lw, node, x, "permute", {"perm": perm})
 
 
 @lowers(methods=("permute",), keeps_dtype=True)
@@ -672,7 +532,7 @@ def _permute_method(lw: Lowerer, node: torch.fx.Node, x: Any, *dims: Any) -> Any
 @lowers(functions=(torch.permute,), keeps_dtype=True)
 def _permute(lw: Lowerer, node: torch.fx.Node, input: Any, dims: Any) -> Any:
     rank = len(lw.shape(input))
-    perm = [_dim(d, rank) for d in dims]
+    perm = [norm_dim(d, rank) for d in dims]
     if sorted(perm) != list(range(rank)):
         raise LoweringError(f"{list(dims)} is not a permutation of the {rank} dims")
     return _permute_to(lw, node, input, perm)
@@ -683,7 +543,7 @@ def _permute(lw: Lowerer, node: torch.fx.Node, input: Any, dims: Any) -> Any:
 def _transpose(lw: Lowerer, node: torch.fx.Node, input: Any, dim0: int, dim1: int) -> Any:
     rank = len(lw.shape(input))
     perm = list(range(rank))
-    a, b = _dim(dim0, rank), _dim(dim1, rank)
+    a, b = norm_dim(dim0, rank), norm_dim(dim1, rank)
     perm[a], perm[b] = perm[b], perm[a]
     return _permute_to(lw, node, input, perm)
 
@@ -698,17 +558,17 @@ def _squeeze(lw: Lowerer, node: torch.fx.Node, input: Any, dim: Any = None) -> A
     shape = lw.shape(input)
     # torch leaves a dim whose size is not 1 alone, so which dims go depends on the sizes: a free one
     # would be squeezed at size 1 only, so a dim squeeze may remove cannot be free
-    candidates = _dims(dim, len(shape)) if shape else []
+    candidates = norm_dims(dim, len(shape)) if shape else []
     changing = {r for r, s in enumerate(lw.shapes(input)) for d in candidates if s[d] != shape[d]}
     if changing:
         lw.varies(changing, "squeeze removes a dimension only where its size is 1")
     dims = [d for d in candidates if shape[d] == 1]
-    return _move(lw, node, input, "squeeze", {"dims": dims}) if dims else input
+    return moved(lw, node, input, "squeeze", {"dims": dims}) if dims else input
 
 
 @lowers(functions=(torch.unsqueeze,), methods=("unsqueeze",), keeps_dtype=True)
 def _unsqueeze(lw: Lowerer, node: torch.fx.Node, input: Any, dim: int) -> Any:
-    return _move(lw, node, input, "unsqueeze", {"dim": _dim(dim, len(lw.shape(input)) + 1)})
+    return moved(lw, node, input, "unsqueeze", {"dim": norm_dim(dim, len(lw.shape(input)) + 1)})
 
 
 # ------------------------------------------------------------ float math
@@ -766,7 +626,7 @@ def _gelu_module(lw: Lowerer, node: torch.fx.Node, m: nn.GELU, x: Any) -> Tensor
 
 def _softmax_dim(dim: Any, rank: int) -> int:
     # torch's rule for a softmax called without dim (F._get_softmax_dim): deprecated, but still what runs
-    return (0 if rank in (0, 1, 3) else 1) if dim is None else _dim(dim, rank)
+    return (0 if rank in (0, 1, 3) else 1) if dim is None else norm_dim(dim, rank)
 
 
 def _softmaxes(op: str) -> None:
@@ -820,7 +680,7 @@ def _reductions(op: str) -> None:
     def lower(lw: Lowerer, node: torch.fx.Node, input: Any, dim: Any = None, keepdim: bool = False, *,
               dtype: Any = None) -> Tensor:
         _no_dtype(dtype)
-        dims = _dims(dim, len(lw.shape(input)))
+        dims = norm_dims(dim, len(lw.shape(input)))
         return _float_op(lw, node, op, input, {"dims": dims, "keepdim": bool(keepdim)})
 
     lowers(functions=(getattr(torch, op),), methods=(op,))(lower)
@@ -859,6 +719,78 @@ def _other_numbers(v: Any) -> bool:
     return isinstance(v, Const) and isinstance(v.value, torch.Tensor) and not v.value.is_floating_point()
 
 
+_KINDS = ("bool", "integer", "float32")  # torch's promotion order among what qrt computes with
+
+
+def value_kind(v: Any) -> str:
+    if isinstance(v, torch.Tensor):
+        return dtype_kind(dtype_name(v.dtype))
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, (int, float)):
+        return "integer" if isinstance(v, int) else "float32"
+    return dtype_kind(dtype_of(v))
+
+
+def _as_kind(lw: Lowerer, node: torch.fx.Node, v: Any, kind: str, suffix: str) -> Tensor:
+    """v (a run-time value, a constant or a Python number) as a run-time value of kind."""
+    if isinstance(v, (bool, int, float)):  # a number takes the operation's kind, as in torch
+        if kind == "integer":
+            v = torch.tensor(int(v), dtype=torch.int32 if -(2**31) <= v < 2**31 else torch.int64)
+        else:
+            v = torch.tensor(v, dtype=TORCH_DTYPES[kind])
+    if isinstance(v, torch.Tensor):
+        v = stored(lw, node, v, suffix)
+    elif not isinstance(v, Tensor):
+        v = Tensor(lw.float_of(v))
+    return v if kind == "integer" else cast(lw, node, v, kind, suffix + "_cast")  # int32 and int64 mix
+
+
+def operands(lw: Lowerer, node: torch.fx.Node, a: Any, b: Any) -> tuple[Tensor, Tensor]:
+    """Two operands as run-time values of one kind, promoted as torch promotes them: the higher kind of the
+    two (bool < integer < float32), so an int64 tensor against 0.5 compares in float32, against 0 in
+    integers."""
+    values = [v.value if isinstance(v, Const) else v for v in (a, b)]
+    kind = max((value_kind(v) for v in values), key=_KINDS.index)
+    return _as_kind(lw, node, values[0], kind, "_a"), _as_kind(lw, node, values[1], kind, "_b")
+
+
+def _example(lw: Lowerer, v: Any) -> Any:
+    """What torch.result_type needs of an operand: its dtype and whether it has dimensions."""
+    if isinstance(v, (bool, int, float, torch.Tensor)):
+        return v
+    return torch.zeros((1,) if lw.shape(v) else (), dtype=TORCH_DTYPES[dtype_of(v)])
+
+
+def promoted_arithmetic(lw: Lowerer, node: torch.fx.Node, op: str, a: Any, b: Any, in_place: bool = False
+                        ) -> Tensor:
+    """add, sub, mul or div where an operand holds integers or bool, in the dtype torch's promotion gives:
+    float32 (the integers converted first, as torch converts them; always for div, torch's true division)
+    or integers, both operands cast to it first, exact modulo 2**bits (add_int, sub_int, mul_int). In place
+    (y += b), in y's dtype, as torch writes it."""
+    values = [v.value if isinstance(v, Const) else v for v in (a, b)]
+    result = torch.result_type(*(_example(lw, v) for v in values))
+    if op == "div" and not result.is_floating_point:
+        result = torch.float32
+    name = dtype_name(result)
+    if in_place and dtype_of(a) != name:
+        if _KINDS.index(dtype_kind(name)) > _KINDS.index(dtype_kind(dtype_of(a))):
+            raise LoweringError(f"{op} in place of a {dtype_of(a)} tensor with a {name} result (torch refuses it)")
+        name = dtype_of(a)  # an int32 y += int64 b: the low 32 bits, as torch casts the sum back
+    if name == "bool":
+        raise LoweringError(f"{op} of bool tensors (torch's is logic there; qrt's arithmetic is on numbers)")
+    x, y = (_as_kind(lw, node, v, dtype_kind(name), suffix) for v, suffix in zip(values, ("_a", "_b")))
+    if name == "float32":
+        return Tensor(lw.emit(node, op, {"a": x.name, "b": y.name}))
+    # in torch's dtype from the start: an int32 against an int64 constant (stored as int32) sums in int64, and an
+    # int64 scalar against an int32 tensor in int32 (the low 32 bits of the int64 sum). Against an int64 operand
+    # add_int widens an int32 one itself.
+    widens = name == "int64" and "int64" in (x.dtype, y.dtype)
+    x, y = (v if widens and v.dtype != "bool" else cast(lw, node, v, name, suffix)
+            for v, suffix in zip((x, y), ("_a", "_b")))
+    return Tensor(lw.emit(node, f"{op}_int", {"a": x.name, "b": y.name}), name)
+
+
 def _binary(op: str, fold: Callable[[Any, Any], Any]) -> Callable:
     def lower(lw: Lowerer, node: torch.fx.Node, input: Any, other: Any, *, alpha: Any = 1,
               rounding_mode: Any = None) -> Any:
@@ -874,8 +806,6 @@ def _binary(op: str, fold: Callable[[Any, Any], Any]) -> Callable:
         if rounding_mode is not None:
             raise LoweringError(f"div with rounding_mode={rounding_mode!r} is not supported")
         if _other_numbers(input) or _other_numbers(other):
-            from .lower_masks import promoted_arithmetic  # it imports this module
-
             return promoted_arithmetic(lw, node, op, input, other, in_place=node.target in _IN_PLACE)
         a, b = _operand(lw, input), _operand(lw, other)
         if not isinstance(a, str) and not isinstance(b, str):
@@ -1194,4 +1124,3 @@ def _sequence(lw: Lowerer, node: torch.fx.Node, layer: SequenceLayer, input: Any
 
 
 # registering their lowerings: recurrent modules kept in float; comparisons, masks, casts, norms
-from . import lower_float_recurrent, lower_masks  # noqa: E402,F401

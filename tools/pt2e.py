@@ -32,7 +32,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .layers import LinearLayer, QWeight
-from .lower_ops import LoweringError, quantize_dynamic_8bit
+from .lower_ops import quantize_dynamic_8bit
+from .lower_values import LoweringError
 from .qrt_backend import quiet
 
 if TYPE_CHECKING:

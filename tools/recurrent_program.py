@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from . import pt2e
-from .lower_ops import LoweringError
+from .lower_values import LoweringError
 
 MODULES = {"lstm": nn.LSTM, "gru": nn.GRU, "rnn_tanh": nn.RNN, "rnn_relu": nn.RNN}
 CELLS = {"lstm_cell": nn.LSTMCell, "gru_cell": nn.GRUCell, "rnn_tanh_cell": nn.RNNCell, "rnn_relu_cell": nn.RNNCell}

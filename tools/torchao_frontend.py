@@ -30,7 +30,7 @@ from torch import nn
 from torch.export import ExportedProgram
 
 from .layers import LinearLayer, QWeight
-from .lower_ops import LoweringError, Tensor, lowers
+from .lower_values import LoweringError, Tensor, lowers
 from .qrt_backend import loggers_at
 
 if TYPE_CHECKING:
