@@ -19,7 +19,7 @@ import numpy as np
 from . import tensor_moves
 from .cpu.types import Prepare, Step
 from .graph import Node
-from .ops import COMPARISONS, INTEGER_ARITHMETIC, like_sizes
+from .ops import COMPARISONS, INTEGER_ARITHMETIC, integer_arithmetic_dtype, like_sizes
 
 _UFUNCS = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal", "gt": "greater",
            "ge": "greater_equal", "logical_and": "logical_and", "logical_or": "logical_or",
@@ -75,7 +75,7 @@ def implementations(
                 # integers of two widths compare exactly: numpy and CuPy widen int32 to int64. Arithmetic runs in
                 # its output dtype, named (numpy 1.x would keep int32 against an int64 [] array), and wraps
                 # modulo 2**bits
-                dtype = {"dtype": np.int64 if np.int64 in (a.dtype, b.dtype) else np.int32} if arithmetic else {}
+                dtype = {"dtype": integer_arithmetic_dtype(a.dtype.name, b.dtype.name)} if arithmetic else {}
                 return (contiguous(getattr(xp, _UFUNCS[op])(xp.asarray(a), xp.asarray(b), **dtype)),)
 
             return step

@@ -689,6 +689,11 @@ def like_sizes(like_dims: list, like_shape: Shape) -> dict[int, int | None]:
     return {i: like_shape[d] for i, d in enumerate(like_dims) if d is not None}
 
 
+def reshape_target(shape: list[int], like: dict[int, int | None]) -> str:
+    """A reshape's target for a message: shape with like's sizes in place (? where free, at load)."""
+    return "[" + ", ".join("?" if like.get(i, s) is None else str(like.get(i, s)) for i, s in enumerate(shape)) + "]"
+
+
 def _check_like_dims(shape: list[int], like_dims: list, like: ValueInfo | None) -> dict[int, int | None]:
     if (like is None) != (not like_dims):
         _fail("like_dims and the input like go together")
@@ -715,8 +720,7 @@ def _check_reshape(ins, consts, attrs):
         _fail(f"shape may infer (-1) at most one dimension, got {shape}")
     out = reshaped(x.shape, shape, like)
     if out is None:
-        target = ", ".join("?" if like.get(i, s) is None else str(like.get(i, s)) for i, s in enumerate(shape))
-        _fail(f"x {x.describe()} cannot be reshaped to [{target}]")
+        _fail(f"x {x.describe()} cannot be reshaped to {reshape_target(shape, like)}")
     return [ValueInfo(x.dtype, out)]
 
 
@@ -1249,9 +1253,14 @@ def _check_gather(ins, consts, attrs):
     return [ValueInfo(x.dtype, index.shape)]
 
 
+def integer_arithmetic_dtype(a: str, b: str) -> str:
+    """The dtype add_int, sub_int and mul_int compute and return: int64 if either operand is, else int32."""
+    return "int64" if "int64" in (a, b) else "int32"
+
+
 def _check_integer_arithmetic(ins, consts, attrs):
     a, b = ins["a"], ins["b"]
-    return [ValueInfo("int64" if "int64" in (a.dtype, b.dtype) else "int32", broadcast_infos(a, b))]
+    return [ValueInfo(integer_arithmetic_dtype(a.dtype, b.dtype), broadcast_infos(a, b))]
 
 
 def _check_cumsum(ins, consts, attrs):

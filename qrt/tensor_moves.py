@@ -15,7 +15,7 @@ import numpy as np
 
 from .cpu.types import Prepare, Step
 from .graph import Node
-from .ops import flattened, like_sizes, reshaped
+from .ops import flattened, like_sizes, reshape_target, reshaped
 
 
 def contiguous_of(xp: Any, a: Any) -> Any:
@@ -80,7 +80,7 @@ def implementations(array_library: Callable[[], Any]) -> dict[str, Prepare]:
             sizes = like_sizes(like_dims, like.shape) if like_dims else {}
             out = reshaped(x.shape, shape, sizes)
             if out is None:
-                target = [sizes.get(i, s) for i, s in enumerate(shape)]
+                target = reshape_target(shape, sizes)
                 raise ValueError(f"x has shape {list(x.shape)}, which cannot be reshaped to {target}")
             return (contiguous(x).reshape(out),)
 
