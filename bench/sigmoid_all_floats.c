@@ -7,7 +7,8 @@
  *      -o /tmp/sigmoid_all_floats -lm && /tmp/sigmoid_all_floats     # ~7 s vectorised; -O1 ~2 min
  *
  * It held (0 mismatches) under -O2 -march=native (AVX-512), -O2 -mavx2 -mfma and -O1 on the Zen 5 host, when
- * the gates' sigmoid stopped clamping at -87 (its 1.65e-38 below) and the op's own exp_full form was dropped.
+ * the gates' sigmoid stopped clamping at -87 (its 1.65e-38 below) and the op's own exp_full form was dropped,
+ * and again when its clamp became symmetric (+-89, n raised to -125).
  */
 #include <math.h>
 #include <stdint.h>
