@@ -120,6 +120,31 @@ def test_new_tensor_of_a_computed_size_fixes_its_dimension(tmp_path):
                 free_dims="marked")
 
 
+class BoolAgainstNumbers(nn.Module):
+    """A bool mask compared with integers (mask == 0: torch compares in int64) and floats, and used to fill."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, ids: torch.Tensor) -> tuple:
+        return (x.masked_fill(mask == 0, -1e9), mask >= 1, mask == ids, mask < 0.5, mask != True)  # noqa: E712
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+def test_bool_compared_with_numbers(tmp_path, frontend):
+    """A bool operand against an integer one counts as an integer (it was left bool, and the file's graph check
+    refused the comparison of bool with int32), against a float one as a float."""
+    ckpt = str(tmp_path / "b.pt")
+    torch.save({}, ckpt)
+    out = str(tmp_path / "b.qrt")
+    convert(ckpt, out, model="test_convert_masks:BoolAgainstNumbers", input_shapes=["2,9", "2,9", "2,9"],
+            input_dtypes={"mask": "bool", "ids": "int64"}, frontend=frontend)
+    m, rng = qrt.load(out), np.random.default_rng(8)
+    for batch, length in ((1, 4), (3, 7)):
+        feeds = {"x": rng.standard_normal((batch, length)).astype(np.float32),
+                 "mask": rng.integers(0, 2, (batch, length)).astype(bool), "ids": rng.integers(-1, 3, (batch, length))}
+        want = BoolAgainstNumbers()(*(torch.from_numpy(v) for v in feeds.values()))
+        for g, w in zip(m.run(feeds), want):
+            assert g.dtype == w.numpy().dtype and np.array_equal(g, w.numpy())
+
+
 class BadPow(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x ** 1.5

@@ -743,7 +743,9 @@ def _as_kind(lw: Lowerer, node: torch.fx.Node, v: Any, kind: str, suffix: str) -
         v = stored(lw, node, v, suffix)
     elif not isinstance(v, Tensor):
         v = Tensor(lw.float_of(v))
-    return v if kind == "integer" else cast(lw, node, v, kind, suffix + "_cast")  # int32 and int64 mix
+    if kind == "integer":  # int32 and int64 mix; bool against an integer (mask == 0) counts as one, as in torch
+        return cast(lw, node, v, "int32", suffix + "_cast") if v.dtype == "bool" else v
+    return cast(lw, node, v, kind, suffix + "_cast")
 
 
 def operands(lw: Lowerer, node: torch.fx.Node, a: Any, b: Any) -> tuple[Tensor, Tensor]:
