@@ -400,6 +400,8 @@ class _Raiser:
     # both front ends name qrt's nodes alike.
     def module(self, path: str, module: nn.Module, args: Sequence[Any], kwargs: dict | None = None) -> torch.fx.Node:
         self.root[path] = module
+        if len(args) == 2 and recurrent_program.has_zero_state(args[1]):  # lstm(x, (zeros.detach(), ...))
+            args = recurrent_program.call_arguments(type(module).__name__.lower(), *args)
         return self.graph.create_node("call_module", path, tuple(args), dict(kwargs or {}))
 
     def function(self, fn: Any, args: Any, kwargs: Any) -> torch.fx.Node:

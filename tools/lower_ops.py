@@ -244,7 +244,7 @@ def _torch_dropout(lw: Lowerer, node: torch.fx.Node, input: Any, p: float, train
     return _dropout(lw, node, input, p, train)
 
 
-@lowers(methods=("contiguous", "detach", "clone"), keeps_dtype=True)
+@lowers(methods=("contiguous", "detach", "clone", "requires_grad_"), keeps_dtype=True)
 def _same(lw: Lowerer, node: torch.fx.Node, x: Any, *args: Any, **kwargs: Any) -> Any:
     return x
 
@@ -285,9 +285,13 @@ def _rank(lw: Lowerer, node: torch.fx.Node, x: Any) -> int:
 @lowers(functions=(getattr,), sizes=True)
 def _getattr(lw: Lowerer, node: torch.fx.Node, x: Any, name: str) -> Any:
     if name == "shape" and is_tensor(x):
-        return lw.shape(x)
+        return sizes_of(lw, x, None)  # sizes that remember their tensor: torch.zeros(x.shape[0]) follows it
     if name == "ndim" and is_tensor(x):
         return len(lw.shape(x))
+    if name == "device" and is_tensor(x):
+        return torch.device("cpu")  # torch.zeros(..., device=x.device): the device is the runtime's
+    if name == "dtype" and isinstance(x, Tensor):
+        return TORCH_DTYPES[x.dtype]
     raise LoweringError(f"reading .{name} of a tensor is not supported")
 
 

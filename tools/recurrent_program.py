@@ -27,6 +27,8 @@ _RECURRENT = {getattr(torch.ops.aten, name).input for name in MODULES} | {
     getattr(torch.ops.aten, name).default for name in CELLS
 }
 _ZEROS = torch.ops.aten.zeros.default
+# ops that hand their input on unchanged: h0 = torch.zeros(...).detach() is still a zero state
+_PASS_THROUGH = {torch.ops.aten.detach.default, torch.ops.aten.clone.default, torch.ops.aten.alias.default}
 
 
 class ZeroState:
@@ -40,10 +42,19 @@ def is_recurrent(node: torch.fx.Node) -> bool:
     return node.op == "call_function" and node.target in _RECURRENT
 
 
+def _read_as_state_only(node: torch.fx.Node) -> bool:
+    """Whether recurrent ops read node as their state, through pass-through ops, and nothing else reads it."""
+    return bool(node.users) and all((is_recurrent(u) and node is not u.args[0])
+                                    or (u.target in _PASS_THROUGH and _read_as_state_only(u)) for u in node.users)
+
+
 def is_zero_state(node: torch.fx.Node) -> bool:
-    """Whether node is a zeros tensor that recurrent ops read as their state, and nothing else reads."""
-    return node.target is _ZEROS and bool(node.users) and all(is_recurrent(u) and node is not u.args[0]
-                                                              for u in node.users)
+    """Whether node is a zeros tensor, or a pass-through op of one, that recurrent ops read as their state and
+    nothing else reads."""
+    source = node
+    while source.target in _PASS_THROUGH and isinstance(source.args[0], torch.fx.Node):
+        source = source.args[0]
+    return source.target is _ZEROS and _read_as_state_only(source)
 
 
 def _path(node: torch.fx.Node, cls: type) -> str:
@@ -77,7 +88,7 @@ def rebuild(node: torch.fx.Node, args: tuple) -> tuple[str, nn.Module, list]:
     module = cls(w_ih.shape[1], w_hh.shape[1], layers, bias=bool(has_biases), batch_first=bool(batch_first),
                  bidirectional=bool(bidirectional), **extra).eval()
     _assign(module, module._flat_weights_names, params)
-    return _path(node, cls), module, _call(kind, x, hx)
+    return _path(node, cls), module, call_arguments(kind, x, hx)
 
 
 def _rebuild_cell(node: torch.fx.Node, kind: str, args: tuple) -> tuple[str, nn.Module, list]:
@@ -90,7 +101,7 @@ def _rebuild_cell(node: torch.fx.Node, kind: str, args: tuple) -> tuple[str, nn.
     w_ih, w_hh = params[0].value, params[1].value
     module = cls(w_ih.shape[1], w_hh.shape[1], bias=len(params) == 4, **extra).eval()
     _assign(module, ["weight_ih", "weight_hh", "bias_ih", "bias_hh"], params)
-    return _path(node, cls), module, _call(kind, x, hx)
+    return _path(node, cls), module, call_arguments(kind, x, hx)
 
 
 def _assign(module: nn.Module, names: list[str], params: list) -> None:
@@ -98,7 +109,11 @@ def _assign(module: nn.Module, names: list[str], params: list) -> None:
         setattr(module, name, nn.Parameter(p.value.detach().clone(), requires_grad=False))
 
 
-def _call(kind: str, x: Any, hx: Any) -> list:
+def has_zero_state(hx: Any) -> bool:
+    return hx is ZERO_STATE or (isinstance(hx, (list, tuple)) and any(s is ZERO_STATE for s in hx))
+
+
+def call_arguments(kind: str, x: Any, hx: Any) -> list:
     """The module's arguments: x, and the state unless the module made it (zeros)."""
     states = list(hx) if isinstance(hx, (list, tuple)) else [hx]
     given = [s for s in states if s is not ZERO_STATE]
