@@ -376,22 +376,25 @@ class PaddedTorchEncoder(TorchEncoder):
         return self.head(self.enc(src, src_key_padding_mask=pad))
 
 
-@pytest.mark.parametrize("batch_first, masked", [(True, False), (False, False), (True, True)])
-def test_torch_transformer_encoder(tmp_path, batch_first, masked):
+@pytest.mark.parametrize("batch_first, masked, saved", [(True, False, "float"), (False, False, "float"),
+                                                        (True, True, "float"), (True, True, "quantized")])
+def test_torch_transformer_encoder(tmp_path, batch_first, masked, saved):
     """Against torch's quantize_dynamic of the same model (its FFN Linears and the head quantized; the attention's
     projections, F.linear on parameters, float in both), run with torch's fast path off: with quantized Linears
     its eligibility check reads .weight.device of a method and raises AttributeError in torch 2.13. The batch and
     the length are free: MultiheadAttention views [S * B, E] as [S, B, E] with S and B of its input, a reshape
-    that takes them from it (like_dims, format version 9). The module docstring gives the bar."""
+    that takes them from it (like_dims, format version 9). Saved float (the converter quantizes it) or as torch's
+    quantized model (whose Linears' stand-ins for the export have a bias, which that check reads: it had failed
+    there). The module docstring gives the bar."""
     net = (PaddedTorchEncoder if masked else TorchEncoder)(batch_first).eval()
-    torch.save(net, tmp_path / "e.pt")
+    q = quantize_dynamic(net, {nn.Linear}, dtype=torch.qint8)
+    torch.save(net if saved == "float" else q, tmp_path / "e.pt")
     src = "2,7,48" if batch_first else "7,2,48"
     result = convert(tmp_path / "e.pt", tmp_path / "e.qrt", input_shapes=[src, "2,7"] if masked else [src],
                      input_dtypes={"pad": "bool"} if masked else None, trust_checkpoint=True)
     assert result.frontend == "export" and "torch.fx cannot trace" in result.frontend_note
     assert result.shapes == ({"src": "float32[?, ?, 48]", "pad": "bool[?, ?]"} if masked
                              else {"src": "float32[?, ?, 48]"})
-    q = quantize_dynamic(net, {nn.Linear}, dtype=torch.qint8)
     m, rng = qrt.load(tmp_path / "e.qrt"), np.random.default_rng(44)
     for batch, length in ((1, 7), (3, 12), (2, 1)):
         x = rng.standard_normal((batch, length, 48) if batch_first else (length, batch, 48)).astype(np.float32)
@@ -405,4 +408,36 @@ def test_torch_transformer_encoder(tmp_path, batch_first, masked):
         finally:
             torch.backends.mha.set_fastpath_enabled(True)
         diff, cos = _agreement(ref, m.run(feeds))
+        assert diff <= 1e-4 and cos >= 0.99999, (batch, length, diff, cos)
+
+
+class PooledTorchEncoder(TorchEncoder):
+    """Mean pooling over the tokens a key padding mask keeps: a row the example's mask pads whole divides by 0."""
+
+    def forward(self, src: torch.Tensor, pad: torch.Tensor) -> torch.Tensor:
+        keep = (~pad).unsqueeze(-1).float()
+        return self.head((self.enc(src, src_key_padding_mask=pad) * keep).sum(1) / keep.sum(1))
+
+
+def test_padding_mask_input_of_the_examples_pads_no_row_whole(tmp_path):
+    """The converter's example of a bool input is True but at the last position, so that neither a keep-mask nor
+    a padding mask (this one: True pads) masks a whole row: an all-True example had given NaN here, which the
+    dynamic quantization of the head's input refused ("min should be less than or equal to max")."""
+    net = PooledTorchEncoder().eval()
+    torch.save(net, tmp_path / "p.pt")
+    convert(tmp_path / "p.pt", tmp_path / "p.qrt", input_shapes=["2,7,48", "2,7"], input_dtypes={"pad": "bool"},
+            trust_checkpoint=True)
+    q, m = quantize_dynamic(net, {nn.Linear}, dtype=torch.qint8), qrt.load(tmp_path / "p.qrt")
+    rng = np.random.default_rng(45)
+    for batch, length in ((1, 5), (3, 12)):
+        x = rng.standard_normal((batch, length, 48)).astype(np.float32)
+        pad = np.zeros((batch, length), bool)
+        pad[0, 3:] = True
+        torch.backends.mha.set_fastpath_enabled(False)
+        try:
+            with torch.no_grad():
+                ref = q(torch.from_numpy(x), torch.from_numpy(pad)).numpy()
+        finally:
+            torch.backends.mha.set_fastpath_enabled(True)
+        diff, cos = _agreement(ref, m.run([x, pad]))
         assert diff <= 1e-4 and cos >= 0.99999, (batch, length, diff, cos)

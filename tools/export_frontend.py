@@ -231,10 +231,12 @@ class _LinearStandIn(nn.Module):
         super().__init__()
         out_features, in_features = layer.weight.values.shape
         self.weight = nn.Parameter(torch.zeros(out_features, in_features), requires_grad=False)
+        # a bias as nn.Linear has one: nn.TransformerEncoderLayer reads it (its fast path's check)
+        self.bias = nn.Parameter(torch.zeros(out_features), requires_grad=False)
         self.relu = layer.relu
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x, self.weight)
+        y = F.linear(x, self.weight, self.bias)
         return torch.relu(y) if self.relu else y
 
 

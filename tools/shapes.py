@@ -181,7 +181,8 @@ def with_dtypes(spec: Spec, dtype_of: Callable[[Leaf, int], str]) -> tuple[Spec,
 
 def example(spec: Spec, shapes: dict[int, tuple[int, ...]] | None = None, seed: int = 0) -> Any:
     """The argument as a tensor (nested tuples for a tuple): float inputs random, integer ones zero
-    (a valid index into any embedding). ``shapes`` replaces leaf shapes by flat index."""
+    (a valid index into any embedding, valid offsets), bool ones True but the last position.
+    ``shapes`` replaces leaf shapes by flat index."""
     gen = torch.Generator().manual_seed(seed)
     index = 0
 
@@ -194,8 +195,13 @@ def example(spec: Spec, shapes: dict[int, tuple[int, ...]] | None = None, seed: 
         dtype = DTYPES[s.dtype or "float32"]
         if dtype.is_floating_point:
             return torch.randn(shape, generator=gen, dtype=dtype)
-        if dtype == torch.bool:  # a mask that keeps everything: an all-False one would mask every row out
-            return torch.ones(shape, dtype=dtype)
+        if dtype == torch.bool:
+            # True but at the last position: a row neither a keep-mask (True keeps: SDPA's) nor a padding mask
+            # (True masks: nn.MultiheadAttention's key_padding_mask) masks out whole, which would make NaN
+            mask = torch.ones(shape, dtype=dtype)
+            if shape and shape[-1] > 1:
+                mask[..., -1] = False
+            return mask
         return torch.zeros(shape, dtype=dtype)
 
     return walk(spec)
