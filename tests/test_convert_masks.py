@@ -145,6 +145,37 @@ def test_bool_compared_with_numbers(tmp_path, frontend):
             assert g.dtype == w.numpy().dtype and np.array_equal(g, w.numpy())
 
 
+class Repeats(nn.Module):
+    """A decoder's state beside each source step (bentrevett's seq2seq attention), a new leading dimension, a
+    repeat that changes nothing."""
+
+    def forward(self, h: torch.Tensor, x: torch.Tensor) -> tuple:
+        beside = h.unsqueeze(1).repeat(1, x.size(1), 1)
+        return torch.cat([beside, x], 2), h.repeat(3, 1, 1), x.repeat(1, 1, 1)
+
+
+class TiledRepeat(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.repeat(1, 2)
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+def test_repeat_of_size_one_dimensions(tmp_path, frontend):
+    """Exact (data movement): torch's values at two batches and lengths; a repeat that tiles a dimension of size
+    above 1 is refused by name."""
+    ckpt, out = str(tmp_path / "r.pt"), str(tmp_path / "r.qrt")
+    torch.save({}, ckpt)
+    result = convert(ckpt, out, model="test_convert_masks:Repeats", input_shapes=["2,6", "2,9,4"], frontend=frontend)
+    assert result.shapes == {"h": "float32[?, ?]", "x": "float32[?, ?, ?]"}
+    m, rng = qrt.load(out), np.random.default_rng(9)
+    for batch, length in ((1, 3), (4, 11)):
+        h, x = (rng.standard_normal(s).astype(np.float32) for s in ((batch, 6), (batch, length, 4)))
+        for g, w in zip(m.run([h, x]), Repeats()(torch.from_numpy(h), torch.from_numpy(x))):
+            assert np.array_equal(g, w.numpy())
+    with pytest.raises(ConvertError, match=r"repeat of dimension 1, of size 5: qrt repeats only dimensions of size 1"):
+        convert(ckpt, out, model="test_convert_masks:TiledRepeat", input_shapes=["2,5"], frontend=frontend)
+
+
 class BadPow(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x ** 1.5

@@ -355,7 +355,7 @@ _RENAMED = {
 # Written as operators by users: torch.fx traces x / y as operator.truediv (and names the node after it).
 _OPERATORS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv}
 _METHODS = ("expand", "expand_as", "new_ones", "new_zeros", "new_full", "masked_fill", "unflatten", "type_as",
-            "view_as", "reshape_as")
+            "view_as", "reshape_as", "repeat")
 _LOGICAL = {"__and__": operator.and_, "__or__": operator.or_, "__invert__": operator.invert}
 _INT64_MAX = (1 << 63) - 1
 _INNER_TENSOR = torch.ops.export.access_subclass_inner_tensor.default

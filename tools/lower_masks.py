@@ -368,6 +368,22 @@ def _expand(lw: Lowerer, node: torch.fx.Node, x: Any, *sizes: Any) -> Any:
     return Tensor(out, v.dtype)
 
 
+@lowers(methods=("repeat",), sizes=True, keeps_dtype=True)
+def _repeat(lw: Lowerer, node: torch.fx.Node, x: Any, *sizes: Any) -> Any:
+    """x.repeat(...) where every dimension repeated more than once has size 1 (h.unsqueeze(1).repeat(1, T, 1), a
+    decoder's state beside each source step): the expand it is."""
+    sizes = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
+    lead = len(sizes) - len(lw.shape(x))
+    if lead < 0:
+        raise LoweringError(f"repeat with {len(sizes)} sizes for a tensor of rank {len(lw.shape(x))}")
+    for i, s in enumerate(sizes[lead:]):
+        if (isinstance(s, SizeOf) or s != 1) and any(shape[i] != 1 for shape in lw.shapes(x)):
+            raise LoweringError(f"repeat of dimension {i}, of size {lw.shape(x)[i]}: qrt repeats only dimensions of "
+                                "size 1 (an expand)")
+    return _expand(lw, node, x, *(-1 if k >= lead and s == 1 and not isinstance(s, SizeOf) else s
+                                   for k, s in enumerate(sizes)))
+
+
 @lowers(methods=("expand_as",), keeps_dtype=True)
 def _expand_as(lw: Lowerer, node: torch.fx.Node, x: Any, other: Any) -> Any:
     return _expand(lw, node, x, *sizes_of(lw, other, None))
