@@ -120,6 +120,25 @@ def implementations(
 
         return step
 
+    def amax(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+        dims, keepdim = sorted(node.attrs["dims"]), node.attrs["keepdim"]
+
+        def step(x):
+            xp = array_library()
+            x = xp.asarray(x)
+            rest = [d for d in range(x.ndim) if d not in dims]
+            if any(x.shape[d] == 0 for d in dims):
+                raise ValueError(f"amax over an empty dimension: x has shape {list(x.shape)}, dims {dims}")
+            # the listed dimensions last, flattened: argmax picks the first NaN, else the first maximum (so the
+            # sign of a zero maximum is its first zero's, whatever the library's vector lanes)
+            lines = xp.transpose(x, rest + dims).reshape(tuple(x.shape[d] for d in rest) + (-1,))
+            y = xp.take_along_axis(lines, xp.argmax(lines, axis=-1)[..., None], axis=-1)[..., 0]
+            if keepdim:
+                y = y.reshape(tuple(1 if d in dims else n for d, n in enumerate(x.shape)))
+            return (contiguous(y),)
+
+        return step
+
     def arange(node: Node, c: Mapping[str, np.ndarray]) -> Step:
         dim = node.attrs["dim"]
         return lambda x: (array_library().arange(x.shape[dim], dtype=np.int64),)
@@ -179,6 +198,7 @@ def implementations(
         "where": where,
         "cast": cast,
         "clamp": clamp,
+        "amax": amax,
         "arange": arange,
         "expand": expand,
         "index_select": index_select,

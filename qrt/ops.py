@@ -1133,6 +1133,15 @@ OPS.update(
             )
             for name in ("sum", "mean")
         ),
+        OpSpec(
+            "amax",
+            "float32 maximum over the listed dimensions, as torch.amax(x, dims, keepdim): NaN where any is, else the "
+            "first maximum in index order",
+            _X_F32,
+            ("y",),
+            _check_reduce,
+            (Attr("dims", list, required=True), Attr("keepdim", bool, default=False)),
+        ),
         *(
             OpSpec(name, f"float32 {doc} with numpy broadcasting", (Port("a", _F32), Port("b", _F32)), ("y",),
                    _check_broadcast)

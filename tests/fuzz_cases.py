@@ -271,6 +271,11 @@ def _op_models() -> dict[str, GraphBuilder]:
     rows = b.node("reshape", {"x": like}, {"shape": [-1, 4]})
     b.output(b.node("reshape", {"x": rows, "like": like}, {"shape": [2, 3, 4], "like_dims": [0, 1, None]}))
     models["reshape_like"] = b
+    # max pooling over time (amax, version 10)
+    b = GraphBuilder()
+    seq = b.input("seq", "float32", [None, None, 5])
+    b.output(b.node("amax", {"x": seq}, {"dims": [1]}), b.node("amax", {"x": seq}, {"dims": [0, 2], "keepdim": True}))
+    models["max_pooling"] = b
     # matmul against a stored matrix, attention with a bool mask over its heads
     b = GraphBuilder()
     x = b.input("x", "float32", [None, 2, 3, 4])

@@ -230,3 +230,53 @@ def test_zero_state_made_in_forward(tmp_path, way):
         with torch.no_grad():
             ref = want(torch.from_numpy(x)).numpy()
         assert np.abs(m.run(x) - ref).max() <= DRIFT_BOUND
+
+
+class MaxPooled(nn.Module):
+    """Max pooling over time, in the forms text classifiers write it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(6, 16, batch_first=True)
+        self.fc = nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        out, _ = self.lstm(x)
+        pooled, _ = out.max(dim=1)
+        return (self.fc(torch.max(out, 1)[0]), pooled, out.amax(1), torch.max(out, dim=1).values, torch.max(x),
+                torch.amax(x, (0, 2), keepdim=True))
+
+
+class MaxIndices(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.max(x, 1)[1]
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+def test_max_pooling_over_time(tmp_path, frontend):
+    """torch.max(x, dim)'s values (indexed, unpacked or .values), .amax and torch.max(x) are amax (format version 10);
+    batch and length stay free. The maxima of the input are exact; those of the LSTM's outputs, and the head after
+    them, within DRIFT_BOUND of torch's quantize_dynamic model (the sequence's drift). torch.max's indices are refused
+    by name."""
+    torch.manual_seed(4)
+    torch.save(MaxPooled().state_dict(), tmp_path / "p.pt")
+    result = convert(tmp_path / "p.pt", tmp_path / "p.qrt", model="test_convert_recurrent:MaxPooled",
+                     input_shapes=["2,9,6"], frontend=frontend)
+    assert result.shapes == {"x": "float32[?, ?, 6]"}
+    m = qrt.load(tmp_path / "p.qrt")
+    assert m.metadata["qrt.version"] == "10" and sum(n.op == "amax" for n in m.graph.nodes) == 6
+    torch.manual_seed(4)
+    want = quantize_dynamic(MaxPooled().eval(), {nn.LSTM, nn.Linear}, dtype=torch.qint8)
+    for batch, length in ((1, 5), (4, 12)):
+        x = np.random.default_rng(length).standard_normal((batch, length, 6)).astype(np.float32)
+        with torch.no_grad():
+            ref = [r.numpy() for r in want(torch.from_numpy(x))]
+        got = m.run(x)
+        for g, r in zip(got[:4], ref[:4]):
+            assert g.shape == r.shape and np.abs(g - r).max() <= DRIFT_BOUND
+        for g, r in zip(got[4:], ref[4:]):
+            assert g.shape == r.shape and np.array_equal(g, r)
+    torch.save({}, tmp_path / "i.pt")
+    with pytest.raises(ConvertError, match=r"the indices of torch.max\(x, dim\) are not supported"):
+        convert(tmp_path / "i.pt", tmp_path / "i.qrt", model="test_convert_recurrent:MaxIndices", input_shapes=["2,9"],
+                frontend=frontend)

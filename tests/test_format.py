@@ -374,8 +374,8 @@ def test_missing_version(tmp_path):
 
 
 def test_newer_version(tmp_path):
-    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].update({"qrt.version": "10"})),
-            r"format version 10 is newer than this qrt reads \(\[1, 2, 3, 4, 5, 6, 7, 8, 9\]\): upgrade qrt")
+    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].update({"qrt.version": "11"})),
+            r"format version 11 is newer than this qrt reads \(\[1, 2, 3, 4, 5, 6, 7, 8, 9, 10\]\): upgrade qrt")
 
 
 def test_version_1_2_and_3_files_still_load(tmp_path):
@@ -926,6 +926,21 @@ def test_version_9_integer_ops(tmp_path, op):
     with pytest.raises(qrt.FormatError, match=rf"node 'n' \({op}\): op '{op}' needs format version 9, the file "
                                               "says 8"):
         qrt.load(tmp_path / "v8.qrt")
+
+
+def test_version_10_amax(tmp_path):
+    """A graph with amax is written as version 10 and refused, naming the op, when its header says 9 ("09": the
+    same length, so the header stays valid)."""
+    from qrt.builder import GraphBuilder
+
+    g = GraphBuilder()
+    g.output(g.node("amax", {"x": g.input("x", "float32", [None, 4])}, {"dims": [1]}, name="n"))
+    g.save(tmp_path / "v10.qrt")
+    data = (tmp_path / "v10.qrt").read_bytes()
+    assert qrt.load(tmp_path / "v10.qrt").metadata["qrt.version"] == "10"
+    (tmp_path / "v9.qrt").write_bytes(data.replace(b'"qrt.version":"10"', b'"qrt.version":"09"', 1))
+    with pytest.raises(qrt.FormatError, match=r"node 'n' \(amax\): op 'amax' needs format version 10, the file says 9"):
+        qrt.load(tmp_path / "v9.qrt")
 
 
 def test_version_9_reshape_like(tmp_path):

@@ -43,6 +43,8 @@ def _mask_graph(tmp_path):
     wraps = np.asarray(np.int32(2**31 - 1))
     outs += [b.node("add_int", {"a": b.node("mul_int", {"a": counts, "b": real}), "b": wraps}),
              b.node("sub_int", {"a": mask, "b": real}), b.node("mul_int", {"a": mask, "b": mask})]
+    # max pooling (format version 10): NaN where any is, else the first maximum (the sign of a zero tie)
+    outs += [b.node("amax", {"x": x}, {"dims": [1]}), b.node("amax", {"x": x}, {"dims": [0, 1], "keepdim": True})]
     b.output(*outs)
     path = tmp_path / "masks.qrt"
     b.save(path)

@@ -247,3 +247,48 @@ def test_bad_dtypes_refused_at_load(tmp_path):
     with pytest.raises(ValueError, match="do not broadcast"):
         _model(tmp_path, "mul_int", {"a": [None], "b": [None]}, dtypes={"a": "int32", "b": "int32"}).run(
             {"a": np.ones(3, np.int32), "b": np.ones(4, np.int32)})
+
+
+def _first_maximum(x: np.ndarray, dims: list[int], keepdim: bool) -> np.ndarray:
+    """amax's rule, element by element: NaN where any is, else the first maximum in index order over dims."""
+    dims = sorted(dims)
+    rest = [d for d in range(x.ndim) if d not in dims]
+    lines = np.transpose(x, rest + dims).reshape(tuple(x.shape[d] for d in rest) + (-1,))
+    out = np.empty(lines.shape[:-1], np.float32)
+    for at in np.ndindex(out.shape):
+        best = lines[at][0]
+        for v in lines[at][1:]:
+            if np.isnan(best):
+                break
+            if np.isnan(v) or v > best:
+                best = v
+        out[at] = best
+    return out.reshape(tuple(1 if d in dims else n for d, n in enumerate(x.shape))) if keepdim else out
+
+
+@pytest.mark.parametrize("dims, keepdim", [([1], False), ([0, 2], True), ([2], False), ([2, 0, 1], False)])
+def test_amax_as_torch(tmp_path, dims, keepdim):
+    """The maximum over dims, as torch.amax: bit for bit with torch wherever the maximum is unique in sign (values,
+    NaN where any is, infinities); where +0.0 and -0.0 tie for it, the first in index order (torch's own choice
+    there follows its vector lanes: it differs between its AVX2 and AVX-512 kernels), checked against a scalar
+    loop. Batch 1 and odd sizes."""
+    m = _model(tmp_path, "amax", {"x": [None, None, None]}, {"dims": dims, "keepdim": keepdim})
+    for shape in ((1, 1, 1), (3, 37, 5), (2, 17, 19)):
+        x = _floats(shape)
+        got, want = m.run(x), torch.amax(torch.from_numpy(x), dims, keepdim).numpy()
+        assert got.shape == want.shape and np.array_equal(got, want, equal_nan=True)
+        assert _same(got, _first_maximum(x, dims, keepdim))
+        zeros = RNG.choice(np.array([0.0, -0.0, -1.0], np.float32), shape)
+        assert _same(m.run(zeros), _first_maximum(zeros, dims, keepdim))
+    if 1 in dims:  # torch raises too: a maximum of nothing
+        with pytest.raises(ValueError, match=r"amax over an empty dimension: x has shape \[2, 0, 3\]"):
+            m.run(np.zeros((2, 0, 3), np.float32))
+
+
+def test_amax_attributes_checked_at_load(tmp_path):
+    with pytest.raises(FormatError, match="dims must not repeat a dimension"):
+        _model(tmp_path, "amax", {"x": [3, 4]}, {"dims": [1, 1]})
+    with pytest.raises(FormatError, match="out of range"):
+        _model(tmp_path, "amax", {"x": [3, 4]}, {"dims": [2]})
+    with pytest.raises(FormatError, match="dtype"):
+        _model(tmp_path, "amax", {"x": [3, 4]}, {"dims": [0]}, dtypes={"x": "int64"})

@@ -292,6 +292,8 @@ def _getattr(lw: Lowerer, node: torch.fx.Node, x: Any, name: str) -> Any:
         return torch.device("cpu")  # torch.zeros(..., device=x.device): the device is the runtime's
     if name == "dtype" and isinstance(x, Tensor):
         return TORCH_DTYPES[x.dtype]
+    if name == "values" and isinstance(x, tuple):  # torch.max(x, dim).values
+        return x[0]
     raise LoweringError(f"reading .{name} of a tensor is not supported")
 
 
@@ -692,6 +694,32 @@ def _reductions(op: str) -> None:
 
 _reductions("mean")
 _reductions("sum")
+
+
+@lowers(functions=(torch.amax,), methods=("amax",))
+def _amax(lw: Lowerer, node: torch.fx.Node, input: Any, dim: Any = (), keepdim: bool = False) -> Tensor:
+    return _float_op(lw, node, "amax", input, {"dims": norm_dims(dim, len(lw.shape(input))), "keepdim": bool(keepdim)})
+
+
+def _reads_values_only(node: torch.fx.Node) -> bool:
+    """Whether every reader of torch.max(x, dim)'s (values, indices) takes the values: [0] or .values (an indices
+    item nothing reads, values, _ = ..., aside)."""
+    return all((u.target is operator.getitem and (u.args[1] == 0 or not u.users))
+               or (u.target is getattr and u.args[1] == "values") for u in node.users)
+
+
+@lowers(functions=(torch.max,), methods=("max",))
+def _max(lw: Lowerer, node: torch.fx.Node, input: Any, dim: Any = None, keepdim: bool = False) -> Any:
+    """torch.max(x): the maximum of all of x; torch.max(x, dim) (max pooling over time): (values, indices), of which
+    qrt computes the values (amax)."""
+    if not isinstance(dim, (int, type(None))) or isinstance(dim, bool):
+        raise LoweringError("torch.max of two tensors (an elementwise maximum) is not supported")
+    rank = len(lw.shape(input))
+    if dim is None:
+        return _float_op(lw, node, "amax", input, {"dims": list(range(rank)), "keepdim": False})
+    if not _reads_values_only(node):
+        raise LoweringError("the indices of torch.max(x, dim) are not supported: qrt computes its values (torch.amax)")
+    return _float_op(lw, node, "amax", input, {"dims": [norm_dim(dim, rank)], "keepdim": bool(keepdim)}), None
 
 
 # ------------------------------------------------------------ elementwise arithmetic

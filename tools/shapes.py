@@ -227,8 +227,8 @@ def signature(value: Any) -> Any:
         return ("tensor", str(value.dtype).removeprefix("torch."), tuple(value.shape))
     if isinstance(value, torch.Size):
         return ("size", tuple(value))
-    if isinstance(value, (tuple, list)):
-        return (type(value).__name__, tuple(signature(v) for v in value))
+    if isinstance(value, (tuple, list)):  # a named tuple too (torch.max(x, dim)'s values and indices)
+        return ("list" if isinstance(value, list) else "tuple", tuple(signature(v) for v in value))
     if value is None or isinstance(value, (bool, int, float, str, slice, torch.dtype)) or value is Ellipsis:
         return ("value", value)
     return ("object", type(value).__name__)

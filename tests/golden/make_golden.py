@@ -722,6 +722,23 @@ def case_reshape_like(rng: np.random.Generator) -> Case:
     return c
 
 
+def case_max_pooling(rng: np.random.Generator) -> Case:
+    """amax (format version 10): max pooling over time and over two dimensions kept, with infinities and a line of
+    +-0.0 ties (the sign of the first zero)."""
+    c = Case()
+    seq = c.g.input("seq", "float32", [None, None, 6])
+    over_time = c.g.node("amax", {"x": seq}, {"dims": [1]}, name="over_time")
+    kept = c.g.node("amax", {"x": seq}, {"dims": [0, 2], "keepdim": True}, name="kept")
+    c.g.output(over_time, kept)
+    for b, t in ((2, 7), (1, 1), (3, 19)):
+        x = wide(rng, (b, t, 6))
+        x[0, :, 0] = rng.choice(np.array([0.0, -0.0], F32), t)  # a line of zeros of both signs
+        x[-1, 0, 1] = np.inf
+        x[-1, -1, 2] = -np.inf
+        c.runs.append({"seq": x})
+    return c
+
+
 def case_attention(rng: np.random.Generator) -> Case:
     """matmul (batch broadcast, K past a tile) and attention (scale null and given, a bool mask over heads with a
     row masked out entirely, a float additive mask with -inf, is_causal, k/v broadcast over q's batch), at odd
@@ -857,6 +874,7 @@ CASES: dict[str, Callable[[np.random.Generator], Case]] = {
     "attention": case_attention,
     "integers": case_integers,
     "reshape_like": case_reshape_like,
+    "max_pooling": case_max_pooling,
 }
 
 
