@@ -441,3 +441,39 @@ def test_padding_mask_input_of_the_examples_pads_no_row_whole(tmp_path):
             torch.backends.mha.set_fastpath_enabled(True)
         diff, cos = _agreement(ref, m.run([x, pad]))
         assert diff <= 1e-4 and cos >= 0.99999, (batch, length, diff, cos)
+
+
+class AttentionWeights(nn.Module):
+    """nn.MultiheadAttention as users call it: a key padding mask, and its averaged attention weights returned
+    (need_weights defaults to True: torch then scores with baddbmm(mask, q, k^T))."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(15)
+        self.mha, self.head = nn.MultiheadAttention(12, 3, batch_first=True), nn.Linear(12, 4)
+
+    def forward(self, x: torch.Tensor, pad: torch.Tensor) -> tuple:
+        out, weights = self.mha(x, x, x, key_padding_mask=pad)
+        return self.head(out), weights
+
+
+def test_attention_weights_with_a_padding_mask(tmp_path):
+    """torch's quantize_dynamic model (the head quantized; MultiheadAttention's projections float). Its scores
+    are baddbmm(mask, q, k^T) = mask + q @ k^T: qrt's matmul sums the 4 products of a head in its fixed order
+    and torch's bmm in MKL's, so each score is within gamma(4) sum|q k| of the other; at these magnitudes (|q k|
+    sums below 10) that is 1e-6 through the softmax and the context, the bound held (measured 6e-8)."""
+    net = AttentionWeights().eval()
+    q = quantize_dynamic(net, {nn.Linear}, dtype=torch.qint8)
+    torch.save(q, tmp_path / "w.pt")
+    convert(tmp_path / "w.pt", tmp_path / "w.qrt", input_shapes=["2,7,12", "2,7"], input_dtypes={"pad": "bool"},
+            trust_checkpoint=True)
+    m, rng = qrt.load(tmp_path / "w.qrt"), np.random.default_rng(46)
+    for batch, length in ((1, 5), (3, 9)):
+        x = rng.standard_normal((batch, length, 12)).astype(np.float32)
+        pad = np.zeros((batch, length), bool)
+        pad[0, 3:] = True
+        with torch.no_grad():
+            ref = [r.numpy() for r in q(torch.from_numpy(x), torch.from_numpy(pad))]
+        got = m.run([x, pad])
+        for g, r in zip(got, ref):
+            assert g.shape == r.shape and np.abs(g - r).max() <= 1e-6, (batch, length, np.abs(g - r).max())

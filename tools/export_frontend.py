@@ -583,6 +583,9 @@ class _Raiser:
             return self.function(_OPERATORS[name], args, {})
         if name == "rsub" and not kwargs:
             return self.function(operator.sub, (args[1], args[0]), {})
+        if name == "baddbmm" and kwargs.get("beta", 1) == 1 and kwargs.get("alpha", 1) == 1:
+            # input + b1 @ b2 (MultiheadAttention's scores with a mask, need_weights=True)
+            return self.function(operator.add, (args[0], self.function(torch.bmm, args[1:3], {})), {})
         if name == "reciprocal":  # c / x is torch's reciprocal(x) * c
             return self.function(operator.truediv, (1.0, args[0]), {})
         if name == "slice":
