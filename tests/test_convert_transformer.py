@@ -420,9 +420,9 @@ class PooledTorchEncoder(TorchEncoder):
 
 
 def test_padding_mask_input_of_the_examples_pads_no_row_whole(tmp_path):
-    """The converter's example of a bool input is True but at the last position, so that neither a keep-mask nor
-    a padding mask (this one: True pads) masks a whole row: an all-True example had given NaN here, which the
-    dynamic quantization of the head's input refused ("min should be less than or equal to max")."""
+    """The converter's example of a bool input is False at the first position and True after it, so that neither a
+    keep-mask nor a padding mask (this one: True pads) masks a whole row: an all-True example had given NaN here,
+    which the dynamic quantization of the head's input refused ("min should be less than or equal to max")."""
     net = PooledTorchEncoder().eval()
     torch.save(net, tmp_path / "p.pt")
     convert(tmp_path / "p.pt", tmp_path / "p.qrt", input_shapes=["2,7,48", "2,7"], input_dtypes={"pad": "bool"},
