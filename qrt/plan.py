@@ -399,7 +399,7 @@ class Plan:
                    for p, v in node.inputs.items()):
                 relu = [self.graph.nodes[self._relu_of[i]]] if i in self._relu_of else []
                 for v in [v for n in [node, *relu] for v in n.outputs]:  # a fused relu's output is the linear's
-                    fixed[v] = env[v]
+                    fixed[v] = env[v].copy()  # a copy: env's arrays are the compiling call's outputs, the caller's
         return fixed
 
     def _attention_steps(self, env: dict[str, np.ndarray]) -> dict[int, dict]:

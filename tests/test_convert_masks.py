@@ -328,3 +328,45 @@ def test_example_ids_mask_no_row_whole(tmp_path):
             pooled, want = q.pooled(torch.from_numpy(ids)).numpy(), q(torch.from_numpy(ids)).numpy()
         step = (max(pooled.max(), 0) - min(pooled.min(), 0)) / 127
         assert np.abs(m.run(ids) - want).max() <= step * w + 1e-6
+
+
+class FilledFromSizes(nn.Module):
+    """A buffer's new_zeros (torch.fx records it as a function), a masked_fill of int64 ids with a number, and
+    zeros_like of a run-time scalar returned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("b", torch.arange(6.0).reshape(2, 3))
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple:
+        return (self.b.new_zeros((x.size(0), 3)) + x[:, :3], ids.masked_fill(ids == 0, 7), torch.zeros_like(x.sum()))
+
+
+class Lengths(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.full((x.size(0),), x.size(1))
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+def test_new_tensors_found_by_the_audit(tmp_path, frontend):
+    """Each had been refused or wrong: the buffer's new_zeros (fx: 'function TensorBase.new_zeros'), the int64
+    masked_fill (a file its own check refused: where of int32 and int64), the scalar zeros_like ('returns a
+    constant'); and a fill value read from a free size, which had been stored at its example value with the
+    dimension left free: it now fixes that dimension, or is refused where the dimension is declared free."""
+    ckpt, out = str(tmp_path / "f.pt"), str(tmp_path / "f.qrt")
+    torch.save(FilledFromSizes().state_dict(), ckpt)
+    convert(ckpt, out, model="test_convert_masks:FilledFromSizes", input_shapes=["2,9", "2,9"],
+            input_dtypes={"ids": "int64"}, frontend=frontend)
+    m = qrt.load(out)
+    for batch, length in ((1, 4), (3, 10)):
+        x = np.random.default_rng(length).standard_normal((batch, length)).astype(np.float32)
+        ids = np.random.default_rng(batch).integers(0, 3, (batch, length))
+        for g, w in zip(m.run([x, ids]), FilledFromSizes()(torch.from_numpy(x), torch.from_numpy(ids))):
+            assert g.dtype == w.numpy().dtype and np.array_equal(g, w.numpy())
+    torch.save({}, ckpt)
+    result = convert(ckpt, out, model="test_convert_masks:Lengths", input_shapes=["2,9"], frontend=frontend)
+    assert result.shapes == {"x": "float32[?, 9]"}
+    assert np.array_equal(qrt.load(out).run(np.zeros((4, 9), np.float32)), np.full(4, 9))
+    with pytest.raises(ConvertError, match=r"dimension 1 is declared free.*fills a new tensor with .* = 9"):
+        convert(ckpt, out, model="test_convert_masks:Lengths", input_shapes=["2?,9?"], frontend=frontend,
+                free_dims="marked")

@@ -280,3 +280,29 @@ def test_max_pooling_over_time(tmp_path, frontend):
     with pytest.raises(ConvertError, match=r"the indices of torch.max\(x, dim\) are not supported"):
         convert(tmp_path / "i.pt", tmp_path / "i.qrt", model="test_convert_recurrent:MaxIndices", input_shapes=["2,9"],
                 frontend=frontend)
+
+
+class MixedZeroForms(nn.Module):
+    """h0 as torch.zeros, c0 as x.new_zeros: both zeros (new_zeros had not counted as a zero state, and the
+    export's leaf call raised a raw LoweringError out of convert)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(4, 5, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h0, c0 = torch.zeros((1, x.size(0), 5)), x.new_zeros((1, x.size(0), 5))
+        return self.lstm(x, (h0, c0))[0]
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+def test_zero_states_of_two_forms(tmp_path, frontend):
+    torch.manual_seed(5)
+    torch.save(MixedZeroForms().state_dict(), tmp_path / "z.pt")
+    convert(tmp_path / "z.pt", tmp_path / "z.qrt", model="test_convert_recurrent:MixedZeroForms",
+            input_shapes=["2,9,4"], frontend=frontend)
+    torch.manual_seed(5)
+    want = quantize_dynamic(MixedZeroForms().eval(), {nn.LSTM}, dtype=torch.qint8)
+    x = np.random.default_rng(6).standard_normal((3, 7, 4)).astype(np.float32)
+    with torch.no_grad():
+        assert np.abs(qrt.load(tmp_path / "z.qrt").run(x) - want(torch.from_numpy(x)).numpy()).max() <= DRIFT_BOUND

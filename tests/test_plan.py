@@ -922,6 +922,16 @@ def test_values_fixed_by_the_shapes_are_kept(tmp_path):
         inputs = [_x(*shape)]
         _check(model, plan, inputs)
         assert plan._executor.fallback_steps((shape,)) == ["node 'read' (cast)"]  # x's values: every call
+    # an output fixed by the shapes is the caller's: writing into the compiling call's changes no later call's
+    g2 = GraphBuilder()
+    ids = g2.input("ids", "int64", [None, None])
+    g2.output(g2.node("expand", {"x": np.zeros((1, 1), np.int32), "like": ids},
+                      {"shape": [-1, -1], "like_dims": [0, 1]}))
+    types = _load(tmp_path, g2, "types")
+    plan2 = _plan(types)
+    first = plan2.run([np.ones((2, 3), np.int64)])[0]
+    first += 7
+    assert not plan2.run([np.ones((2, 3), np.int64)])[0].any()
 
 
 def test_fixed_linear_with_its_relu_feeding_another(tmp_path):

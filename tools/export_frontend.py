@@ -452,7 +452,10 @@ class _Raiser:
                 self._output(node)
                 continue
             if node in groups:
-                self._call_leaf(node, *groups[node])
+                try:
+                    self._call_leaf(node, *groups[node])
+                except LoweringError as e:  # an LSTM given zeros for h alone, say: what reads its results cannot run
+                    raise RaiseError(f"the export front end cannot raise: {e} (node {node.name!r})") from None
                 continue
             if node in inside:  # the module call stands for it
                 continue

@@ -38,6 +38,7 @@ from .lower_values import (
     norm_dims,
     runtime_value,
     sizes_of,
+    stored,
 )
 
 if TYPE_CHECKING:
@@ -110,6 +111,8 @@ def _where(lw: Lowerer, node: torch.fx.Node, condition: Any, input: Any, other: 
     if dtype_of(condition) != "bool":
         raise LoweringError("where's condition must be a bool tensor")
     a, b = operands(lw, node, input, other)
+    if a.dtype != b.dtype:  # int32 against int64 (a stored number against ids): int64, as torch.where gives
+        a, b = cast(lw, node, a, "int64", "_a"), cast(lw, node, b, "int64", "_b")
     return Tensor(lw.emit(node, "where", {"condition": condition.name, "a": a.name, "b": b.name}), a.dtype)
 
 
@@ -274,6 +277,18 @@ def _filled(lw: Lowerer, node: torch.fx.Node, size: Any, value: Any, dtype: torc
     return cast(lw, node, runtime_value(lw, node, _expand(lw, node, one, *size), "_filled"), dtype_name(dtype))
 
 
+def _fixed_fill(lw: Lowerer, node: torch.fx.Node, position: int) -> None:
+    """The fill value (argument position, or keyword fill_value) must not change with a free dimension: a length
+    (torch.full((B,), x.size(1))) fixes that dimension, or is refused where it was declared free."""
+    arg = node.kwargs.get("fill_value", node.args[position] if len(node.args) > position else None)
+    if isinstance(arg, torch.fx.Node):
+        base = lw.runs[0].values.get(arg)
+        changed = {r for r, run in enumerate(lw.runs) if run.values.get(arg) != base}
+        if changed:
+            lw.varies(changed, f"fills a new tensor with {arg.name!r} = {base[1]!r}, which changes with a free "
+                               "dimension")
+
+
 def _dtype_or_default(dtype: Any, value: Any) -> torch.dtype:
     """torch.full's dtype: the one asked for, else the fill value's (bool, int64, or the default float32)."""
     return dtype if dtype is not None else torch.full((), value).dtype
@@ -291,6 +306,7 @@ def _ones(lw: Lowerer, node: torch.fx.Node, *size: Any, dtype: Any = None, **kw:
 
 @lowers(functions=(torch.full,), sizes=True)
 def _full(lw: Lowerer, node: torch.fx.Node, size: Any, fill_value: Any, *, dtype: Any = None, **kw: Any) -> Any:
+    _fixed_fill(lw, node, 1)
     return _filled(lw, node, (size,), fill_value, _dtype_or_default(dtype, fill_value))
 
 
@@ -298,19 +314,20 @@ def _torch_dtype(x: Any) -> torch.dtype:
     return x.value.dtype if isinstance(x, Const) and isinstance(x.value, torch.Tensor) else TORCH_DTYPES[dtype_of(x)]
 
 
-@lowers(methods=("new_ones",), sizes=True)
+@lowers(functions=(torch.Tensor.new_ones,), methods=("new_ones",), sizes=True)
 def _new_ones(lw: Lowerer, node: torch.fx.Node, x: Any, *size: Any, dtype: Any = None, **kw: Any) -> Any:
     return _filled(lw, node, size, 1, dtype or _torch_dtype(x))
 
 
-@lowers(methods=("new_zeros",), sizes=True)
+@lowers(functions=(torch.Tensor.new_zeros,), methods=("new_zeros",), sizes=True)
 def _new_zeros(lw: Lowerer, node: torch.fx.Node, x: Any, *size: Any, dtype: Any = None, **kw: Any) -> Any:
     return _filled(lw, node, size, 0, dtype or _torch_dtype(x))
 
 
-@lowers(methods=("new_full",), sizes=True)
+@lowers(functions=(torch.Tensor.new_full,), methods=("new_full",), sizes=True)
 def _new_full(lw: Lowerer, node: torch.fx.Node, x: Any, size: Any, fill_value: Any, *, dtype: Any = None,
               **kw: Any) -> Any:
+    _fixed_fill(lw, node, 2)
     return _filled(lw, node, (size,), fill_value, dtype or _torch_dtype(x))
 
 
@@ -319,7 +336,10 @@ def _full_like(lw: Lowerer, node: torch.fx.Node, input: Any, value: Any, dtype: 
     expanded to input's sizes, then cast to dtype (input's where none is asked for)."""
     if isinstance(input, Const):
         return Const(torch.full_like(input.value, value, dtype=dtype))
-    return _filled(lw, node, sizes_of(lw, input, None), value, dtype or _torch_dtype(input))
+    dtype = dtype or _torch_dtype(input)
+    if not lw.shape(input):  # of a run-time scalar: a run-time scalar (an output may be one), not a constant
+        return cast(lw, node, stored(lw, node, torch.full((), value, dtype=dtype), "_filled"), dtype_name(dtype))
+    return _filled(lw, node, sizes_of(lw, input, None), value, dtype)
 
 
 @lowers(functions=(torch.zeros_like,))
@@ -335,6 +355,7 @@ def _ones_like(lw: Lowerer, node: torch.fx.Node, input: Any, *, dtype: Any = Non
 @lowers(functions=(torch.full_like,))
 def _full_like_fn(lw: Lowerer, node: torch.fx.Node, input: Any, fill_value: Any, *, dtype: Any = None,
                   **kwargs: Any) -> Any:
+    _fixed_fill(lw, node, 1)
     return _full_like(lw, node, input, fill_value, dtype)
 
 

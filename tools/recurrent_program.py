@@ -26,7 +26,8 @@ CELLS = {"lstm_cell": nn.LSTMCell, "gru_cell": nn.GRUCell, "rnn_tanh_cell": nn.R
 _RECURRENT = {getattr(torch.ops.aten, name).input for name in MODULES} | {
     getattr(torch.ops.aten, name).default for name in CELLS
 }
-_ZEROS = torch.ops.aten.zeros.default
+# torch.zeros(...), x.new_zeros(...), torch.zeros_like(h): zeros, whatever their sizes
+_ZEROS = (torch.ops.aten.zeros.default, torch.ops.aten.new_zeros.default, torch.ops.aten.zeros_like.default)
 # ops that hand their input on unchanged: h0 = torch.zeros(...).detach() is still a zero state
 _PASS_THROUGH = {torch.ops.aten.detach.default, torch.ops.aten.clone.default, torch.ops.aten.alias.default}
 
@@ -54,7 +55,7 @@ def is_zero_state(node: torch.fx.Node) -> bool:
     source = node
     while source.target in _PASS_THROUGH and isinstance(source.args[0], torch.fx.Node):
         source = source.args[0]
-    return source.target is _ZEROS and _read_as_state_only(source)
+    return source.target in _ZEROS and _read_as_state_only(source)
 
 
 def _path(node: torch.fx.Node, cls: type) -> str:
