@@ -1,5 +1,5 @@
-/* qrt_sigmoid (qrt/kernels/gate_math.h: the gates' and the sigmoid op's, e^-v clamped to [-87, 89] and scaled as
- * p 2^(n-1) 2) against 1 / (1 + qrt_exp_full(-v)) (float_math.h: exp over the whole float range, 2^n as two normal
+/* qrt_sigmoid (qrt/kernels/gate_math.h: the gates' and the sigmoid op's, e^-v clamped to [-89, 89], n raised to
+ * -125, scaled as p 2^(n-1) 2) against 1 / (1 + qrt_exp_full(-v)) (float_math.h: exp over the whole float range, 2^n as two normal
  * factors), on every float32 bit pattern: the same bits wherever neither is NaN, NaN where the other is. Prints
  * the first mismatches and their count; exits 1 if there is one.
  *

@@ -11,6 +11,7 @@ C-contiguous array, as the kernels of the ops after it expect.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, Callable
 
@@ -131,7 +132,8 @@ def implementations(
                 raise ValueError(f"amax over an empty dimension: x has shape {list(x.shape)}, dims {dims}")
             # the listed dimensions last, flattened: argmax picks the first NaN, else the first maximum (so the
             # sign of a zero maximum is its first zero's, whatever the library's vector lanes)
-            lines = xp.transpose(x, rest + dims).reshape(tuple(x.shape[d] for d in rest) + (-1,))
+            kept = tuple(x.shape[d] for d in rest)  # may be empty (a batch of 0): y is then empty too
+            lines = xp.transpose(x, rest + dims).reshape(kept + (math.prod(x.shape[d] for d in dims),))
             y = xp.take_along_axis(lines, xp.argmax(lines, axis=-1)[..., None], axis=-1)[..., 0]
             if keepdim:
                 y = y.reshape(tuple(1 if d in dims else n for d, n in enumerate(x.shape)))

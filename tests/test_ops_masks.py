@@ -280,6 +280,9 @@ def test_amax_as_torch(tmp_path, dims, keepdim):
         assert _same(got, _first_maximum(x, dims, keepdim))
         zeros = RNG.choice(np.array([0.0, -0.0, -1.0], np.float32), shape)
         assert _same(m.run(zeros), _first_maximum(zeros, dims, keepdim))
+    if 0 not in dims:  # a batch of 0 rows kept: nothing out, as torch
+        empty = np.zeros((0, 4, 3), np.float32)
+        assert m.run(empty).shape == torch.amax(torch.from_numpy(empty), dims, keepdim).shape
     if 1 in dims:  # torch raises too: a maximum of nothing
         with pytest.raises(ValueError, match=r"amax over an empty dimension: x has shape \[2, 0, 3\]"):
             m.run(np.zeros((2, 0, 3), np.float32))

@@ -180,9 +180,8 @@ def with_dtypes(spec: Spec, dtype_of: Callable[[Leaf, int], str]) -> tuple[Spec,
 
 
 def example(spec: Spec, shapes: dict[int, tuple[int, ...]] | None = None, seed: int = 0) -> Any:
-    """The argument as a tensor (nested tuples for a tuple): float inputs random, integer and bool ones 0
-    (False) at the first position of the last dimension and 1 (True) after it. ``shapes`` replaces leaf shapes by
-    flat index."""
+    """The argument as a tensor (nested tuples for a tuple): float inputs random, integer ones zero
+    (a valid index into any embedding), bool ones True. ``shapes`` replaces leaf shapes by flat index."""
     gen = torch.Generator().manual_seed(seed)
     index = 0
 
@@ -195,15 +194,9 @@ def example(spec: Spec, shapes: dict[int, tuple[int, ...]] | None = None, seed: 
         dtype = DTYPES[s.dtype or "float32"]
         if dtype.is_floating_point:
             return torch.randn(shape, generator=gen, dtype=dtype)
-        # Integers and bool: 0 (False) at the first position of the last dimension, 1 (True) after it (0 and
-        # True where it has one position), so that no row is masked out whole, whichever value masks (a keep-mask,
-        # True or 1 keeps, as SDPA's and HuggingFace's; a padding mask, True pads, as key_padding_mask; ids != 0),
-        # which would make NaN. 0 and 1 index any embedding, and 0, 1, 1, ... are valid EmbeddingBag offsets.
-        if not shape or shape[-1] == 1:
-            return torch.ones(shape, dtype=dtype) if dtype == torch.bool else torch.zeros(shape, dtype=dtype)
-        values = torch.ones(shape, dtype=dtype)
-        values[..., 0] = 0
-        return values
+        if dtype == torch.bool:  # a mask that keeps everything: an all-False one would mask every row out
+            return torch.ones(shape, dtype=dtype)
+        return torch.zeros(shape, dtype=dtype)
 
     return walk(spec)
 

@@ -96,7 +96,7 @@ QRT_GATE_FN float qrt_exp(float x) {
  * formed as p 2^(n-1) 2, exact where normal and inf from 88.7 on, so the sigmoid is 0 below -88.7, as torch's
  * (a clamp at 87 had held a gate there at 1.65e-38). Below -87, where e^-v < 2^-125, n is raised to -125 so
  * that 2^(n-1) stays normal: 1 plus either is 1. One bound for both signs and an integer max cost less than a
- * bound chosen by the sign (batch-32 LSTM and GRU sequences 1-2% faster, the op 11%). The same bits as
+ * bound chosen by the sign (batch-32 LSTM and GRU sequences 0.3-1.7% faster, the op 11%). The same bits as
  * 1 / (1 + qrt_exp_full(-v)) for every float (bench/sigmoid_all_floats.c). */
 QRT_GATE_FN float qrt_sigmoid(float v) {
     int n;
