@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.ao.quantization import quantize_dynamic
 
 import qrt
 from tools.convert import ConvertError, convert
@@ -333,3 +334,69 @@ def test_new_tensors_found_by_the_audit(tmp_path, frontend):
     with pytest.raises(ConvertError, match=r"dimension 1 is declared free.*fills a new tensor with .* = 9"):
         convert(ckpt, out, model="test_convert_masks:Lengths", input_shapes=["2?,9?"], frontend=frontend,
                 free_dims="marked")
+
+
+class PoolOverIds(nn.Module):
+    """Mean pooling over the tokens that are not padding (id 0), then a Linear: on the converter's first example,
+    ids all 0, the pooled rows are 0 / 0 = NaN, which the Linear's dynamic quantization refuses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(10)
+        self.emb, self.fc = nn.Embedding(20, 8, padding_idx=0), nn.Linear(8, 3)
+
+    def pooled(self, ids: torch.Tensor) -> torch.Tensor:
+        keep = (ids != 0).unsqueeze(-1).float()
+        return (self.emb(ids) * keep).sum(1) / keep.sum(1)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.pooled(ids))
+
+
+def test_second_example_where_the_first_masks_every_row(tmp_path):
+    """torch's quantize_dynamic model converts on the converter's second example, ids 0 then 1 along each row (it
+    had stopped: 'min should be less than or equal to max'), and agrees: the pooled rows within 1e-6 relative (the
+    masked mean's sum, qrt's order), so the head's dynamic quantization of them moves by at most one step s (its
+    range over 127, reduce_range) on an element, the output by at most s times the largest row sum of |W|."""
+    q = quantize_dynamic(PoolOverIds().eval(), {nn.Linear}, dtype=torch.qint8)
+    torch.save(q, tmp_path / "p.pt")
+    convert(tmp_path / "p.pt", tmp_path / "p.qrt", input_shapes=["2,9"], trust_checkpoint=True)
+    m, rng = qrt.load(tmp_path / "p.qrt"), np.random.default_rng(11)
+    w = q.fc.weight().dequantize().abs().sum(1).max().item()
+    for batch, length in ((1, 4), (3, 10)):
+        ids = rng.integers(1, 20, (batch, length))
+        ids[0, 2:] = 0
+        with torch.no_grad():
+            pooled, want = q.pooled(torch.from_numpy(ids)).numpy(), q(torch.from_numpy(ids)).numpy()
+        step = (max(pooled.max(), 0) - min(pooled.min(), 0)) / 127
+        assert np.abs(m.run(ids) - want).max() <= step * w + 1e-6
+
+
+class OneTokenType(nn.Module):
+    """A one-row token-type table (RoBERTa's type_vocab_size=1), then max pooling over a keep-mask: the
+    converter's second example (1s after the first position) indexes past the table."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(12)
+        self.types, self.fc = nn.Embedding(1, 6), nn.Linear(6, 2)
+
+    def forward(self, x: torch.Tensor, types: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        y = torch.where(keep.unsqueeze(-1), x + self.types(types), -1e4)
+        return self.fc(y.amax(1))
+
+
+def test_first_example_kept_where_it_runs(tmp_path):
+    """The model runs on the converter's first example only, and converts (with the second in its place, as for
+    a stop of this project, it had failed: IndexError). Bit for bit: an add and a max round as torch's."""
+    q = quantize_dynamic(OneTokenType().eval(), {nn.Linear}, dtype=torch.qint8)
+    torch.save(q, tmp_path / "t.pt")
+    convert(tmp_path / "t.pt", tmp_path / "t.qrt", input_shapes=["2,5,6", "2,5", "2,5"],
+            input_dtypes={"types": "int64", "keep": "bool"}, trust_checkpoint=True)
+    m, rng = qrt.load(tmp_path / "t.qrt"), np.random.default_rng(12)
+    x = rng.standard_normal((3, 7, 6)).astype(np.float32)
+    types, keep = np.zeros((3, 7), np.int64), np.ones((3, 7), bool)
+    keep[1, 4:] = False
+    with torch.no_grad():
+        want = q(*map(torch.from_numpy, (x, types, keep))).numpy()
+    assert np.array_equal(m.run([x, types, keep]), want)

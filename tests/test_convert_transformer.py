@@ -420,9 +420,8 @@ class AttentionWeights(nn.Module):
         torch.manual_seed(15)
         self.mha, self.head = nn.MultiheadAttention(12, 3, batch_first=True), nn.Linear(12, 4)
 
-    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> tuple:
-        # a keep-mask in: the converter's example mask is all True, which as a padding mask would pad every key
-        out, weights = self.mha(x, x, x, key_padding_mask=~keep)
+    def forward(self, x: torch.Tensor, pad: torch.Tensor) -> tuple:
+        out, weights = self.mha(x, x, x, key_padding_mask=pad)
         return self.head(out), weights
 
 
@@ -431,11 +430,13 @@ def test_attention_weights_with_a_padding_mask(tmp_path):
     are baddbmm(mask, q, k^T) = mask + q @ k^T: qrt's matmul sums the 4 products of a head in its fixed order
     and torch's bmm in MKL's, so each score is within gamma(4) sum|q k| of the other; at these magnitudes (|q k|
     sums below 10) that is 1e-6 through the softmax and the context (measured 6e-8), the weights' bound; the head's
-    is below."""
+    is below. The padding mask is an input: the converter's first example of it, all True, pads every key (NaN
+    rows, which the head's dynamic quantization refuses), so it runs the model on its second, which keeps the
+    first position of every row (it had stopped: 'min should be less than or equal to max')."""
     net = AttentionWeights().eval()
     q = quantize_dynamic(net, {nn.Linear}, dtype=torch.qint8)
     torch.save(q, tmp_path / "w.pt")
-    convert(tmp_path / "w.pt", tmp_path / "w.qrt", input_shapes=["2,7,12", "2,7"], input_dtypes={"keep": "bool"},
+    convert(tmp_path / "w.pt", tmp_path / "w.qrt", input_shapes=["2,7,12", "2,7"], input_dtypes={"pad": "bool"},
             trust_checkpoint=True)
     m, rng = qrt.load(tmp_path / "w.qrt"), np.random.default_rng(46)
     for batch, length in ((1, 5), (3, 9)):
@@ -443,8 +444,8 @@ def test_attention_weights_with_a_padding_mask(tmp_path):
         pad = np.zeros((batch, length), bool)
         pad[0, 3:] = True
         with torch.no_grad():
-            ref = [r.numpy() for r in q(torch.from_numpy(x), torch.from_numpy(~pad))]
-        got = m.run([x, ~pad])
+            ref = [r.numpy() for r in q(torch.from_numpy(x), torch.from_numpy(pad))]
+        got = m.run([x, pad])
         assert got[1].shape == ref[1].shape and np.abs(got[1] - ref[1]).max() <= 1e-6  # the weights
         # the head's input within 1e-6: its dynamic quantization may move an element by one step s (its range over
         # 127, reduce_range), the output by s times the largest row sum of |W|

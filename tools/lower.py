@@ -193,7 +193,7 @@ class Lowerer:
         """The name of v's float32 value, emitting the dequantize of a quantized value once."""
         if isinstance(v, Tensor):
             if v.dtype != "float32":
-                raise LoweringError(f"needs a float tensor, got an {v.dtype} tensor")
+                raise LoweringError(f"needs a float tensor, got a {v.dtype} tensor")
             return v.name
         if isinstance(v, Deq):
             q = v.q

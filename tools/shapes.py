@@ -179,9 +179,18 @@ def with_dtypes(spec: Spec, dtype_of: Callable[[Leaf, int], str]) -> tuple[Spec,
 # ------------------------------------------------------------ example tensors
 
 
-def example(spec: Spec, shapes: dict[int, tuple[int, ...]] | None = None, seed: int = 0) -> Any:
-    """The argument as a tensor (nested tuples for a tuple): float inputs random, integer ones zero
-    (a valid index into any embedding), bool ones True. ``shapes`` replaces leaf shapes by flat index."""
+# The values of integer and bool examples. "plain": 0 (an index into any embedding, valid EmbeddingBag offsets)
+# and True (a keep-mask keeping everything). Where the model fails on those because they mask a whole row (a
+# padding mask, True pads; a pooling over ids != 0: a mean over nothing is NaN, which a dynamic quantization
+# after it refuses), "mixed": 0 / False at the first position of the last dimension and 1 / True after it, so
+# that a mask of either sense keeps part of every row. Only a fallback: a one-row table (RoBERTa's token types)
+# cannot take the 1s, and a causal keep-mask's first row is empty without the first position.
+FILLS = ("plain", "mixed")
+
+
+def example(spec: Spec, shapes: dict[int, tuple[int, ...]] | None = None, seed: int = 0, fill: str = "plain") -> Any:
+    """The argument as a tensor (nested tuples for a tuple): float inputs random, integer and bool ones as
+    ``fill`` says (FILLS). ``shapes`` replaces leaf shapes by flat index."""
     gen = torch.Generator().manual_seed(seed)
     index = 0
 
@@ -194,20 +203,23 @@ def example(spec: Spec, shapes: dict[int, tuple[int, ...]] | None = None, seed: 
         dtype = DTYPES[s.dtype or "float32"]
         if dtype.is_floating_point:
             return torch.randn(shape, generator=gen, dtype=dtype)
-        if dtype == torch.bool:  # a mask that keeps everything: an all-False one would mask every row out
-            return torch.ones(shape, dtype=dtype)
-        return torch.zeros(shape, dtype=dtype)
+        if fill == "plain":
+            return torch.ones(shape, dtype=dtype) if dtype == torch.bool else torch.zeros(shape, dtype=dtype)
+        values = torch.ones(shape, dtype=dtype)
+        if shape:
+            values[..., 0] = 0
+        return values
 
     return walk(spec)
 
 
-def examples(specs: Sequence[Spec], shapes: dict[int, tuple[int, ...]] | None = None) -> list:
+def examples(specs: Sequence[Spec], shapes: dict[int, tuple[int, ...]] | None = None, fill: str = "plain") -> list:
     """One example argument per spec; ``shapes`` is by flat leaf index over all specs."""
     out, offset = [], 0
     for i, spec in enumerate(specs):
         n = len(leaves(spec, ""))
         mine = {k - offset: v for k, v in (shapes or {}).items() if offset <= k < offset + n}
-        out.append(example(spec, mine, seed=i))
+        out.append(example(spec, mine, seed=i, fill=fill))
         offset += n
     return out
 
@@ -336,19 +348,13 @@ def search(
             s[d] = 2 * s[d] + 3  # not n + 1: a size's n // 2 (or // 3) must change too, or it would be frozen
             shapes[leaf] = tuple(s)
         try:
-            run = record(gm, examples(specs, shapes), dims, stand_ins)
+            run = record(gm, examples(specs, shapes, fill), dims, stand_ins)
         except Exception as e:  # the user's model refusing the sizes: that dimension is not free
             return f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
         why = _inconsistency(base, run)
         return why if why is not None else run
 
-    try:
-        base = record(gm, examples(specs), stand_ins=stand_ins)
-    except Exception as e:
-        shapes = ", ".join(f"{n}: {show(spec)}" for n, spec in zip(names, specs))
-        raise SpecError(
-            f"the model does not run on inputs of the given shapes ({shapes}): {type(e).__name__}: {e}"
-        ) from None
+    base, fill = _base_run(gm, specs, names, stand_ins)
     candidates = [
         (i, d)
         for i, (_, leaf) in enumerate(flat)
@@ -400,6 +406,23 @@ def search(
             f"changes from {spec.dims[d].size} to {2 * spec.dims[d].size + 3}: {failed[declared[0]]}"
         )
     return runs
+
+
+def _base_run(gm: torch.fx.GraphModule, specs: Sequence[Spec], names: Sequence[str],
+              stand_ins: StandIns | None) -> tuple[Run, str]:
+    """The run at the example sizes and the fill it took: "plain" unless the model fails on it and runs on
+    "mixed" (FILLS), which only integer and bool inputs change."""
+    discrete = any(leaf.dtype not in (None, "float32") for spec in specs for _, leaf in leaves(spec, ""))
+    first = None
+    for fill in FILLS if discrete else FILLS[:1]:
+        try:
+            return record(gm, examples(specs, fill=fill), stand_ins=stand_ins), fill
+        except Exception as e:
+            first = first or e
+    shapes = ", ".join(f"{n}: {show(spec)}" for n, spec in zip(names, specs))
+    raise SpecError(
+        f"the model does not run on inputs of the given shapes ({shapes}): {type(first).__name__}: {first}"
+    ) from None
 
 
 def free_dims_of(runs: Sequence[Run]) -> set:
