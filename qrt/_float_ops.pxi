@@ -16,7 +16,11 @@ cdef extern from "float_ops.h" nogil:
         void (*sum)(int mean, const float* x, float* y, ptrdiff_t outer, ptrdiff_t n, ptrdiff_t inner) noexcept nogil
         void (*layer_norm)(const float* x, const float* x2, const float* w, const float* b, float eps, float* y,
                            ptrdiff_t rows, ptrdiff_t n) noexcept nogil
+        void (*batch_norm)(const float* x, const float* alpha, const float* beta, float* y, ptrdiff_t outer,
+                           ptrdiff_t channels, ptrdiff_t inner) noexcept nogil
     const qrt_float_ops* qrt_float_ops_for(const char* kernel_variant)
+    float qrt_batch_norm_alpha(float var, float w, float eps)
+    float qrt_batch_norm_beta(float mean, float alpha, float b)
     enum:
         QRT_SIGMOID, QRT_TANH, QRT_SILU, QRT_GELU, QRT_GELU_TANH, QRT_SQRT, QRT_RSQRT
         QRT_ADD, QRT_SUB, QRT_MUL, QRT_DIV
@@ -69,7 +73,7 @@ cdef inline Py_ssize_t float_parts(Py_ssize_t units, Py_ssize_t work) noexcept n
 
 
 cdef enum:
-    FLOAT_UNARY, FLOAT_SOFTMAX, FLOAT_SUM, FLOAT_LAYER_NORM
+    FLOAT_UNARY, FLOAT_SOFTMAX, FLOAT_SUM, FLOAT_LAYER_NORM, FLOAT_BATCH_NORM
 
 
 cdef struct float_job:  # one op over `units` rows (elements for unary), task t the t-th chunk of them
@@ -78,8 +82,8 @@ cdef struct float_job:  # one op over `units` rows (elements for unary), task t 
     const float* x
     const float* x2  # FLOAT_LAYER_NORM: added to x first (NULL for none)
     float* y
-    const float* w
-    const float* b
+    const float* w  # FLOAT_BATCH_NORM: alpha
+    const float* b  # FLOAT_BATCH_NORM: beta
     float eps
     Py_ssize_t units, n, inner, parts
 
@@ -93,9 +97,11 @@ cdef void float_task(void* ctx, ptrdiff_t t) noexcept nogil:
         j.ops.softmax(j.code, j.x + a * j.n * j.inner, j.y + a * j.n * j.inner, count, j.n, j.inner)
     elif j.what == FLOAT_SUM:
         j.ops.sum(j.code, j.x + a * j.n * j.inner if j.x != NULL else NULL, j.y + a * j.inner, count, j.n, j.inner)
-    else:
+    elif j.what == FLOAT_LAYER_NORM:
         j.ops.layer_norm(j.x + a * j.n, j.x2 + a * j.n if j.x2 != NULL else NULL, j.w, j.b, j.eps, j.y + a * j.n,
                          count, j.n)
+    else:
+        j.ops.batch_norm(j.x + a * j.n * j.inner, j.w, j.b, j.y + a * j.n * j.inner, count, j.n, j.inner)
 
 
 cdef void run_float(const qrt_float_ops* ops, int what, int code, const float* x, const float* x2, float* y,
@@ -185,6 +191,19 @@ cdef class BinaryStep:
     cdef void run(self, const float* a, const float* b, float* y) noexcept nogil:
         cdef binary_job j = self.job  # a copy: calls on several threads at once
         run_binary(&j, a, b, y)
+
+
+def batch_norm_terms(const float[::1] mean, const float[::1] var, const float[::1] weight, const float[::1] bias,
+                     float eps, float[::1] alpha, float[::1] beta) -> None:
+    """batch_norm's per-channel terms (float_ops.h): alpha = fl(1 / sqrt(var + eps)) * weight, beta =
+    fma(-mean, alpha, bias), as torch's CPU kernel collects them; all of one length."""
+    cdef Py_ssize_t c, n = mean.shape[0]
+    if not var.shape[0] == weight.shape[0] == bias.shape[0] == alpha.shape[0] == beta.shape[0] == n:
+        raise ValueError("batch_norm_terms: shape mismatch")
+    with nogil:
+        for c in range(n):
+            alpha[c] = qrt_batch_norm_alpha(var[c], weight[c], eps)
+            beta[c] = qrt_batch_norm_beta(mean[c], alpha[c], bias[c])
 
 
 def float_unary_oracle(str op, const float[::1] x, float[::1] y) -> None:
@@ -308,6 +327,19 @@ cdef class FloatOps:
             x2 = &add[0, 0]
         with nogil:
             self.layer_norm_into(&x[0, 0], x2, w, b, eps, &y[0, 0], rows, n)
+
+    def batch_norm(self, const float[:, :, ::1] x, const float[::1] alpha, const float[::1] beta,
+                   float[:, :, ::1] y) -> None:
+        """y = fma(x, alpha[c], beta[c]) of x viewed as [outer, channels, inner] (batch_norm_terms' alpha and
+        beta). y must not overlap x."""
+        cdef Py_ssize_t outer = x.shape[0], n = x.shape[1], inner = x.shape[2]
+        if y.shape[0] != outer or y.shape[1] != n or y.shape[2] != inner or alpha.shape[0] != n or beta.shape[0] != n:
+            raise ValueError("FloatOps.batch_norm: shape mismatch")
+        if outer * n * inner == 0:
+            return
+        with nogil:
+            run_float(self.ops, FLOAT_BATCH_NORM, 0, &x[0, 0, 0], NULL, &y[0, 0, 0], &alpha[0], &beta[0], 0, outer, n,
+                      inner, float_parts(outer, outer * n * inner))
 
     cdef void layer_norm_into(self, const float* x, const float* x2, const float* w, const float* b, float eps,
                               float* y, Py_ssize_t rows, Py_ssize_t n) noexcept nogil:

@@ -30,7 +30,7 @@ MAX_RANDOM_BYTES = 1 << 30  # random_inputs refuses more per input: a file's fix
 # is through them (token ids -> embedding -> lstm, features -> linear -> gru).
 _KEEPS_LEADING_DIMS = {
     **{op: "x" for op in ("linear", "linear_dynamic", "linear_float", "quantize_per_tensor", "dequantize",
-                          "relu", "sigmoid", "tanh", "gelu", "silu", "layer_norm")},
+                          "relu", "sigmoid", "tanh", "gelu", "silu", "layer_norm", "batch_norm")},
     "embedding": "indices",
 }
 # Ops that read an integer input as row indices into their `weight` (random indices must be in range).

@@ -1061,6 +1061,23 @@ def _check_layer_norm(ins, consts, attrs):
     return [ValueInfo("float32", x.shape)]
 
 
+def _check_batch_norm(ins, consts, attrs):
+    x, eps = ins["x"], attrs["eps"]
+    if len(x.shape) < 2:
+        _fail(f"x must have a batch and a channel dimension (rank 2 or more), got {x.describe()}")
+    if not (_finite_float32(eps) and eps >= 0):  # the kernels add fl(eps) to the variance
+        _fail(f"eps must be a finite float32 value >= 0, got {eps!r:.40}")
+    for port in ("mean", "var", "weight", "bias"):
+        t = ins[port]
+        if len(t.shape) != 1 or x.shape[1] not in (None, t.shape[0]):
+            _fail(f"{port} must have one value per channel of x (dimension 1), float32[{x.shape[1]}], "
+                  f"got {t.describe()}")
+    if len({ins[p].shape for p in ("mean", "var", "weight", "bias")}) != 1:  # x's channels may be free
+        _fail("mean, var, weight and bias must have the same shape, got "
+              + ", ".join(ins[p].describe() for p in ("mean", "var", "weight", "bias")))
+    return [ValueInfo("float32", x.shape)]
+
+
 def _check_reduce(ins, consts, attrs):
     x, dims = ins["x"], _ints("dims", attrs["dims"])
     if not dims:
@@ -1121,6 +1138,15 @@ OPS.update(
             ("y",),
             _check_layer_norm,
             (Attr("normalized_dims", int, default=1), Attr("eps", (float, int), default=1e-5)),
+        ),
+        OpSpec(
+            "batch_norm",
+            "float32 batch normalisation in inference, per channel (dimension 1) of x, as torch's CPU kernels: "
+            "fma(x, alpha, beta), alpha = 1 / sqrt(var + eps) * weight, beta = fma(-mean, alpha, bias)",
+            (*_X_F32, *(Port(name, _F32, const=True) for name in ("mean", "var", "weight", "bias"))),
+            ("y",),
+            _check_batch_norm,
+            (Attr("eps", (float, int), default=1e-5),),
         ),
         *(
             OpSpec(

@@ -276,6 +276,12 @@ def _op_models() -> dict[str, GraphBuilder]:
     seq = b.input("seq", "float32", [None, None, 5])
     b.output(b.node("amax", {"x": seq}, {"dims": [1]}), b.node("amax", {"x": seq}, {"dims": [0, 2], "keepdim": True}))
     models["max_pooling"] = b
+    # batch norm in inference over channels and over positions after them (batch_norm, version 11)
+    b = GraphBuilder()
+    x = b.input("x", "float32", [None, 3, None])
+    stats = {p: b.tensor(p, np.array([0.5, 2.0, 1e-3], np.float32)) for p in ("mean", "var", "weight", "bias")}
+    b.output(b.node("batch_norm", {"x": x, **stats}, {"eps": 1e-5}))
+    models["batch_norm"] = b
     # matmul against a stored matrix, attention with a bool mask over its heads
     b = GraphBuilder()
     x = b.input("x", "float32", [None, 2, 3, 4])

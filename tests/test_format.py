@@ -374,8 +374,8 @@ def test_missing_version(tmp_path):
 
 
 def test_newer_version(tmp_path):
-    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].update({"qrt.version": "11"})),
-            r"format version 11 is newer than this qrt reads \(\[1, 2, 3, 4, 5, 6, 7, 8, 9, 10\]\): upgrade qrt")
+    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].update({"qrt.version": "12"})),
+            r"format version 12 is newer than this qrt reads \(\[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11\]\): upgrade qrt")
 
 
 def test_version_1_2_and_3_files_still_load(tmp_path):
@@ -941,6 +941,22 @@ def test_version_10_amax(tmp_path):
     (tmp_path / "v9.qrt").write_bytes(data.replace(b'"qrt.version":"10"', b'"qrt.version":"09"', 1))
     with pytest.raises(qrt.FormatError, match=r"node 'n' \(amax\): op 'amax' needs format version 10, the file says 9"):
         qrt.load(tmp_path / "v9.qrt")
+
+
+def test_version_11_batch_norm(tmp_path):
+    """A graph with batch_norm is written as version 11 and refused, naming the op, when its header says 10."""
+    from qrt.builder import GraphBuilder
+
+    g = GraphBuilder()
+    stats = {p: g.tensor(p, np.ones(4, np.float32)) for p in ("mean", "var", "weight", "bias")}
+    g.output(g.node("batch_norm", {"x": g.input("x", "float32", [None, 4]), **stats}, name="n"))
+    g.save(tmp_path / "v11.qrt")
+    data = (tmp_path / "v11.qrt").read_bytes()
+    assert qrt.load(tmp_path / "v11.qrt").metadata["qrt.version"] == "11"
+    (tmp_path / "v10.qrt").write_bytes(data.replace(b'"qrt.version":"11"', b'"qrt.version":"10"', 1))
+    with pytest.raises(qrt.FormatError, match=r"node 'n' \(batch_norm\): op 'batch_norm' needs format version 11, "
+                                              r"the file says 10"):
+        qrt.load(tmp_path / "v10.qrt")
 
 
 def test_version_9_reshape_like(tmp_path):

@@ -694,6 +694,25 @@ def test_layer_norm(tmp_path, affine, spec, k):
         _compare(path, x)
 
 
+@needs_gpu
+@pytest.mark.parametrize("spec", [(None, 37), (None, 1), (None, 5, 67), (None, 3, 4, 5)])
+def test_batch_norm(tmp_path, spec):
+    """Channels alone ([batch, C]) and with positions after them; subnormal inputs and terms (no flush to zero)."""
+    channels = spec[1]
+    var = np.abs(_values((channels,), 2.0))
+    var[~np.isfinite(var)] = 0.5
+    ports: dict = {"x": list(spec), "var": var}
+    for p in ("mean", "weight", "bias"):
+        ports[p] = _values((channels,), 2.0)
+        ports[p][~np.isfinite(ports[p])] = 1.5
+    ports["bias"][::3] = 1e-40
+    path = _op_model(tmp_path, "batch_norm", ports, {"eps": 1e-5})
+    for batch in (1, 6):
+        x = (RNG.standard_normal((batch, *spec[1:])) * RNG.choice([1e-3, 1.0, 1e4])).astype(np.float32)
+        x.reshape(-1)[::17] = 1e-40
+        _compare(path, x)
+
+
 TENSOR_CASES = [
     ("select", {"dim": 1, "index": -1}, [None, 3, 5]),
     ("select", {"dim": 2, "index": 2}, [None, 3, 5]),

@@ -718,6 +718,35 @@ def test_bad_nodes_are_format_errors(tmp_path, op, inputs, attrs, message):
         _model(tmp_path, op, inputs, attrs)
 
 
+def _stats(*lengths: int) -> dict:
+    return {p: np.ones(n, np.float32) for p, n in zip(("mean", "var", "weight", "bias"), lengths)}
+
+
+@pytest.mark.parametrize(
+    ("x", "stats", "attrs", "message"),
+    [
+        ([5], _stats(5, 5, 5, 5), {}, r"x must have a batch and a channel dimension \(rank 2 or more\), got "
+                                      r"float32\[5\]"),
+        ([2, 3], _stats(4, 3, 3, 3), {}, r"mean must have one value per channel of x \(dimension 1\), float32\[3\]"),
+        ([2, 3, 7], _stats(3, 3, 3, 7), {}, r"bias must have one value per channel"),
+        ([2, None], _stats(3, 3, 4, 3), {}, r"mean, var, weight and bias must have the same shape"),
+        ([2, 3], _stats(3, 3, 3, 3), {"eps": -1e-5}, "eps must be a finite float32 value >= 0"),
+        ([2, 3], _stats(3, 3, 3, 3), {"eps": 1e39}, "eps must be a finite float32 value >= 0"),
+    ],
+)
+def test_bad_batch_norms_are_format_errors(tmp_path, x, stats, attrs, message):
+    with pytest.raises(FormatError, match=message):
+        _model(tmp_path, "batch_norm", {"x": x, **stats}, attrs)
+
+
+def test_batch_norm_channels_checked_at_run_time(tmp_path):
+    """x's channels free in the graph: a call with other than the stored count is a ValueError naming both."""
+    model = _model(tmp_path, "batch_norm", {"x": [None, None], **_stats(3, 3, 3, 3)})
+    assert model.run(np.ones((2, 3), np.float32)).shape == (2, 3)
+    with pytest.raises(ValueError, match=r"x has 4 channels \(dimension 1 of \[2, 4\]\), expected 3"):
+        model.run(np.ones((2, 4), np.float32))
+
+
 def test_layer_norm_weight_and_bias_must_agree(tmp_path):
     """x's free dims let each fit alone; the kernel reads them in one layout, so they must match."""
     g = GraphBuilder()

@@ -1,4 +1,4 @@
-"""layer_norm and gelu (erf form) give torch 2.13's CPU bits, on every kernel build this CPU runs.
+"""layer_norm, batch_norm and gelu (erf form) give torch 2.13's CPU bits, on every kernel build this CPU runs.
 
 - layer_norm: torch registers its CPU kernel for the AVX2 capability only, which its AVX512 capability runs too
   (docs/NUMERICS.md, section 8), so torch's bits are the same under ATEN_CPU_CAPABILITY=avx2 and avx512; its
@@ -7,6 +7,12 @@
   order: the scalar tail alone (n < 8), one to many chunks of 16 vectors of 8 (8 to 70000: cascades up to 10
   levels deep), BERT's rows of 384 and 1536, eps 1e-12 and 1e-5, with and without weight and bias; rows far
   from 0, of wide range, and holding infinities, NaN and signed zeros at the sizes that reach each part.
+- batch_norm (inference): torch's kernel collects alpha = fl(1 / sqrt(var + eps)) * weight and beta =
+  fma(-mean, alpha, bias) per channel, then fma(x, alpha, beta) an element, where its build contracts (its AVX2
+  and AVX512 capabilities; docs/NUMERICS.md section 8): bit for bit there, at [batch, channels] and with
+  positions after the channels (BatchNorm2d), batch 1 and more, thread splits included, eps from 1e-12 to 0.1,
+  zero variances, affine and not, inputs with infinities, NaN, subnormals and signed zeros. torch's `default`
+  capability rounds the products and sums separately: held to the bound below instead.
 - gelu: torch hands float tensors of two or more elements to oneDNN, whose kernel on AVX-512 CPUs is the one qrt
   computes (checked on all 2^32 floats once, see qrt/kernels/torch_gelu.h; here on every float within 2^12 ulps of
   each of its switches of polynomial, subnormals, infinities, NaN, the largest floats and 2^20 random bit
@@ -24,6 +30,8 @@ import numpy as np
 import pytest
 import torch
 from test_ops_float import TORCH_LN_FMA, U, _model, _same_bits, _ulp, _under
+
+from qrt import _kernels as K
 
 F = torch.nn.functional
 RNG = np.random.default_rng(57)
@@ -101,3 +109,68 @@ def test_layer_norm_is_torchs(tmp_path, kind, every_build):
                 for build, variant in every_build.items():
                     got = _under(variant, lambda model=model, x=x: model.run(x))
                     assert _same_bits(got, want), (build, n, eps, weight is not None, bias is not None)
+
+
+BN_SHAPES = [(1, 37), (6, 37), (4, 300), (5, 1), (3, 37, 11), (2, 19, 4, 3), (1, 8, 129)]
+
+
+def _batch_norm_stats(channels: int) -> dict:
+    mean, var, weight, bias = RNG.standard_normal((4, channels)).astype(np.float32) * np.float32(3)
+    var = np.abs(var)
+    var[::5] = 0.0  # sqrt(eps) alone
+    mean[1::7] = 1e-40
+    return {"mean": mean, "var": var, "weight": weight, "bias": bias}
+
+
+def _batch_norm_input(shape: tuple) -> np.ndarray:
+    x = (RNG.standard_normal(shape) * np.exp2(RNG.integers(-20, 20, shape))).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[::13] = np.resize(np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-40, -3e-39, 3e38], np.float32),
+                           flat[::13].size)
+    return x
+
+
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
+@pytest.mark.parametrize("shape", BN_SHAPES)
+def test_batch_norm_is_torchs(tmp_path, shape, affine, every_build):
+    """Bit for bit where torch's build contracts; under its default capability within 2 ulp(|x alpha| + |beta|) +
+    ulp(|mean alpha| + |bias|) of it: qrt's fma(x, alpha, beta) rounds once, torch's x * alpha + beta twice, and
+    its beta likewise (one ulp of its terms each), alpha the same in both."""
+    stats = _batch_norm_stats(shape[1])
+    if not affine:  # torch's kernel then takes weight 1 and bias 0, as the converter stores them
+        stats["weight"], stats["bias"] = np.ones(shape[1], np.float32), np.zeros(shape[1], np.float32)
+    x = _batch_norm_input(shape)
+    for eps in (1e-12, 1e-5, 0.1):
+        t = {k: torch.from_numpy(v) for k, v in stats.items()}
+        want = F.batch_norm(torch.from_numpy(x), t["mean"], t["var"], t["weight"] if affine else None,
+                            t["bias"] if affine else None, False, 0.1, eps).numpy()
+        model = _model(tmp_path, "batch_norm", {"x": [None, *shape[1:]], **stats}, {"eps": eps})
+        view = (1, -1) + (1,) * (len(shape) - 2)
+        alpha = (np.float32(1) / np.sqrt(stats["var"] + np.float32(eps)) * stats["weight"]).reshape(view)
+        for build, variant in every_build.items():
+            got = _under(variant, lambda model=model: model.run(x))
+            if TORCH_LN_FMA:
+                assert _same_bits(got, want), (build, eps)
+                continue
+            finite = np.isfinite(want)
+            assert _same_bits(got[~finite], want[~finite]), (build, eps)  # infinities and NaN where torch's are
+            terms = np.abs(stats["mean"].reshape(view) * alpha) + np.abs(stats["bias"].reshape(view))
+            bound = 2 * _ulp(np.abs(x * alpha.astype(np.float64)) + terms) + _ulp(terms)
+            assert np.all(np.abs(got[finite].astype(np.float64) - want[finite]) <= bound[finite]), (build, eps)
+
+
+def test_batch_norm_split_across_threads(tmp_path):
+    """Rows split across threads give the same bits as one thread (every float op's task is a whole row)."""
+    stats = _batch_norm_stats(67)
+    model = _model(tmp_path, "batch_norm", {"x": [None, 67, 5], **stats}, {"eps": 1e-5})
+    x = _batch_norm_input((300, 67, 5))
+    old, work = K.get_num_threads(), K._set_min_float_work(1)
+    try:
+        K.set_num_threads(1)
+        one = model.run(x)
+        for threads in (2, 3):
+            K.set_num_threads(threads)
+            assert _same_bits(model.run(x), one), threads
+    finally:
+        K.set_num_threads(old)
+        K._set_min_float_work(work)

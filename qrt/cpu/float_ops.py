@@ -149,6 +149,33 @@ def _layer_norm(node: Node, c: Mapping[str, np.ndarray]) -> Step:
     return step
 
 
+def batch_norm_terms(node: Node, c: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """batch_norm's alpha and beta per channel, as torch's CPU kernel collects them (float_ops.h): both backends'."""
+    channels = c["mean"].shape[0]
+    alpha, beta = np.empty(channels, np.float32), np.empty(channels, np.float32)
+    K.batch_norm_terms(*(np.ascontiguousarray(c[p], np.float32) for p in ("mean", "var", "weight", "bias")),
+                       float(node.attrs["eps"]), alpha, beta)
+    return alpha, beta
+
+
+def check_channels(shape: tuple, channels: int) -> None:
+    if shape[1] != channels:
+        raise ValueError(f"x has {shape[1]} channels (dimension 1 of {list(shape)}), expected {channels}")
+
+
+def _batch_norm(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    kernel, (alpha, beta) = K.FloatOps(), batch_norm_terms(node, c)
+
+    def step(x):
+        check_channels(x.shape, alpha.shape[0])
+        view = _view(x.shape, 1, 2)
+        y = np.empty(x.shape, np.float32)
+        kernel.batch_norm(tensor_moves.contiguous_of(np, x).reshape(view), alpha, beta, y.reshape(view))
+        return (y,)
+
+    return step
+
+
 IMPLEMENTATIONS: dict[str, Prepare] = {
     "relu": _relu,
     **{op: _unary(op) for op in ("sigmoid", "tanh", "silu", "gelu", "sqrt", "rsqrt")},
@@ -158,4 +185,5 @@ IMPLEMENTATIONS: dict[str, Prepare] = {
     "sum": _reduce(False),
     "mean": _reduce(True),
     "layer_norm": _layer_norm,
+    "batch_norm": _batch_norm,
 }

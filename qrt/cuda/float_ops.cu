@@ -181,6 +181,16 @@ extern "C" __global__ void log_softmax_f32(const float* x, float* y, unsigned ou
     softmax_rows<1>(x, y, outer, n, inner);
 }
 
+// batch_norm's elements: x, y viewed as [outer, channels, inner], y = fma(x, alpha[c], beta[c]) with the terms the
+// host computed (the CPU's batch_norm_terms, qrt/gpu/float_ops.py).
+extern "C" __global__ void batch_norm_f32(const float* x, const float* alpha, const float* beta, float* y, unsigned n,
+                                          unsigned channels, unsigned inner) {
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const unsigned c = i / inner % channels;
+        y[i] = __fmaf_rn(x[i], alpha[c], beta[c]);
+    }
+}
+
 // torch 2.13's layer_norm (torch_layer_norm.h), a row per half-warp: lanes 0-7 run the 8 Welford lanes of the
 // CPU's vector part (each its own lane, as the CPU's vector code does), lane 0 gathers them (shuffles) and runs
 // the tail and the lane merge, then all 16 write the outputs. w and b each skipped when null. n >= 1.

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..cpu.float_ops import _broadcast_shape, _view
+from ..cpu.float_ops import _broadcast_shape, _view, batch_norm_terms, check_channels
 from ..cpu.types import Prepare, Step
 from ..graph import Node
 from .runtime import blocks, check_size, cupy, kernel
@@ -178,6 +178,25 @@ def _layer_norm(node: Node, c: Mapping[str, np.ndarray]) -> Step:
     return step
 
 
+def _batch_norm(node: Node, c: Mapping[str, np.ndarray]) -> Step:
+    alpha, beta = (cupy().asarray(t) for t in batch_norm_terms(node, c))  # the CPU's terms, so the CPU's bits
+    channels = alpha.shape[0]
+
+    def step(x):
+        x = contiguous(x, np.float32)
+        check_channels(x.shape, channels)
+        check_size("x", x.size)
+        y = cupy().empty(x.shape, np.float32)
+        if x.size:
+            _, _, inner = _view(x.shape, 1, 2)
+            kernel("float_ops.cu", "batch_norm_f32")((blocks(x.size),), (256,),
+                                                    (x, alpha, beta, y, np.uint32(x.size), np.uint32(channels),
+                                                     np.uint32(inner)))
+        return (y,)
+
+    return step
+
+
 IMPLEMENTATIONS: dict[str, Prepare] = {
     **{op: _unary(op) for op in ("relu", "sigmoid", "tanh", "silu", "gelu", "sqrt", "rsqrt")},
     **{op: _binary(op) for op in ("add", "sub", "mul", "div")},
@@ -186,4 +205,5 @@ IMPLEMENTATIONS: dict[str, Prepare] = {
     "sum": _reduce(False),
     "mean": _reduce(True),
     "layer_norm": _layer_norm,
+    "batch_norm": _batch_norm,
 }

@@ -11,6 +11,7 @@
 #ifndef QRT_FLOAT_OPS_H
 #define QRT_FLOAT_OPS_H
 
+#include <math.h>
 #include <stddef.h>
 
 enum qrt_unary_op { QRT_SIGMOID, QRT_TANH, QRT_SILU, QRT_GELU, QRT_GELU_TANH, QRT_SQRT, QRT_RSQRT };
@@ -34,7 +35,19 @@ typedef struct {
      * none, same shape as x) of fl(x + x2) instead of x */
     void (*layer_norm)(const float* x, const float* x2, const float* w, const float* b, float eps, float* y,
                        ptrdiff_t rows, ptrdiff_t n);
+    /* batch_norm's elements: x, y viewed as [outer, channels, inner], y = fma(x, alpha[c], beta[c]) (the terms of
+     * qrt_batch_norm_alpha and _beta, below) */
+    void (*batch_norm)(const float* x, const float* alpha, const float* beta, float* y, ptrdiff_t outer,
+                       ptrdiff_t channels, ptrdiff_t inner);
 } qrt_float_ops;
+
+/* batch_norm's per-channel terms, as torch's CPU kernel collects them (batch_norm_kernel.cpp, as its AVX2 and
+ * AVX-512 builds compile it, contraction on): the linear term alpha = fl(1 / sqrt(var + eps)) * w, the constant
+ * term beta = fma(-mean, alpha, b) (its b - mean * alpha, contracted). Each element is then fma(x, alpha, beta).
+ * Computed once a model is loaded, on either backend. */
+static inline float qrt_batch_norm_alpha(float var, float w, float eps) { return 1.0f / sqrtf(var + eps) * w; }
+
+static inline float qrt_batch_norm_beta(float mean, float alpha, float b) { return fmaf(-mean, alpha, b); }
 
 /* The table for the CPUs of a kernel variant (qrt_kernels.h; one this CPU runs): AVX-512 for
  * "avx512-vnni" and "amx-int8", AVX2 with FMA for the other x86-64 SIMD variants, plain C for "portable" and on

@@ -394,9 +394,27 @@ static void qrt_layer_norm(const float* x, const float* x2, const float* w, cons
     }
 }
 
+static void qrt_batch_norm(const float* x, const float* alpha, const float* beta, float* y, ptrdiff_t outer,
+                           ptrdiff_t channels, ptrdiff_t inner) {
+    for (ptrdiff_t o = 0; o < outer; o++) {
+        const float* restrict xo = x + o * channels * inner;
+        float* restrict yo = y + o * channels * inner;
+        if (inner == 1) { /* [batch, channels]: vectors across the channels */
+            for (ptrdiff_t c = 0; c < channels; c++)
+                yo[c] = fmaf(xo[c], alpha[c], beta[c]);
+            continue;
+        }
+        for (ptrdiff_t c = 0; c < channels; c++) {
+            const float a = alpha[c], b = beta[c];
+            for (ptrdiff_t i = 0; i < inner; i++)
+                yo[c * inner + i] = fmaf(xo[c * inner + i], a, b);
+        }
+    }
+}
+
 #define QRT_FO_CAT_(a, b) a##b
 #define QRT_FO_CAT(a, b) QRT_FO_CAT_(a, b)
 
 const qrt_float_ops QRT_FO_CAT(qrt_float_ops_, QRT_FLOAT_OPS_ID) = {
-    QRT_FLOAT_OPS_NAME, qrt_unary, qrt_binary, qrt_softmax, qrt_sum, qrt_layer_norm,
+    QRT_FLOAT_OPS_NAME, qrt_unary, qrt_binary, qrt_softmax, qrt_sum, qrt_layer_norm, qrt_batch_norm,
 };

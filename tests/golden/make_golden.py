@@ -739,6 +739,33 @@ def case_max_pooling(rng: np.random.Generator) -> Case:
     return c
 
 
+def case_batch_norm(rng: np.random.Generator) -> Case:
+    """batch_norm (format version 11): over [batch, channels] (a tabular model's) and over [batch, channels, length],
+    statistics of wide range, a zero variance (sqrt(eps) alone) and subnormal means, inputs with subnormals, signed
+    zeros and infinities (no weight is 0, so no inf * 0 NaN)."""
+    c = Case()
+
+    def stats(channels: int) -> dict:
+        mean, var, weight, bias = (wide(rng, (channels,)) for _ in range(4))
+        var = np.abs(var)
+        var[0] = 0.0
+        mean[1::5] = 1e-40
+        return {p: c.g.tensor(f"{p}{channels}", t) for p, t in zip(("mean", "var", "weight", "bias"),
+                                                                    (mean, var, weight, bias))}
+
+    rows = c.g.input("rows", "float32", [None, 37])
+    seq = c.g.input("seq", "float32", [None, 5, None])
+    c.g.output(c.g.node("batch_norm", {"x": rows, **stats(37)}, {"eps": 1e-5}, name="tabular"),
+               c.g.node("batch_norm", {"x": seq, **stats(5)}, {"eps": 1e-3}, name="over_time"))
+    specials = np.array([1e-40, -0.0, 0.0, np.inf, -np.inf, -3e-39], F32)
+    for b, t in ((1, 1), (6, 9), (3, 70)):
+        x, z = wide(rng, (b, 37)), wide(rng, (b, 5, t))
+        x.reshape(-1)[::7] = np.resize(specials, x.reshape(-1)[::7].size)
+        z.reshape(-1)[::11] = 1e-40
+        c.runs.append({"rows": x, "seq": z})
+    return c
+
+
 def case_attention(rng: np.random.Generator) -> Case:
     """matmul (batch broadcast, K past a tile) and attention (scale null and given, a bool mask over heads with a
     row masked out entirely, a float additive mask with -inf, is_causal, k/v broadcast over q's batch), at odd
@@ -875,6 +902,7 @@ CASES: dict[str, Callable[[np.random.Generator], Case]] = {
     "integers": case_integers,
     "reshape_like": case_reshape_like,
     "max_pooling": case_max_pooling,
+    "batch_norm": case_batch_norm,
 }
 
 
