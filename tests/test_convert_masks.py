@@ -121,6 +121,26 @@ def test_new_tensor_of_a_computed_size_fixes_its_dimension(tmp_path):
                 free_dims="marked")
 
 
+class ComputedRepeat(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, :1].unsqueeze(1).repeat(1, x.size(1) * 2, 1)
+
+
+def test_repeat_of_a_computed_size_fixes_its_dimension(tmp_path):
+    """As a new tensor's: x.size(1) * 2 repeats fix dimension 1 (they had been refused: 'expand's size 10 at
+    dimension 1 changes with a free dimension'); marked free, it is refused naming the node."""
+    ckpt, out = str(tmp_path / "r.pt"), str(tmp_path / "r.qrt")
+    torch.save({}, ckpt)
+    result = convert(ckpt, out, model="test_convert_masks:ComputedRepeat", input_shapes=["2,5"], frontend="export")
+    assert result.shapes == {"x": "float32[?, 5]"}
+    x = np.random.default_rng(8).standard_normal((3, 5)).astype(np.float32)
+    assert np.array_equal(qrt.load(out).run(x), ComputedRepeat()(torch.from_numpy(x)).numpy())
+    with pytest.raises(ConvertError, match=r"dimension 1 is declared free.* makes a tensor of size 10 at dimension 1, "
+                                           r"computed from a free size"):
+        convert(ckpt, out, model="test_convert_masks:ComputedRepeat", input_shapes=["2?,5?"], frontend="export",
+                free_dims="marked")
+
+
 class BoolAgainstNumbers(nn.Module):
     """A bool mask compared with integers (mask == 0: torch compares in int64) and floats, and used to fill."""
 

@@ -238,15 +238,17 @@ class Lowerer:
         """The shape of node's (tensor) result in each run."""
         return [run.values[node][2] for run in self.runs]
 
-    def require_static(self, node: torch.fx.Node) -> None:
-        """Refuse a Python value among node's arguments that changes with a free dimension (a size)."""
-        for arg in node.all_input_nodes:
+    def require_static(self, node: torch.fx.Node, args: Sequence[torch.fx.Node] | None = None,
+                       uses: str = "uses") -> None:
+        """Refuse a Python value among node's arguments (or args) that changes with a free dimension (a size): the
+        runs where it does are not free after all. ``uses`` says what the node does with it, in the message."""
+        for arg in node.all_input_nodes if args is None else args:
             base = self.runs[0].values.get(arg)
             if base is None or qshapes.has_tensor(base):
                 continue
             changed = {i for i, run in enumerate(self.runs) if run.values.get(arg) != base}
             if changed:
-                raise _Varies(changed, f"uses {arg.name!r} = {base[1]!r}, which changes with a free dimension")
+                raise _Varies(changed, f"{uses} {arg.name!r} = {base[1]!r}, which changes with a free dimension")
 
     def varies(self, runs: set[int], why: str) -> None:
         raise _Varies(runs, why)

@@ -268,11 +268,6 @@ def _filled(lw: Lowerer, node: torch.fx.Node, size: Any, value: Any, dtype: torc
     if not has_size_of(size):
         lw.require_static(node)
         return Const(torch.full(size, value, dtype=dtype))
-    for i, s in enumerate(size):
-        changed = {r for r, o in enumerate(lw.node_shapes(node)) if o[i] != s}
-        if not isinstance(s, SizeOf) and changed:  # x.size(1) + 1: the free dimension it came from is fixed
-            lw.varies(changed, f"makes a tensor of size {s} at dimension {i}, computed from a free size (qrt "
-                               "follows a free size only as read from a tensor, x.size(d))")
     one = Const(torch.full((1,) * len(size), value, dtype=dtype))
     return cast(lw, node, runtime_value(lw, node, _expand(lw, node, one, *size), "_filled"), dtype_name(dtype))
 
@@ -282,11 +277,7 @@ def _fixed_fill(lw: Lowerer, node: torch.fx.Node, position: int) -> None:
     (torch.full((B,), x.size(1))) fixes that dimension, or is refused where it was declared free."""
     arg = node.kwargs.get("fill_value", node.args[position] if len(node.args) > position else None)
     if isinstance(arg, torch.fx.Node):
-        base = lw.runs[0].values.get(arg)
-        changed = {r for r, run in enumerate(lw.runs) if run.values.get(arg) != base}
-        if changed:
-            lw.varies(changed, f"fills a new tensor with {arg.name!r} = {base[1]!r}, which changes with a free "
-                               "dimension")
+        lw.require_static(node, [arg], "fills a new tensor with")
 
 
 def _dtype_or_default(dtype: Any, value: Any) -> torch.dtype:
@@ -377,8 +368,10 @@ def _expand(lw: Lowerer, node: torch.fx.Node, x: Any, *sizes: Any) -> Any:
             likes.setdefault(s.value, {})[i] = s.dim
             shape.append(-1 if i >= lead else 1)
         else:
-            if any(o[i] != s for o in outs):
-                raise LoweringError(f"expand's size {s} at dimension {i} changes with a free dimension")
+            changed = {r for r, o in enumerate(outs) if o[i] != s}
+            if changed:  # x.size(1) + 1: the free dimension it came from is fixed
+                lw.varies(changed, f"makes a tensor of size {s} at dimension {i}, computed from a free size (qrt "
+                                   "follows a free size only as read from a tensor, x.size(d))")
             shape.append(int(s))
     v = runtime_value(lw, node, x, "_x")
     out = v.name
