@@ -38,7 +38,7 @@ import torch.nn.functional as F
 import torch.utils._pytree as pytree
 from torch import nn
 from torch.export import Dim, ExportedProgram
-from torch.export.graph_signature import InputKind, TensorArgument
+from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
 from . import keywords, lower_masks, pt2e, qrt_backend, recurrent_program, torchao_frontend
 from . import shapes as qshapes
@@ -47,6 +47,7 @@ from .lower import TIED_DIMS
 from .lower_values import FUNCTIONS, LoweringError
 
 _TUPLE_MODULES = (nn.RNNBase, nn.LSTMCell)
+_RETURNED = (OutputKind.USER_OUTPUT, OutputKind.LOSS_OUTPUT)  # what the program returns, not what it writes back
 
 
 class ExportError(ValueError):
@@ -633,7 +634,15 @@ class _Raiser:
         return a
 
     def _output(self, node: torch.fx.Node) -> None:
-        flat = [self._attr(self.env[n]) if isinstance(n, torch.fx.Node) else n for n in node.args[0]]
+        specs = self.ep.graph_signature.output_specs
+        written = [str(s.target or s.kind.name.lower()) for s in specs if s.kind not in _RETURNED]
+        if written:  # a training-mode BatchNorm's running statistics, a kept counter or cache
+            self.errors.setdefault(
+                f"the program writes back {', '.join(written)}, state qrt does not keep between runs (a model "
+                "exported in training mode updates its BatchNorm statistics: export it in eval mode)", []
+            ).append(node.name)
+        returned = [n for n, s in zip(node.args[0], specs) if s.kind in _RETURNED]
+        flat = [self._attr(self.env[n]) if isinstance(n, torch.fx.Node) else n for n in returned]
         result = pytree.tree_unflatten(flat, self.ep.call_spec.out_spec)
         # a HuggingFace ModelOutput: its tensors as a tuple, as a model called with keywords returns them
         self.graph.output(_tuples(keywords.tensors_of(result)))

@@ -682,6 +682,68 @@ def _layer_norm_module(lw: Lowerer, node: torch.fx.Node, m: nn.LayerNorm, x: Any
     return _layer_norm(lw, node, x, m.normalized_shape, m.weight, m.bias, m.eps)
 
 
+# Batch normalisation in inference: the running statistics, stored. In training (or without running statistics)
+# each batch is normalised by its own mean and variance, which qrt's batch_norm does not compute.
+
+
+def _per_channel(c: Any, what: str) -> np.ndarray | None:
+    """A stored float32 statistic or affine term; None for a term left None (a non-affine BatchNorm's)."""
+    if c is None:
+        return None
+    if is_tensor(c):
+        raise LoweringError(f"batch_norm's {what} is computed when the model runs; qrt's batch_norm takes stored "
+                            "statistics and terms (parameters or buffers of the model)")
+    return _array(c, f"batch_norm's {what}")
+
+
+def _channel_terms(terms: dict[str, np.ndarray | None], channels: int) -> dict[str, np.ndarray]:
+    """Each term as float32[channels] (torch checked their lengths when the model ran on the example); a missing
+    weight 1 and bias 0, as torch's kernel takes them."""
+    return {port: np.full(channels, 1.0 if port == "weight" else 0.0, np.float32) if a is None else a
+            for port, a in terms.items()}
+
+
+@lowers(functions=(F.batch_norm,))
+def _batch_norm(lw: Lowerer, node: torch.fx.Node, input: Any, running_mean: Any, running_var: Any,
+                weight: Any = None, bias: Any = None, training: bool = False, momentum: Any = 0.1,
+                eps: float = 1e-5) -> Tensor:
+    if running_mean is None or running_var is None:
+        raise LoweringError("batch_norm without running statistics (track_running_stats=False) normalises each "
+                            "batch by its own mean and variance, which qrt does not compute; qrt runs batch norm in "
+                            "inference, with stored running_mean and running_var")
+    if training:
+        raise LoweringError("batch_norm with training=True normalises each batch by its own mean and variance; qrt "
+                            "runs it in inference, with the running statistics (call model.eval(), or pass "
+                            "training=self.training)")
+    terms = {"mean": _per_channel(running_mean, "running_mean"), "var": _per_channel(running_var, "running_var"),
+             "weight": _per_channel(weight, "weight"), "bias": _per_channel(bias, "bias")}
+    # torch refused an input without channels at dimension 1 when the model ran on the example
+    ports = {"x": lw.float_of(input), **_channel_terms(terms, lw.shape(input)[1])}
+    return Tensor(lw.emit(node, "batch_norm", ports, {"eps": float(eps)}))
+
+
+@lowers(functions=(torch.batch_norm,))  # also aten.batch_norm, as torch.export writes an eval BatchNorm
+def _torch_batch_norm(lw: Lowerer, node: torch.fx.Node, input: Any, weight: Any, bias: Any, running_mean: Any,
+                      running_var: Any, training: bool, momentum: Any, eps: float, cudnn_enabled: bool) -> Tensor:
+    return _batch_norm(lw, node, input, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+@lowers(functions=(torch._native_batch_norm_legit_no_training,))
+def _batch_norm_no_training(lw: Lowerer, node: torch.fx.Node, input: Any, weight: Any, bias: Any,
+                            running_mean: Any, running_var: Any, momentum: Any, eps: float) -> tuple:
+    """What run_decompositions() makes of an eval BatchNorm (a saved .pt2): (y, saved mean, saved 1 / std), of
+    which the program reads y."""
+    if not all(u.target is operator.getitem and (u.args[1] == 0 or not u.users) for u in node.users):
+        raise LoweringError("only the output (item 0) of _native_batch_norm_legit_no_training is supported")
+    return _batch_norm(lw, node, input, running_mean, running_var, weight, bias, False, momentum, eps), None, None
+
+
+@lowers(modules=(nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d))
+def _batch_norm_module(lw: Lowerer, node: torch.fx.Node, m: nn.modules.batchnorm._BatchNorm, x: Any) -> Tensor:
+    # as the module's forward: in training, or without running statistics, it uses the batch's
+    return _batch_norm(lw, node, x, m.running_mean, m.running_var, m.weight, m.bias, m.training, m.momentum, m.eps)
+
+
 def _reductions(op: str) -> None:
     def lower(lw: Lowerer, node: torch.fx.Node, input: Any, dim: Any = None, keepdim: bool = False, *,
               dtype: Any = None) -> Tensor:
