@@ -54,6 +54,9 @@ _RECURRENT: dict[type, str] = {
     nn.RNNCell: "rnn_cell", nn.LSTMCell: "lstm_cell", nn.GRUCell: "gru_cell",
     nn.RNN: "rnn", nn.LSTM: "lstm", nn.GRU: "gru",
 }
+# BatchNorms are kept whole as well: torchao's prepare_pt2e folds one that follows a Linear into its weights, which
+# quantize_dynamic and the FX flow do not (the int8 weights would be the folded ones: other bits).
+_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 _ANNOTATION = "quantization_annotation"
 
 
@@ -210,16 +213,17 @@ def make_quantizer(model: nn.Module, rules: Rules, mode: str, weight_dtype: str,
 # ------------------------------------------------------------ the flow
 
 
-def _recurrent_paths(model: nn.Module) -> tuple[str, ...]:
-    return tuple(name for name, m in model.named_modules() if name and type(m) in _RECURRENT)
+def _whole_paths(model: nn.Module) -> tuple[str, ...]:
+    """The modules pt2e sees only as calls: the recurrent ones (it annotates none) and the BatchNorms."""
+    return tuple(name for name, m in model.named_modules()
+                 if name and (type(m) in _RECURRENT or isinstance(m, _BATCH_NORMS)))
 
 
 def _keep_whole(gm: torch.fx.GraphModule, ep: Any, model: nn.Module, paths: tuple[str, ...]) -> None:
-    """Each call of a recurrent module replaced by one call_module of the float module (pt2e annotates none
-    of them): its arguments and results as its kept call signature says, or as its ATen op says (a module
-    called again with arguments of another structure keeps none; export_frontend.derived_call), or for a
-    cell returning one tensor, the tensors it reads from outside in their order (as the export front end
-    calls it)."""
+    """Each call of a recurrent module or a BatchNorm (_whole_paths) replaced by one call_module of the float
+    module: its arguments and results as its kept call signature says, or as its ATen op says (a module called
+    again with arguments of another structure keeps none; export_frontend.derived_call), or for a module returning
+    one tensor, the tensors it reads from outside in their order (as the export front end calls it)."""
     by_name = {n.name: n for n in gm.graph.nodes}
     signatures = {e.fqn: e.signature for e in ep.module_call_graph if e.signature}
     for fqn, (path, members) in export_frontend.module_calls(list(gm.graph.nodes), set(paths)).items():
@@ -361,7 +365,7 @@ def quantize(
     ``specs``: the inputs, resolved (dtypes) and their free dimensions marked. ``calibrate``: static mode,
     called with the prepared model, runs it on the calibration batches."""
     _, _, prepare_pt2e, convert_pt2e = _pt2e()
-    paths = _recurrent_paths(model)
+    paths = _whole_paths(model)
     for name, scheme in rules.module_schemes.items():
         if name not in dict(model.named_modules()):
             raise FrontEndError(f"rules {rules.name!r} name module {name!r}, which the model does not have")
