@@ -105,39 +105,25 @@ class ComputedSize(nn.Module):
         return torch.cat([x, torch.zeros((x.size(0), x.size(1) + 1))], 1)
 
 
-def test_new_tensor_of_a_computed_size_fixes_its_dimension(tmp_path):
-    """x.size(1) + 1 is a number, not a size qrt follows: the automatic search fixes dimension 1, and a dimension
-    marked free is refused, naming the node."""
-    ckpt = str(tmp_path / "c.pt")
-    torch.save({}, ckpt)
-    out = str(tmp_path / "c.qrt")
-    result = convert(ckpt, out, model="test_convert_masks:ComputedSize", input_shapes=["2,5"], frontend="export")
-    assert result.shapes == {"x": "float32[?, 5]"}
-    x = np.random.default_rng(7).standard_normal((3, 5)).astype(np.float32)
-    assert np.array_equal(qrt.load(out).run(x), ComputedSize()(torch.from_numpy(x)).numpy())
-    with pytest.raises(ConvertError, match=r"dimension 1 is declared free.*node 'zeros'.* makes a tensor of size 6 at "
-                                           r"dimension 1, computed from a free size"):
-        convert(ckpt, out, model="test_convert_masks:ComputedSize", input_shapes=["2?,5?"], frontend="export",
-                free_dims="marked")
-
-
 class ComputedRepeat(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x[:, :1].unsqueeze(1).repeat(1, x.size(1) * 2, 1)
 
 
-def test_repeat_of_a_computed_size_fixes_its_dimension(tmp_path):
-    """As a new tensor's: x.size(1) * 2 repeats fix dimension 1 (they had been refused: 'expand's size 10 at
-    dimension 1 changes with a free dimension'); marked free, it is refused naming the node."""
-    ckpt, out = str(tmp_path / "r.pt"), str(tmp_path / "r.qrt")
+@pytest.mark.parametrize(("name", "node", "size"), [("ComputedSize", "zeros", 6), ("ComputedRepeat", "repeat", 10)])
+def test_a_computed_size_fixes_its_dimension(tmp_path, name, node, size):
+    """x.size(1) + 1 (a new tensor's size) or x.size(1) * 2 (a repeat count, which had been refused: "expand's size
+    10 at dimension 1 changes with a free dimension") is a number, not a size qrt follows: the automatic search
+    fixes dimension 1, and a dimension marked free is refused, naming the node."""
+    ckpt, out = str(tmp_path / "c.pt"), str(tmp_path / "c.qrt")
     torch.save({}, ckpt)
-    result = convert(ckpt, out, model="test_convert_masks:ComputedRepeat", input_shapes=["2,5"], frontend="export")
+    result = convert(ckpt, out, model=f"test_convert_masks:{name}", input_shapes=["2,5"], frontend="export")
     assert result.shapes == {"x": "float32[?, 5]"}
-    x = np.random.default_rng(8).standard_normal((3, 5)).astype(np.float32)
-    assert np.array_equal(qrt.load(out).run(x), ComputedRepeat()(torch.from_numpy(x)).numpy())
-    with pytest.raises(ConvertError, match=r"dimension 1 is declared free.* makes a tensor of size 10 at dimension 1, "
-                                           r"computed from a free size"):
-        convert(ckpt, out, model="test_convert_masks:ComputedRepeat", input_shapes=["2?,5?"], frontend="export",
+    x = np.random.default_rng(7).standard_normal((3, 5)).astype(np.float32)
+    assert np.array_equal(qrt.load(out).run(x), globals()[name]()(torch.from_numpy(x)).numpy())
+    with pytest.raises(ConvertError, match=rf"dimension 1 is declared free.*node '{node}'.* makes a tensor of size "
+                                           rf"{size} at dimension 1, computed from a free size"):
+        convert(ckpt, out, model=f"test_convert_masks:{name}", input_shapes=["2?,5?"], frontend="export",
                 free_dims="marked")
 
 
