@@ -338,8 +338,13 @@ cdef class FloatOps:
         if outer * n * inner == 0:
             return
         with nogil:
-            run_float(self.ops, FLOAT_BATCH_NORM, 0, &x[0, 0, 0], NULL, &y[0, 0, 0], &alpha[0], &beta[0], 0, outer, n,
-                      inner, float_parts(outer, outer * n * inner))
+            self.batch_norm_into(&x[0, 0, 0], &alpha[0], &beta[0], &y[0, 0, 0], outer, n, inner)
+
+    cdef void batch_norm_into(self, const float* x, const float* alpha, const float* beta, float* y, Py_ssize_t outer,
+                              Py_ssize_t n, Py_ssize_t inner) noexcept nogil:
+        """batch_norm() on raw pointers (also the execution plan's step), outer * n * inner > 0."""
+        run_float(self.ops, FLOAT_BATCH_NORM, 0, x, NULL, y, alpha, beta, 0, outer, n, inner,
+                  float_parts(outer, outer * n * inner))
 
     cdef void layer_norm_into(self, const float* x, const float* x2, const float* w, const float* b, float eps,
                               float* y, Py_ssize_t rows, Py_ssize_t n) noexcept nogil:

@@ -10,7 +10,7 @@ from cpython.ref cimport PyObject
 from libc.stdlib cimport calloc
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
-cdef enum:
+cpdef enum PlanStep:  # qrt/plan.py reads the numbers from here (K.PlanStep)
     PS_QUANT_T = 1
     PS_QUANT_C
     PS_DEQUANT_T
@@ -30,10 +30,11 @@ cdef enum:
     PS_LAYER_NORM
     PS_BINARY
     PS_SUM
+    PS_BATCH_NORM
     PS_MASK
     PS_FALLBACK
 
-cdef enum:
+cpdef enum Slot:  # how a value is stored (K.Slot)
     SLOT_INPUT = 1
     SLOT_CONST
     SLOT_ARENA
@@ -56,7 +57,7 @@ cdef struct plan_step:
     int32_t zp
     PyObject* kernel  # borrowed: the program keeps it
     const float* fvec
-    const float* fvec2  # PS_LAYER_NORM: the bias (fvec the weight), NULL for none
+    const float* fvec2  # PS_LAYER_NORM: the bias (fvec the weight), NULL for none; PS_BATCH_NORM: beta (fvec alpha)
     const double* dvec
     const int32_t* ivec
 
@@ -150,6 +151,9 @@ cdef int run_native(const plan_step* s, void** P) noexcept nogil:
     elif s.op == PS_SUM:  # dtype: 1 for mean
         (<FloatOps>s.kernel).sum_into(s.dtype, <const float*>P[s.a] if s.ch else NULL, <float*>P[s.y], s.outer, s.ch,
                                       s.inner)
+    elif s.op == PS_BATCH_NORM:
+        (<FloatOps>s.kernel).batch_norm_into(<const float*>P[s.a], s.fvec, s.fvec2, <float*>P[s.y], s.outer, s.ch,
+                                             s.inner)
     elif s.op == PS_MASK:
         (<MaskStep>s.kernel).run(<const char*>P[s.a], <const char*>slot_or_null(P, s.b), <char*>P[s.y])
     elif s.op == PS_ATTENTION:

@@ -32,7 +32,7 @@ for the whole model:
   and direction of an rnn/lstm/gru sequence op, dynamic or float, in one step, K.SequenceStep, on the
   arena), and the glue of the recurrent models: embedding, select and slice (a copy of strided
   blocks), softmax and log_softmax, relu, the float arithmetic (add, sub, mul, div, broadcasting) and
-  functions (gelu, sigmoid, ...), sum and mean over adjacent dimensions, layer_norm, attention, and the
+  functions (gelu, sigmoid, ...), sum and mean over adjacent dimensions, layer_norm, batch_norm, attention, and the
   mask ops cast, logical_and / logical_or, expand and clamp.
 - **Fallback.** Any other op runs its Python step inside the program, which takes the GIL back for
   that step only; so every model keeps working.
@@ -57,32 +57,8 @@ from .stacked_linears import shared_input_groups, stacked_linear
 
 MAX_PROGRAMS = 32  # input shape sets whose programs are kept (a free sequence length makes many)
 
-# how the executor stores a value (qrt/_plan.pxi)
-SLOT_INPUT, SLOT_CONST, SLOT_ARENA, SLOT_FRESH, SLOT_OBJECT = 1, 2, 3, 4, 5
-# the executor's steps
-(
-    PS_QUANT_T,
-    PS_QUANT_C,
-    PS_DEQUANT_T,
-    PS_DEQUANT_C,
-    PS_LINEAR,
-    PS_LINEAR_DYNAMIC,
-    PS_LINEAR_FLOAT,
-    PS_CELL,
-    PS_RELU,
-    PS_ADD,
-    PS_SEQUENCE,
-    PS_EMBEDDING,
-    PS_SOFTMAX,
-    PS_COPY,
-    PS_ATTENTION,
-    PS_UNARY,
-    PS_LAYER_NORM,
-    PS_BINARY,
-    PS_SUM,
-    PS_MASK,
-    PS_FALLBACK,
-) = range(1, 22)
+# how the executor stores a value, and its steps: qrt/_plan.pxi's numbers
+Slot, PlanStep = K.Slot, K.PlanStep
 _QCODE = {"uint8": 0, "int8": 1, "int32": 2}
 # ops whose output is their input's bytes under another shape (the plan's values are C-contiguous)
 _VIEWS = {"flatten", "reshape", "squeeze", "unsqueeze"}
@@ -284,19 +260,19 @@ class Plan:
                     continue
                 producer[v] = i
                 if not native[i]:
-                    kind[v] = SLOT_OBJECT
+                    kind[v] = Slot.SLOT_OBJECT
                 elif any(self._root(o) == v for o in outputs):
-                    kind[v] = SLOT_FRESH
+                    kind[v] = Slot.SLOT_FRESH
                 else:
-                    kind[v] = SLOT_ARENA
+                    kind[v] = Slot.SLOT_ARENA
         for v in inputs:
-            kind[v] = SLOT_INPUT
+            kind[v] = Slot.SLOT_INPUT
         slots: dict[str, int] = {}
 
         def slot(v: str) -> int:
             r = self._root(v)
             if r not in kind:
-                kind[r] = SLOT_CONST
+                kind[r] = Slot.SLOT_CONST
             return slots.setdefault(r, len(slots))
 
         # lifetimes: end[r] = the last step reading root r; a fallback may return a view of its inputs,
@@ -336,7 +312,7 @@ class Plan:
                     if s in step:
                         name, nbytes = f"#scratch{i}.{s}", step[s]
                         arena.append((name, i, i, nbytes))
-                        kind[name] = SLOT_ARENA
+                        kind[name] = Slot.SLOT_ARENA
                         step[s] = slot(name)
                 steps.append(step)
             else:
@@ -346,9 +322,9 @@ class Plan:
                     a = env[v]
                     outs.append((slot(v), a.shape, a.dtype.num))
                 fallbacks.append((self._steps[i], args, outs, f"node {node.name!r} ({node.op})"))
-                steps.append({"op": PS_FALLBACK, "node": i, "m": len(fallbacks) - 1})
+                steps.append({"op": PlanStep.PS_FALLBACK, "node": i, "m": len(fallbacks) - 1})
         for r, k in kind.items():
-            if k == SLOT_ARENA and not r.startswith("#scratch") and r in slots:
+            if k == Slot.SLOT_ARENA and not r.startswith("#scratch") and r in slots:
                 arena.append((r, producer[r], end.get(r, producer[r]), env[r].nbytes))
         offsets, arena_size = _assign(arena)
         out_specs = []
@@ -360,11 +336,11 @@ class Plan:
         slot_specs = []
         for r in sorted(slots, key=slots.__getitem__):
             k = kind[r]
-            if k == SLOT_INPUT:
+            if k == Slot.SLOT_INPUT:
                 info: Any = self._input_names.index(r)
-            elif k == SLOT_CONST:
+            elif k == Slot.SLOT_CONST:
                 info = np.ascontiguousarray(static[r] if r in static else self._consts[r])
-            elif k == SLOT_ARENA:
+            elif k == Slot.SLOT_ARENA:
                 info = offsets[r]
             else:
                 info = None
@@ -439,7 +415,7 @@ class Plan:
                                  tuple(j is not None for j in sources) + (after is not None,))
             if kernel_step is None:
                 continue
-            step = {"op": PS_ATTENTION, "kernel": kernel_step, "fused": [] if after is None else [after],
+            step = {"op": PlanStep.PS_ATTENTION, "kernel": kernel_step, "fused": [] if after is None else [after],
                     "y": out if after is None else nodes[after].outputs[0]}
             for port, p, j in zip("abc", "qkv", sources):
                 step[port] = node.inputs[p] if j is None else nodes[j].inputs["x"]
@@ -471,7 +447,7 @@ class Plan:
             if step is None:
                 ports = [(None, v) for v in self._args[i]]
             else:  # an attention's q, k, v (and mask) by port; a layer_norm's add operands are plain reads
-                attention = step["op"] == PS_ATTENTION
+                attention = step["op"] == PlanStep.PS_ATTENTION
                 ports = [(p if attention else None, step[p]) for p in "abcd" if p in step]
             for port, v in ports:
                 reads.setdefault(self._root(v), []).append((i, port))
@@ -523,8 +499,8 @@ class Plan:
                 offset += y.shape[-1] // heads
             fused.update(members[1:])
             # one batch's heads are split across the threads by the attention: the product splits its panels so
-            stacked[members[0]] = {"op": PS_LINEAR_DYNAMIC, "a": nodes[members[0]].inputs["x"], "y": name, "m": m,
-                                   "kernel": kernel, "relu": 0, "dtype": int(batch == 1 and heads > 1)}
+            stacked[members[0]] = {"op": PlanStep.PS_LINEAR_DYNAMIC, "a": nodes[members[0]].inputs["x"], "y": name,
+                                   "m": m, "kernel": kernel, "relu": 0, "dtype": int(batch == 1 and heads > 1)}
         for i, placed in columns.items():  # each attention step made again, reading its operands where they lie
             node, step = nodes[i], merged[i]
             between = tuple(step[port] != node.inputs[p] for port, p in operand.items()) + (
@@ -570,21 +546,21 @@ class Plan:
         x = env.get(node.inputs.get("x", ""))
         if op == "quantize_per_tensor":
             dtype = QUANT_DTYPES[node.attrs["dtype"]]
-            return {"op": PS_QUANT_T, "a": node.inputs["x"], "y": node.outputs[0], "n": x.size,
+            return {"op": PlanStep.PS_QUANT_T, "a": node.inputs["x"], "y": node.outputs[0], "n": x.size,
                     "dtype": _QCODE[dtype], "scale": float(np.float32(c["scale"])), "zp": int(c["zero_point"]),
                     "round_first": rounds_first(node.attrs)}
         if op == "quantize_per_channel":
             dtype = QUANT_DTYPES[node.attrs["dtype"]]
             view = channel_view(x.shape, node.attrs["axis"])
-            return {"op": PS_QUANT_C, "a": node.inputs["x"], "y": node.outputs[0], "view": view,
+            return {"op": PlanStep.PS_QUANT_C, "a": node.inputs["x"], "y": node.outputs[0], "view": view,
                     "dtype": _QCODE[dtype], "fvec": np.ascontiguousarray(c["scale"], np.float32),
                     "ivec": np.ascontiguousarray(c["zero_point"], np.int32), "round_first": rounds_first(node.attrs)}
         if op == "dequantize":
             dtype = _QCODE[x.dtype.name]
             if node.attrs["axis"] is None:
-                return {"op": PS_DEQUANT_T, "a": node.inputs["x"], "y": node.outputs[0], "n": x.size,
+                return {"op": PlanStep.PS_DEQUANT_T, "a": node.inputs["x"], "y": node.outputs[0], "n": x.size,
                         "dtype": dtype, "scale": float(np.float32(c["scale"])), "zp": int(c["zero_point"])}
-            return {"op": PS_DEQUANT_C, "a": node.inputs["x"], "y": node.outputs[0], "dtype": dtype,
+            return {"op": PlanStep.PS_DEQUANT_C, "a": node.inputs["x"], "y": node.outputs[0], "dtype": dtype,
                     "view": channel_view(x.shape, node.attrs["axis"]),
                     "dvec": np.ascontiguousarray(c["scale"], np.float64),
                     "ivec": np.ascontiguousarray(c["zero_point"], np.int32)}
@@ -597,11 +573,11 @@ class Plan:
             k = kernel.k if op == "linear_float" else kernel.in_features
             step = {"a": node.inputs["x"], "y": out, "m": x.size // k, "kernel": kernel, "relu": int(relu)}
             if op == "linear":
-                step["op"] = PS_LINEAR
+                step["op"] = PlanStep.PS_LINEAR
             elif op == "linear_dynamic":
-                step["op"] = PS_LINEAR_DYNAMIC
+                step["op"] = PlanStep.PS_LINEAR_DYNAMIC
             else:
-                step["op"] = PS_LINEAR_FLOAT
+                step["op"] = PlanStep.PS_LINEAR_FLOAT
                 bias = getattr(self._steps[i], "bias", None)
                 if bias is not None:
                     step["fvec"] = bias
@@ -610,24 +586,25 @@ class Plan:
             has_c = "c" in node.inputs
             h = node.inputs["h"]
             rows = x.shape[0] * kernel.hidden * (4 if op.startswith("lstm") else 3 if op.startswith("gru") else 1)
-            return {"op": PS_CELL, "a": node.inputs["x"], "b": h, "c": node.inputs["c"] if has_c else h,
+            return {"op": PlanStep.PS_CELL, "a": node.inputs["x"], "b": h, "c": node.inputs["c"] if has_c else h,
                     "y": node.outputs[0], "y2": node.outputs[1] if has_c else node.outputs[0], "m": x.shape[0],
                     "kernel": kernel, "s0": rows * 4, "s1": rows * 4}
         if op == "relu" and x.dtype == np.float32:
-            return {"op": PS_RELU, "a": node.inputs["x"], "y": out, "n": x.size}
+            return {"op": PlanStep.PS_RELU, "a": node.inputs["x"], "y": out, "n": x.size}
         if op == "add":
             a, b = (self._value(env, node.inputs[p]) for p in ("a", "b"))
             if a.shape == b.shape and a.dtype == b.dtype == np.float32:
-                return {"op": PS_ADD, "a": node.inputs["a"], "b": node.inputs["b"], "y": out, "n": a.size}
+                return {"op": PlanStep.PS_ADD, "a": node.inputs["a"], "b": node.inputs["b"], "y": out, "n": a.size}
         if op in SEQUENCE_OPS:
             return self._sequence(i, env)
         if op == "embedding" and kernel is not None:
             indices = env[node.inputs["indices"]]
             if indices.dtype == np.int64:
-                return {"op": PS_EMBEDDING, "a": node.inputs["indices"], "y": out, "n": indices.size, "kernel": kernel}
+                return {"op": PlanStep.PS_EMBEDDING, "a": node.inputs["indices"], "y": out, "n": indices.size,
+                        "kernel": kernel}
         if op in ("softmax", "log_softmax") and kernel is not None and x.dtype == np.float32:
             log = int(op == "log_softmax")  # in the step's dtype field
-            return {"op": PS_SOFTMAX, "a": node.inputs["x"], "y": out, "dtype": log,
+            return {"op": PlanStep.PS_SOFTMAX, "a": node.inputs["x"], "y": out, "dtype": log,
                     "view": channel_view(x.shape, node.attrs["dim"]), "kernel": kernel}
         if op in ("select", "slice"):
             return _copy_step(node, x)
@@ -638,24 +615,31 @@ class Plan:
             a, b = (self._value(env, node.inputs[p]) for p in ("a", "b"))
             y = env[out]
             if a.dtype == b.dtype == np.float32 and y.ndim:
-                return {"op": PS_BINARY, "a": node.inputs["a"], "b": node.inputs["b"], "y": out,
+                return {"op": PlanStep.PS_BINARY, "a": node.inputs["a"], "b": node.inputs["b"], "y": out,
                         "kernel": K.BinaryStep(kernel, step.binary, a.shape, b.shape, y.shape)}
         if getattr(step, "sum_dims", None) is not None and kernel is not None and x.dtype == np.float32:
             dims = step.sum_dims
             if dims == list(range(dims[0], dims[-1] + 1)) and env[out].size:
-                return {"op": PS_SUM, "a": node.inputs["x"], "y": out, "dtype": int(op == "mean"), "kernel": kernel,
-                        "view": (math.prod(x.shape[: dims[0]]), math.prod(x.shape[dims[0] : dims[-1] + 1]),
-                                 math.prod(x.shape[dims[-1] + 1 :]))}
+                view = (math.prod(x.shape[: dims[0]]), math.prod(x.shape[dims[0] : dims[-1] + 1]),
+                        math.prod(x.shape[dims[-1] + 1 :]))
+                return {"op": PlanStep.PS_SUM, "a": node.inputs["x"], "y": out, "dtype": int(op == "mean"),
+                        "kernel": kernel, "view": view}
         if getattr(step, "unary", None) is not None and kernel is not None and x.dtype == np.float32:
-            return {"op": PS_UNARY, "a": node.inputs["x"], "y": out, "n": x.size, "dtype": K.UNARY_OPS[step.unary],
-                    "kernel": kernel}
+            return {"op": PlanStep.PS_UNARY, "a": node.inputs["x"], "y": out, "n": x.size,
+                    "dtype": K.UNARY_OPS[step.unary], "kernel": kernel}
+        if op == "batch_norm" and kernel is not None and x.dtype == np.float32 and x.size:
+            alpha, beta = self._steps[i].terms
+            if x.shape[1] != alpha.shape[0]:
+                return None  # the step says what is wrong
+            return {"op": PlanStep.PS_BATCH_NORM, "a": node.inputs["x"], "y": out, "view": channel_view(x.shape, 1),
+                    "fvec": alpha, "fvec2": beta, "kernel": kernel}
         if op == "layer_norm" and kernel is not None and x.dtype == np.float32:
             k = node.attrs["normalized_dims"]
             stored = next((c[p].shape for p in ("weight", "bias") if p in c), None)
             if stored is not None and x.shape[x.ndim - k :] != stored:
                 return None  # the step says what is wrong
             n = math.prod(x.shape[x.ndim - k :])
-            ln = {"op": PS_LAYER_NORM, "a": node.inputs["x"], "y": out, "m": x.size // n, "n": n,
+            ln = {"op": PlanStep.PS_LAYER_NORM, "a": node.inputs["x"], "y": out, "m": x.size // n, "n": n,
                   "scale": float(node.attrs["eps"]), "kernel": kernel}
             for port, field in (("weight", "fvec"), ("bias", "fvec2")):
                 if port in c:
@@ -674,7 +658,7 @@ class Plan:
         steps, batch = (x.shape[1], x.shape[0]) if node.attrs["batch_first"] else x.shape[:2]
         has_cell = node.op.startswith("lstm")
         kernel = K.SequenceStep(runs, has_cell, node.attrs["batch_first"], steps, batch)
-        step = {"op": PS_SEQUENCE, "a": node.inputs["x"], "y": node.outputs[0], "y2": node.outputs[1],
+        step = {"op": PlanStep.PS_SEQUENCE, "a": node.inputs["x"], "y": node.outputs[0], "y2": node.outputs[1],
                 "kernel": kernel, "s0": kernel.scratch_bytes}
         for state, port in (("h0", "b"), ("c0", "c")):  # a state not given starts at zeros
             if state in node.inputs:
@@ -707,14 +691,14 @@ def _mask_step(node, env: dict[str, np.ndarray]) -> dict | None:
             return None
     except (ValueError, KeyError):
         return None
-    step = {"op": PS_MASK, "kernel": kernel, "a": node.inputs[ports[0]], "y": node.outputs[0]}
+    step = {"op": PlanStep.PS_MASK, "kernel": kernel, "a": node.inputs[ports[0]], "y": node.outputs[0]}
     if len(ports) == 2:
         step["b"] = node.inputs["b"]
     return step
 
 
 def _copy_step(node, x: np.ndarray) -> dict:
-    """select, slice: the blocks of x they keep, one after the other (PS_COPY, in bytes)."""
+    """select, slice: the blocks of x they keep, one after the other (PlanStep.PS_COPY, in bytes)."""
     dim = node.attrs["dim"]
     size = x.shape[dim]
     row = math.prod(x.shape[dim + 1 :]) * x.itemsize  # the bytes of one index along dim
@@ -727,8 +711,8 @@ def _copy_step(node, x: np.ndarray) -> dict:
     block = row
     if step == 1:  # consecutive indices: one block per outer row
         block, count = row * count, 1
-    return {"op": PS_COPY, "a": node.inputs["x"], "y": node.outputs[0], "offset": first * row, "stride": step * row,
-            "outer_stride": size * row, "view": (math.prod(x.shape[:dim]), count, block)}
+    return {"op": PlanStep.PS_COPY, "a": node.inputs["x"], "y": node.outputs[0], "offset": first * row,
+            "stride": step * row, "outer_stride": size * row, "view": (math.prod(x.shape[:dim]), count, block)}
 
 
 def _assign(values: list[tuple[str, int, int, int]]) -> tuple[dict[str, int], int]:

@@ -969,6 +969,27 @@ def test_float_functions_and_layer_norm_run_natively(tmp_path):
         assert plan._executor.fallback_steps((shape,)) == []
 
 
+def test_batch_norm_runs_natively(tmp_path):
+    """batch_norm over [batch, channels] (a tabular model's, after a ReLU) and with positions after the channels is
+    a native step: the per-node path's bits, nothing run in Python; a call with other channels is refused by the
+    per-node step, naming them."""
+    g = GraphBuilder()
+    x = g.input("x", "float32", [None, 6, None])
+    stats = {p: g.tensor(p, np.abs(_x(6)) if p == "var" else _x(6)) for p in ("mean", "var", "weight", "bias")}
+    y = g.node("batch_norm", {"x": x, **stats}, {"eps": 1e-3})
+    rows = g.input("rows", "float32", [None, None])
+    terms = {p: g.tensor(f"{p}9", np.abs(_x(9)) if p == "var" else _x(9)) for p in ("mean", "var", "weight", "bias")}
+    g.output(y, g.node("batch_norm", {"x": g.node("relu", {"x": rows}), **terms}))
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    for batch, length in ((1, 1), (5, 13)):
+        inputs = [_x(batch, 6, length) * 3, _x(batch, 9)]
+        _check(model, plan, inputs)
+        assert plan._executor.fallback_steps(tuple(a.shape for a in inputs)) == []
+    with pytest.raises(ValueError, match=r"x has 8 channels \(dimension 1 of \[2, 8\]\), expected 9"):
+        plan.run([_x(2, 6, 3), _x(2, 8)])
+
+
 def test_residual_add_runs_in_the_layer_norm(tmp_path):
     """A layer_norm of an add of two operands of its input's shape, whose sum nothing else reads, is one step (the
     add's node runs no more): weight and bias or not, rows of an odd length, over two dimensions, an add of a value

@@ -173,6 +173,7 @@ def _batch_norm(node: Node, c: Mapping[str, np.ndarray]) -> Step:
         kernel.batch_norm(tensor_moves.contiguous_of(np, x).reshape(view), alpha, beta, y.reshape(view))
         return (y,)
 
+    step.kernel, step.terms = kernel, (alpha, beta)  # for the execution plan
     return step
 
 
