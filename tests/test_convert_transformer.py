@@ -411,6 +411,37 @@ def test_torch_transformer_encoder(tmp_path, batch_first, masked, saved):
         assert diff <= 1e-4 and cos >= 0.99999, (batch, length, diff, cos)
 
 
+def test_torch_transformer_encoder_from_a_pt2_program(tmp_path):
+    """A float program of nn.TransformerEncoder with a padding mask (torch.export.save, batch and length dynamic):
+    its Linears are quantized as the FX front end quantizes the model's, nn.Linear modules only, so
+    MultiheadAttention's in_proj (an F.linear) and out_proj (a Linear subclass quantize_dynamic leaves alone) stay
+    float (they had been quantized: 5.5e-3 to 1.1e-2 from torch's quantize_dynamic model); then the module
+    docstring's bar against that model."""
+    net = PaddedTorchEncoder().eval()
+    q = quantize_dynamic(net, {nn.Linear}, dtype=torch.qint8)
+    batch, length = torch.export.Dim("batch"), torch.export.Dim("length")
+    src, pad = torch.randn(2, 7, 48), torch.zeros(2, 7, dtype=torch.bool)
+    with torch.no_grad():
+        ep = torch.export.export(net, (src, pad), dynamic_shapes=({0: batch, 1: length}, {0: batch, 1: length}))
+    torch.export.save(ep, tmp_path / "e.pt2")
+    convert(tmp_path / "e.pt2", tmp_path / "e.qrt")
+    ops = [n["op"] for n in json.loads(qformat.load_file(tmp_path / "e.qrt").metadata[qformat.META_GRAPH])["nodes"]]
+    assert ops.count("linear_dynamic") == 5  # each layer's linear1 and linear2, and the head
+    m, rng = qrt.load(tmp_path / "e.qrt"), np.random.default_rng(45)
+    torch.backends.mha.set_fastpath_enabled(False)  # as test_torch_transformer_encoder's reference
+    try:
+        for b, n in ((1, 7), (3, 12)):
+            x = rng.standard_normal((b, n, 48)).astype(np.float32)
+            mask = np.zeros((b, n), bool)
+            mask[0, 4:] = True
+            with torch.no_grad():
+                ref = q(torch.from_numpy(x), torch.from_numpy(mask)).numpy()
+            diff, cos = _agreement(ref, m.run([x, mask]))
+            assert diff <= 1e-4 and cos >= 0.99999, (b, n, diff, cos)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(True)
+
+
 class AttentionWeights(nn.Module):
     """nn.MultiheadAttention as users call it: a key padding mask, and its averaged attention weights returned
     (need_weights defaults to True: torch then scores with baddbmm(mask, q, k^T))."""

@@ -194,7 +194,12 @@ class QDQ:
         path = _module_path(node)
         if path in self.r.root:  # two F.linear calls in one module: the second one by its node's name
             path = node.name
-        if isinstance(w, Constant):  # a float Linear (a float program): the rules may quantize it
+        if isinstance(w, Constant) and not _is_linear_module(node):
+            # an F.linear (MultiheadAttention's in_proj) or a Linear subclass (its out_proj), which torch.ao's flows
+            # and quantize_dynamic leave float: float here too, as the FX front end keeps them
+            return self.r.function(F.linear, tuple(self.r.const_attr(a.name, a.value) if isinstance(a, Constant)
+                                                   else a for a in args), {})
+        if isinstance(w, Constant):  # an nn.Linear of a float program: the rules may quantize it
             linear = nn.Linear(w.value.shape[1], w.value.shape[0], bias=bias is not None)
             linear.weight = nn.Parameter(w.value.detach().clone(), requires_grad=False)
             if bias is not None:
@@ -228,6 +233,12 @@ def _module_path(node: torch.fx.Node) -> str:
     path, kind = stack[-1] if stack else ("", "")
     linear = kind.endswith("Linear") and all(p.isidentifier() or p.isdigit() for p in path.split("."))
     return path if path and linear else node.name
+
+
+def _is_linear_module(node: torch.fx.Node) -> bool:
+    """Whether node is an nn.Linear module's own call (its innermost nn_module_stack entry), not a subclass's."""
+    stack = list((node.meta.get("nn_module_stack") or {}).values())
+    return bool(stack) and stack[-1][1] in ("torch.nn.modules.linear.Linear", nn.Linear)
 
 
 def _is_static_dequantize(x: Any) -> bool:
