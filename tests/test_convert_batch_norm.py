@@ -292,14 +292,22 @@ def test_channel_norms_from_a_pt2_program(tmp_path, decomposed):
     _check_channel_norms(out)
 
 
-def test_mlp_from_a_pt2_program(tmp_path):
-    """A float MLP saved as .pt2 (quantized by the FX flow, docs/CONVERTER.md): quantize_dynamic's bits."""
+@pytest.mark.parametrize("decomposed", [False, True], ids=["as_exported", "decomposed"])
+def test_mlp_from_a_pt2_program(tmp_path, decomposed):
+    """A float MLP saved as .pt2 (quantized by the FX flow, docs/CONVERTER.md): quantize_dynamic's bits. After
+    run_decompositions() its Linears are addmm(b, x, permute(W, [1, 0])) (mm without a bias), read as the Linears
+    they are (they had been refused: "aten.addmm.default has no qrt lowering")."""
     path, out = str(tmp_path / "mlp.pt2"), str(tmp_path / "mlp.qrt")
-    torch.export.save(torch.export.export(make_mlp(), (torch.randn(3, 20),), dynamic_shapes=({0: Dim("batch")},)),
-                      path)
+    model = make_mlp()
+    model[-1].bias = None  # the last Linear without a bias: aten.mm once decomposed
+    ep = torch.export.export(model, (torch.randn(3, 20),), dynamic_shapes=({0: Dim("batch")},))
+    if decomposed:
+        ep = ep.run_decompositions()
+        assert {torch.ops.aten.addmm.default, torch.ops.aten.mm.default} <= {n.target for n in ep.graph.nodes}
+    torch.export.save(ep, path)
     convert(path, out)
-    assert _ops(out).count("batch_norm") == 2
-    q, m = quantize_dynamic(make_mlp(), {nn.Linear}, dtype=torch.qint8), qrt.load(out)
+    assert _ops(out).count("batch_norm") == 2 and _ops(out).count("linear_dynamic") == 3
+    q, m = quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8), qrt.load(out)
     for batch in BATCHES:
         x = _rows(80 + batch, batch, 20)
         _assert_quantized_model_output(m.run(x), q(torch.from_numpy(x)).detach().numpy())

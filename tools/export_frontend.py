@@ -364,6 +364,23 @@ _SYM_SIZE = torch.ops.aten.sym_size.int
 _FACTORIES = ("zeros", "ones", "full", "scalar_tensor")  # of constant sizes and values: constants
 # in-place ops that are their out-of-place ones where nothing else reads the tensor they write
 _IN_PLACE = ("add_", "sub_", "mul_", "div_", "masked_fill_")
+# A Linear as run_decompositions() writes it: addmm(b, x, permute(W, [1, 0])), or mm(x, permute(...)) without a bias.
+_PRODUCTS = ("addmm", "mm")
+
+
+def _is_weight_transpose(node: torch.fx.Node, consts: dict) -> bool:
+    """A transpose of a stored plain 2-D weight that only decomposed Linears (_PRODUCTS) read as their right
+    operand."""
+    return (node.op == "call_function" and node.target in (torch.ops.aten.permute.default, torch.ops.aten.t.default)
+            and isinstance(node.args[0], torch.fx.Node) and node.args[0].op == "placeholder"
+            and type(consts.get(node.args[0].name)) in (torch.Tensor, nn.Parameter)  # not a torchao weight
+            and consts[node.args[0].name].dim() == 2
+            and (node.target is torch.ops.aten.t.default or list(node.args[1]) == [1, 0])
+            and bool(node.users) and all(u.target in (torch.ops.aten.addmm.default, torch.ops.aten.mm.default)
+                                         and u.args[-1] is node and u.kwargs == {} and len(u.args) in (2, 3)
+                                         for u in node.users))
+
+
 _SKIPPED = ("_assert_scalar", "sym_constrain_range_for_size", "_assert_tensor_metadata", "sym_constrain_range")
 
 
@@ -432,6 +449,8 @@ class _Raiser:
                 # a field of a tensor-subclass weight (torchao's qdata, scale): a constant like the weight
                 self.consts[node.name] = getattr(self.consts[node.args[0].name], node.args[1])
                 fields.add(node)
+            elif _is_weight_transpose(node, self.consts):  # a decomposed Linear's W^T: a constant, read below
+                self.consts[node.name] = self.consts[node.args[0].name].t()
             elif node.op == "call_function" and node.users and node.all_input_nodes \
                     and all(a in fields for a in node.all_input_nodes):
                 # computed from such fields alone (a transpose, a cast), once for every call of the layer: the
@@ -570,6 +589,9 @@ class _Raiser:
             return recurrent_program.results(self, self.module(path, module, call), name)
         if name == "linear":
             return self.q.linear(node, args)
+        if name in _PRODUCTS and isinstance(args[-1], pt2e.Constant):  # x W^T (+ b): a decomposed Linear
+            bias, x, w_t = args if name == "addmm" else (None, *args)
+            return self.q.linear(node, (x, pt2e.Constant(node.args[-1].args[0].name, w_t.value.t()), bias))
         if op is operator.getitem and isinstance(args[0], pt2e.Marker):
             return self.q.getitem(args[0], args[1])
         args = tuple(self._attr(a) for a in args)
