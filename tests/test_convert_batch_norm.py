@@ -313,6 +313,32 @@ def test_mlp_from_a_pt2_program(tmp_path, decomposed):
         _assert_quantized_model_output(m.run(x), q(torch.from_numpy(x)).detach().numpy())
 
 
+class StoredProduct(nn.Module):
+    """torch.mm of the input and a stored matrix: an mm whose right operand is not a Linear's transposed weight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(20, 7, generator=torch.Generator().manual_seed(13)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.mm(x, self.w)
+
+
+def test_product_with_a_stored_matrix_is_not_a_linear(tmp_path):
+    """Only mm / addmm of a transposed weight are read as Linears: torch.mm(x, W) stays the float product it is (it
+    had raised IndexError, the reading taking W for a transpose)."""
+    path, out = str(tmp_path / "mm.pt2"), str(tmp_path / "mm.qrt")
+    torch.export.save(torch.export.export(StoredProduct(), (torch.randn(3, 20),),
+                                          dynamic_shapes=({0: Dim("batch")},)), path)
+    convert(path, out)
+    assert "linear_dynamic" not in _ops(out)
+    x, w = _rows(90, 4, 20), StoredProduct().w.detach().numpy()
+    want = StoredProduct()(torch.from_numpy(x)).detach().numpy()
+    # each side sums the 20 products in its own order: within gamma(20) sum |x w| of the exact sum, twice that apart
+    bound = 2 * 20 * 2.0**-24 / (1 - 20 * 2.0**-24) * (np.abs(x).astype(np.float64) @ np.abs(w))
+    assert np.all(np.abs(qrt.load(out).run(x) - want) <= bound)
+
+
 # ------------------------------------------------------------ refusals
 
 

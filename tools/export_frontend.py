@@ -589,9 +589,9 @@ class _Raiser:
             return recurrent_program.results(self, self.module(path, module, call), name)
         if name == "linear":
             return self.q.linear(node, args)
-        if name in _PRODUCTS and isinstance(args[-1], pt2e.Constant):  # x W^T (+ b): a decomposed Linear
-            bias, x, w_t = args if name == "addmm" else (None, *args)
-            return self.q.linear(node, (x, pt2e.Constant(node.args[-1].args[0].name, w_t.value.t()), bias))
+        if name in _PRODUCTS and _is_weight_transpose(node.args[-1], self.consts):  # x W^T (+ b): a Linear
+            bias, x, _ = args if name == "addmm" else (None, *args)
+            return self.q.linear(node, (x, self.env[node.args[-1].args[0]], bias))
         if op is operator.getitem and isinstance(args[0], pt2e.Marker):
             return self.q.getitem(args[0], args[1])
         args = tuple(self._attr(a) for a in args)

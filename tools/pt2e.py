@@ -226,19 +226,23 @@ class QDQ:
         return y
 
 
+def _innermost(node: torch.fx.Node) -> tuple[str, Any]:
+    """The innermost module node ran in, as its nn_module_stack says: (path, class or class name), or ("", "")."""
+    stack = list((node.meta.get("nn_module_stack") or {}).values())
+    return stack[-1] if stack else ("", "")
+
+
 def _module_path(node: torch.fx.Node) -> str:
     """The nn.Linear's module path in the model the program was exported from (nn_module_stack), else the
     node's name (an F.linear)."""
-    stack = list((node.meta.get("nn_module_stack") or {}).values())
-    path, kind = stack[-1] if stack else ("", "")
+    path, kind = _innermost(node)
     linear = kind.endswith("Linear") and all(p.isidentifier() or p.isdigit() for p in path.split("."))
     return path if path and linear else node.name
 
 
 def _is_linear_module(node: torch.fx.Node) -> bool:
     """Whether node is an nn.Linear module's own call (its innermost nn_module_stack entry), not a subclass's."""
-    stack = list((node.meta.get("nn_module_stack") or {}).values())
-    return bool(stack) and stack[-1][1] in ("torch.nn.modules.linear.Linear", nn.Linear)
+    return _innermost(node)[1] in ("torch.nn.modules.linear.Linear", nn.Linear)
 
 
 def _is_static_dequantize(x: Any) -> bool:
