@@ -152,6 +152,35 @@ def test_bool_compared_with_numbers(tmp_path, frontend):
             assert g.dtype == w.numpy().dtype and np.array_equal(g, w.numpy())
 
 
+class AnyAll(nn.Module):
+    """Row tests of a padding mask: torch.any / torch.all over a dimension, several, or all of them (the
+    decomposed attention's 'is every key masked' is any(not keep, -1, keepdim=True))."""
+
+    def forward(self, mask: torch.Tensor) -> tuple:
+        return (mask.any(1), torch.all(mask, -1, keepdim=True), mask.any(), (~mask).all(),
+                torch.any(mask.unsqueeze(1), dim=(0, 2)))
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+def test_any_and_all(tmp_path, frontend):
+    """Exact: rows of all False, all True and mixed, at two batches and lengths."""
+    ckpt = str(tmp_path / "a.pt")
+    torch.save({}, ckpt)
+    out = str(tmp_path / "a.qrt")
+    convert(ckpt, out, model="test_convert_masks:AnyAll", input_shapes=["2,9"], input_dtypes={"mask": "bool"},
+            frontend=frontend)
+    m = qrt.load(out)
+    for batch, length in ((1, 5), (4, 7)):
+        mask = np.zeros((batch, length), bool)
+        mask[1:2] = True
+        mask[2:, ::3] = True
+        for feed in (mask, ~mask, np.zeros_like(mask)):
+            got, want = m.run([feed]), AnyAll()(torch.from_numpy(feed))
+            assert len(got) == len(want)
+            for g, w in zip(got, want):
+                assert g.dtype == np.bool_ and g.shape == w.shape and np.array_equal(g, w.numpy())
+
+
 class Repeats(nn.Module):
     """A decoder's state beside each source step (bentrevett's seq2seq attention), a new leading dimension, a
     repeat that changes nothing."""

@@ -232,6 +232,17 @@ def test_zero_state_made_in_forward(tmp_path, way):
         assert np.abs(m.run(x) - ref).max() <= DRIFT_BOUND
 
 
+def test_unrolled_lstm_refused_by_name(tmp_path):
+    """run_decompositions() unrolls aten.lstm into per-step ops (split_with_sizes, sigmoid, ... per time step): the
+    conversion names the module and what to do, not the first op without a lowering."""
+    torch.manual_seed(3)
+    program = torch.export.export(Forecaster().eval(), (torch.randn(2, 9, 5),)).run_decompositions()
+    torch.export.save(program, tmp_path / "f.pt2")
+    with pytest.raises(ConvertError, match=r"module 'lstm' \(torch\.nn\.modules\.rnn\.LSTM\) is unrolled into "
+                                           r"per-step ops.*save the program without run_decompositions\(\)"):
+        convert(tmp_path / "f.pt2", tmp_path / "f.qrt")
+
+
 class MaxPooled(nn.Module):
     """Max pooling over time, in the forms text classifiers write it."""
 

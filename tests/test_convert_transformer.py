@@ -18,6 +18,7 @@ What is held, and why these tolerances:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -33,6 +34,7 @@ import qrt
 from qrt import format as qformat
 from qrt.builder import GraphBuilder
 from tools.convert import convert
+from tools.rules import DEFAULT_RULES
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 warnings.filterwarnings("ignore", module=r"torch\.ao")
@@ -326,6 +328,44 @@ def test_float_program_exported_with_dim_auto(tmp_path):
         _bert_outputs_agree(ref, got, batch, length)
 
 
+def test_decomposed_hugging_face_program(tmp_path):
+    """A BertModel program decomposed with run_decompositions() converts: its layer norms are native_layer_norm,
+    its Linears addmm(b, x, permute(W)) and, where x is read through a permute (the attention's output dense),
+    bmm(x, expand(permute(W))) + b (left float, they had moved every output 1e-3), its aranges arange(0, n),
+    its attention the math path (scaled bmms, _softmax, any / where for fully masked rows), read back as the
+    one attention op (tests/test_convert_decomposed_attention.py). With every Linear float, within 1e-6 of torch
+    running that program (qrt's attention is the fused kernel's, a few ulps from the math path on values up to
+    4); quantized, every Linear is quantize_dynamic's (13, the pooler's included) and the module docstring's bar
+    against torch's quantize_dynamic model holds (measured 6e-8)."""
+    torch.manual_seed(8)
+    model = BertModel(BertConfig(**TINY)).eval()
+    rng = np.random.default_rng(46)
+    ids, mask = _padded(rng, 2, 9, TINY["vocab_size"])
+    free = {0: torch.export.Dim("batch"), 1: torch.export.Dim("length", max=TINY["max_position_embeddings"])}
+    program = torch.export.export(model, (), {"input_ids": ids, "attention_mask": mask},
+                                  dynamic_shapes={"input_ids": free, "attention_mask": free}).run_decompositions()
+    ops = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+    assert {"aten.native_layer_norm.default", "aten._softmax.default", "aten.any.dim", "aten.addmm.default",
+            "aten.bmm.default", "aten.arange.start_step"} <= ops
+    torch.export.save(program, tmp_path / "bert.pt2")
+    floats = dataclasses.replace(DEFAULT_RULES, name="float", module_schemes={"encoder": "float", "pooler": "float"})
+    convert(tmp_path / "bert.pt2", tmp_path / "float.qrt", rules=floats)
+    convert(tmp_path / "bert.pt2", tmp_path / "bert.qrt")
+    graph = json.loads(qformat.load_file(tmp_path / "bert.qrt").metadata[qformat.META_GRAPH])
+    ops = [n["op"] for n in graph["nodes"]]
+    assert ops.count("linear_dynamic") == 13 and ops.count("attention") == TINY["num_hidden_layers"]
+    float_model, quantized_model = qrt.load(tmp_path / "float.qrt"), qrt.load(tmp_path / "bert.qrt")
+    q = quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+    for batch, length in ((1, 7), (3, 12)):
+        ids, mask = _padded(rng, batch, length, TINY["vocab_size"])
+        feeds = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+        with torch.no_grad():
+            want = program.module()(input_ids=ids, attention_mask=mask)
+        for w, g in zip(want.to_tuple(), float_model.run(feeds)):
+            assert np.abs(w.numpy() - g).max() <= 1e-6, (batch, length)
+        _bert_outputs_agree(q(input_ids=ids, attention_mask=mask), quantized_model.run(feeds), batch, length)
+
+
 def test_torchao_encoder_from_saved_program(tmp_path):
     """An encoder quantized by torchao's quantize_ (Int8DynamicActivationInt8WeightConfig: per-row symmetric
     activations, per-row int8 weights), exported with batch and length free and saved as a .pt2 (its weights
@@ -411,19 +451,22 @@ def test_torch_transformer_encoder(tmp_path, batch_first, masked, saved):
         assert diff <= 1e-4 and cos >= 0.99999, (batch, length, diff, cos)
 
 
-def test_torch_transformer_encoder_from_a_pt2_program(tmp_path):
+@pytest.mark.parametrize("decomposed", [False, True])
+def test_torch_transformer_encoder_from_a_pt2_program(tmp_path, decomposed):
     """A float program of nn.TransformerEncoder with a padding mask (torch.export.save, batch and length dynamic):
     its Linears are quantized as the FX front end quantizes the model's, nn.Linear modules only, so
     MultiheadAttention's in_proj (an F.linear) and out_proj (a Linear subclass quantize_dynamic leaves alone) stay
     float (they had been quantized: 5.5e-3 to 1.1e-2 from torch's quantize_dynamic model); then the module
-    docstring's bar against that model."""
+    docstring's bar against that model. Decomposed (run_decompositions()), the program's layer norms are
+    native_layer_norm, its softmax _softmax, its attention bmm of scaled q and k with any / where for rows whose
+    every key is masked, and clones that make the views after them valid: those had been refused."""
     net = PaddedTorchEncoder().eval()
     q = quantize_dynamic(net, {nn.Linear}, dtype=torch.qint8)
     batch, length = torch.export.Dim("batch"), torch.export.Dim("length")
     src, pad = torch.randn(2, 7, 48), torch.zeros(2, 7, dtype=torch.bool)
     with torch.no_grad():
         ep = torch.export.export(net, (src, pad), dynamic_shapes=({0: batch, 1: length}, {0: batch, 1: length}))
-    torch.export.save(ep, tmp_path / "e.pt2")
+    torch.export.save(ep.run_decompositions() if decomposed else ep, tmp_path / "e.pt2")
     convert(tmp_path / "e.pt2", tmp_path / "e.qrt")
     ops = [n["op"] for n in json.loads(qformat.load_file(tmp_path / "e.qrt").metadata[qformat.META_GRAPH])["nodes"]]
     assert ops.count("linear_dynamic") == 5  # each layer's linear1 and linear2, and the head

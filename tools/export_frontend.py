@@ -40,7 +40,17 @@ from torch import nn
 from torch.export import Dim, ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
-from . import keywords, lower_masks, pt2e, qrt_backend, recurrent_program, torchao_frontend
+from . import (
+    decomposed_attention,
+    decomposed_linear,
+    keywords,
+    lower_masks,
+    module_stack,
+    pt2e,
+    qrt_backend,
+    recurrent_program,
+    torchao_frontend,
+)
 from . import shapes as qshapes
 from .layers import EmbeddingLayer, Layer, LinearLayer, RNNCellLayer, SequenceLayer, StubLayer
 from .lower import TIED_DIMS
@@ -364,23 +374,6 @@ _SYM_SIZE = torch.ops.aten.sym_size.int
 _FACTORIES = ("zeros", "ones", "full", "scalar_tensor")  # of constant sizes and values: constants
 # in-place ops that are their out-of-place ones where nothing else reads the tensor they write
 _IN_PLACE = ("add_", "sub_", "mul_", "div_", "masked_fill_")
-# A Linear as run_decompositions() writes it: addmm(b, x, permute(W, [1, 0])), or mm(x, permute(...)) without a bias.
-_PRODUCTS = ("addmm", "mm")
-
-
-def _is_weight_transpose(node: torch.fx.Node, consts: dict) -> bool:
-    """A transpose of a stored plain 2-D weight that only decomposed Linears (_PRODUCTS) read as their right
-    operand."""
-    return (node.op == "call_function" and node.target in (torch.ops.aten.permute.default, torch.ops.aten.t.default)
-            and isinstance(node.args[0], torch.fx.Node) and node.args[0].op == "placeholder"
-            and type(consts.get(node.args[0].name)) in (torch.Tensor, nn.Parameter)  # not a torchao weight
-            and consts[node.args[0].name].dim() == 2
-            and (node.target is torch.ops.aten.t.default or list(node.args[1]) == [1, 0])
-            and bool(node.users) and all(u.target in (torch.ops.aten.addmm.default, torch.ops.aten.mm.default)
-                                         and u.args[-1] is node and u.kwargs == {} and len(u.args) in (2, 3)
-                                         for u in node.users))
-
-
 _SKIPPED = ("_assert_scalar", "sym_constrain_range_for_size", "_assert_tensor_metadata", "sym_constrain_range")
 
 
@@ -408,6 +401,9 @@ class _Raiser:
         self.consts: dict[str, torch.Tensor] = {}
         self.errors: dict[str, list[str]] = {}  # why -> the nodes it stops
         self.q = pt2e.QDQ(self)
+        # by result node: decomposed Linears and attentions
+        self.linears: dict[torch.fx.Node, decomposed_linear.Linear] = {}
+        self.attentions: dict[torch.fx.Node, decomposed_attention.Attention] = {}
         self.signatures = {e.fqn: e.signature for e in ep.module_call_graph
                            if e.fqn.partition("@")[0] in leaves and e.signature}
 
@@ -449,8 +445,6 @@ class _Raiser:
                 # a field of a tensor-subclass weight (torchao's qdata, scale): a constant like the weight
                 self.consts[node.name] = getattr(self.consts[node.args[0].name], node.args[1])
                 fields.add(node)
-            elif _is_weight_transpose(node, self.consts):  # a decomposed Linear's W^T: a constant, read below
-                self.consts[node.name] = self.consts[node.args[0].name].t()
             elif node.op == "call_function" and node.users and node.all_input_nodes \
                     and all(a in fields for a in node.all_input_nodes):
                 # computed from such fields alone (a transpose, a cast), once for every call of the layer: the
@@ -459,9 +453,12 @@ class _Raiser:
                 args, kwargs = pytree.tree_map_only(torch.fx.Node, const, (node.args, node.kwargs))
                 self.consts[node.name] = node.target(*args, **kwargs)
                 fields.add(node)
+        self.linears = decomposed_linear.find(nodes, self.consts)
+        self.attentions = decomposed_attention.find(nodes)
         self._inputs(nodes)
         groups = self._groups(nodes)
         inside = {n for _, members, _ in groups.values() for n in members}
+        inside.update(n for part in (*self.linears.values(), *self.attentions.values()) for n in part.inside)
         for node in nodes:
             if node.name in self.consts:
                 self.env[node] = pt2e.Constant(node.name, self.consts[node.name])
@@ -482,7 +479,7 @@ class _Raiser:
             try:
                 self.env[node] = self._call(node)
             except LoweringError as e:
-                self.errors.setdefault(str(e), []).append(node.name)
+                self.errors.setdefault(_unrolled(node, nodes) or str(e), []).append(node.name)
                 self.env[node] = None
         if self.errors:  # each reason once, with the nodes it stops (not their reprs: whole argument lists)
             raise RaiseError("the export front end cannot raise: " + "; ".join(
@@ -576,6 +573,13 @@ class _Raiser:
             return self.q.call(node)
         if node in self.q.fused:
             return self.q.fused[node]
+        if node in self.linears:  # x W^T (+ b) as run_decompositions() writes it: a Linear
+            linear = self.linears[node]
+            return self.q.linear(node, tuple(self.value((linear.x, linear.weight, linear.bias))))
+        if node in self.attentions:  # the math path of a scaled_dot_product_attention: the one op
+            a = self.attentions[node]
+            q, k, v, mask = (self._attr(x) for x in self.value((a.q, a.k, a.v, a.mask)))
+            return self.function(F.scaled_dot_product_attention, (q, k, v), {"attn_mask": mask, "scale": a.scale})
         name = op.overloadpacket.__name__ if isinstance(op, torch._ops.OpOverload) else None
         args, kwargs = self.value(node.args), self.value(node.kwargs)
         if name in _SKIPPED:
@@ -589,9 +593,6 @@ class _Raiser:
             return recurrent_program.results(self, self.module(path, module, call), name)
         if name == "linear":
             return self.q.linear(node, args)
-        if name in _PRODUCTS and _is_weight_transpose(node.args[-1], self.consts):  # x W^T (+ b): a Linear
-            bias, x, _ = args if name == "addmm" else (None, *args)
-            return self.q.linear(node, (x, self.env[node.args[-1].args[0]], bias))
         if op is operator.getitem and isinstance(args[0], pt2e.Marker):
             return self.q.getitem(args[0], args[1])
         args = tuple(self._attr(a) for a in args)
@@ -624,9 +625,13 @@ class _Raiser:
             return self.function(operator.getitem, (x, index), {})
         if name == "select" and len(args) == 3 and isinstance(args[1], int):  # x[:, i], as users write it
             return self.function(operator.getitem, (args[0], (slice(None),) * args[1] + (args[2],)), {})
+        if name == "arange" and len(args) in (2, 3) and all(type(a) is int for a in args[::2]) \
+                and args[0] == 0 and args[2:] in ((), (1,)):
+            args = args[1:2]  # arange.start_step(0, n): run_decompositions()'s arange(n)
         if name == "embedding":  # aten: (weight, indices, padding_idx, ...); F.embedding: (input, weight, ...)
             return self.function(F.embedding, (args[1], args[0]), {})
-        if name == "contiguous":  # kept: a .view after it (MultiheadAttention's) needs it when torch runs the graph
+        if name == "contiguous" or (name == "clone" and kwargs.get("memory_format") is torch.contiguous_format):
+            # kept: a .view after it (MultiheadAttention's, a decomposed program's) needs it when torch runs the graph
             return self.method("contiguous", args[:1])
         if name in ("clone", "alias", "detach", "detach_", "lift_fresh_copy"):
             return args[0]  # lift_fresh_copy, detach_: a torch.tensor(...) made in forward, a constant
@@ -668,6 +673,22 @@ class _Raiser:
         result = pytree.tree_unflatten(flat, self.ep.call_spec.out_spec)
         # a HuggingFace ModelOutput: its tensors as a tuple, as a model called with keywords returns them
         self.graph.output(_tuples(keywords.tensors_of(result)))
+
+
+_RECURRENT_MODULES = tuple(f"torch.nn.modules.rnn.{c}" for c in ("LSTM", "GRU", "RNN", "LSTMCell", "GRUCell",
+                                                                 "RNNCell"))
+
+
+def _unrolled(node: torch.fx.Node, nodes: list[torch.fx.Node]) -> str | None:
+    """Why node, which could not be raised, cannot be: it is in a recurrent module that the program runs without
+    its one ATen op (aten.lstm, ...), unrolled into per-step ops (run_decompositions()). None otherwise."""
+    path, kind = module_stack.innermost(node)
+    if kind not in _RECURRENT_MODULES or any(recurrent_program.is_recurrent(n) and module_stack.innermost(n)[0] == path
+                                             for n in nodes):
+        return None
+    return (f"module {path!r} ({kind}) is unrolled into per-step ops, as run_decompositions() writes a recurrent "
+            "layer; qrt reads one as the single op torch.export.export writes (aten.lstm, aten.gru, ...): save the "
+            "program without run_decompositions()")
 
 
 def _tuples(v: Any) -> Any:

@@ -106,6 +106,33 @@ def _logical_not(lw: Lowerer, node: torch.fx.Node, input: Any) -> Tensor:
     return Tensor(lw.emit(node, "logical_not", {"x": input.name}), "bool")
 
 
+def _bool_input(input: Any) -> None:
+    if dtype_of(input) != "bool":
+        raise LoweringError(f"any / all of a {dtype_of(input)} value (qrt's logic takes bool)")
+
+
+def _any(lw: Lowerer, node: torch.fx.Node, input: Any, dims: list[int], keepdim: bool, suffix: str = "") -> Tensor:
+    # True where some element along dims is: the largest of the elements as 0.0 / 1.0 is 1.0 there
+    ones = cast(lw, node, input, "float32", "_float")
+    top = Tensor(lw.emit(node, "amax", {"x": ones.name}, {"dims": dims, "keepdim": bool(keepdim)}, "_amax"))
+    return cast(lw, node, top, "bool", suffix)
+
+
+@lowers(functions=(torch.any,), methods=("any",))
+def _any_of(lw: Lowerer, node: torch.fx.Node, input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
+    _bool_input(input)
+    return _any(lw, node, input, norm_dims(dim, len(lw.shape(input))), keepdim)
+
+
+@lowers(functions=(torch.all,), methods=("all",))
+def _all(lw: Lowerer, node: torch.fx.Node, input: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
+    _bool_input(input)
+    dims = norm_dims(dim, len(lw.shape(input)))
+    # all(x) is not any(not x)
+    negated = Tensor(lw.emit(node, "logical_not", {"x": input.name}, None, "_not"), "bool")
+    return Tensor(lw.emit(node, "logical_not", {"x": _any(lw, node, negated, dims, keepdim, "_any").name}), "bool")
+
+
 @lowers(functions=(torch.where,))
 def _where(lw: Lowerer, node: torch.fx.Node, condition: Any, input: Any, other: Any) -> Tensor:
     if dtype_of(condition) != "bool":

@@ -647,8 +647,15 @@ def _softmaxes(op: str) -> None:
     def lower_module(lw: Lowerer, node: torch.fx.Node, m: nn.Module, x: Any) -> Tensor:
         return lower(lw, node, x, m.dim)
 
+    def lower_aten(lw: Lowerer, node: torch.fx.Node, input: Any, dim: int, half_to_float: bool) -> Tensor:
+        # run_decompositions()'s form: the kernel torch.softmax runs, asked for float32 from float32
+        if half_to_float:
+            raise LoweringError(f"_{op} with half_to_float (a float16 input) is not supported (float32 only)")
+        return lower(lw, node, input, dim)
+
     lowers(functions=(getattr(F, op),))(lower)
     lowers(functions=(getattr(torch, op),), methods=(op,))(lower_torch)
+    lowers(functions=(getattr(torch, f"_{op}"),))(lower_aten)
     lowers(modules=(nn.Softmax if op == "softmax" else nn.LogSoftmax,))(lower_module)
 
 
@@ -677,6 +684,15 @@ def _torch_layer_norm(lw: Lowerer, node: torch.fx.Node, input: Any, normalized_s
     return _layer_norm(lw, node, input, normalized_shape, weight, bias, eps)
 
 
+@lowers(functions=(torch.native_layer_norm,))
+def _native_layer_norm(lw: Lowerer, node: torch.fx.Node, input: Any, normalized_shape: Any, weight: Any, bias: Any,
+                       eps: float) -> tuple:
+    """What run_decompositions() makes of a layer norm (the kernel torch.layer_norm runs): (y, mean, 1 / std),
+    of which the program reads y."""
+    _only_first_item(node, "native_layer_norm")
+    return _layer_norm(lw, node, input, normalized_shape, weight, bias, eps), None, None
+
+
 @lowers(modules=(nn.LayerNorm,))
 def _layer_norm_module(lw: Lowerer, node: torch.fx.Node, m: nn.LayerNorm, x: Any) -> Tensor:
     return _layer_norm(lw, node, x, m.normalized_shape, m.weight, m.bias, m.eps)
@@ -684,6 +700,12 @@ def _layer_norm_module(lw: Lowerer, node: torch.fx.Node, m: nn.LayerNorm, x: Any
 
 # Batch normalisation in inference: the running statistics, stored. In training (or without running statistics)
 # each batch is normalised by its own mean and variance, which qrt's batch_norm does not compute.
+
+
+def _only_first_item(node: torch.fx.Node, op: str) -> None:
+    """Refuse a use of a decomposed normalisation's saved statistics (items 1 and 2: training's)."""
+    if not all(u.target is operator.getitem and (u.args[1] == 0 or not u.users) for u in node.users):
+        raise LoweringError(f"only the output (item 0) of {op} is supported")
 
 
 def _per_channel(c: Any, what: str) -> np.ndarray | None:
@@ -733,8 +755,7 @@ def _batch_norm_no_training(lw: Lowerer, node: torch.fx.Node, input: Any, weight
                             running_mean: Any, running_var: Any, momentum: Any, eps: float) -> tuple:
     """What run_decompositions() makes of an eval BatchNorm (a saved .pt2): (y, saved mean, saved 1 / std), of
     which the program reads y."""
-    if not all(u.target is operator.getitem and (u.args[1] == 0 or not u.users) for u in node.users):
-        raise LoweringError("only the output (item 0) of _native_batch_norm_legit_no_training is supported")
+    _only_first_item(node, "_native_batch_norm_legit_no_training")
     return _batch_norm(lw, node, input, running_mean, running_var, weight, bias, False, momentum, eps), None, None
 
 

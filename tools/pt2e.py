@@ -31,6 +31,7 @@ import torch.fx
 import torch.nn.functional as F
 from torch import nn
 
+from . import module_stack
 from .layers import LinearLayer, QWeight
 from .lower_ops import quantize_dynamic_8bit
 from .lower_values import LoweringError
@@ -226,23 +227,17 @@ class QDQ:
         return y
 
 
-def _innermost(node: torch.fx.Node) -> tuple[str, Any]:
-    """The innermost module node ran in, as its nn_module_stack says: (path, class or class name), or ("", "")."""
-    stack = list((node.meta.get("nn_module_stack") or {}).values())
-    return stack[-1] if stack else ("", "")
-
-
 def _module_path(node: torch.fx.Node) -> str:
     """The nn.Linear's module path in the model the program was exported from (nn_module_stack), else the
     node's name (an F.linear)."""
-    path, kind = _innermost(node)
+    path, kind = module_stack.innermost(node)
     linear = kind.endswith("Linear") and all(p.isidentifier() or p.isdigit() for p in path.split("."))
     return path if path and linear else node.name
 
 
 def _is_linear_module(node: torch.fx.Node) -> bool:
     """Whether node is an nn.Linear module's own call (its innermost nn_module_stack entry), not a subclass's."""
-    return _innermost(node)[1] in ("torch.nn.modules.linear.Linear", nn.Linear)
+    return module_stack.innermost(node)[1] == module_stack.LINEAR
 
 
 def _is_static_dequantize(x: Any) -> bool:

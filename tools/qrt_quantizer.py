@@ -41,7 +41,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 from torch.export.graph_signature import InputKind, TensorArgument
 
-from . import export_frontend, pt2e, torchao_frontend
+from . import export_frontend, module_stack, pt2e, torchao_frontend
 from . import shapes as qshapes
 from .layers import Layer, LinearLayer, QWeight, RNNCellLayer, SequenceLayer
 from .lower_ops import quantize_dynamic_8bit
@@ -127,10 +127,9 @@ def _specs(mode: str, scheme: str, engine: str) -> tuple[Any, Any]:
 
 def _module_at(model: nn.Module, node: torch.fx.Node) -> tuple[str, nn.Module | None]:
     """The innermost module a node runs in (its nn_module_stack), and its path."""
-    stack = list((node.meta.get("nn_module_stack") or {}).values())
-    if not stack:
+    path = module_stack.innermost(node)[0]
+    if not path:
         return "", None
-    path = stack[-1][0]
     try:
         return path, model.get_submodule(path)
     except AttributeError:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import pt2e
+from . import module_stack, pt2e
 from .lower_values import LoweringError
 
 MODULES = {"lstm": nn.LSTM, "gru": nn.GRU, "rnn_tanh": nn.RNN, "rnn_relu": nn.RNN}
@@ -60,10 +60,8 @@ def is_zero_state(node: torch.fx.Node) -> bool:
 
 def _path(node: torch.fx.Node, cls: type) -> str:
     """The module path the op ran in (the innermost of its class), or the node's name for a bare _VF call."""
-    stack = list((node.meta.get("nn_module_stack") or {}).values())
-    for path, owner in reversed(stack):
-        name = owner if isinstance(owner, str) else f"{owner.__module__}.{owner.__qualname__}"
-        if path and name == f"{cls.__module__}.{cls.__qualname__}":
+    for path, name in reversed(module_stack.entries(node)):
+        if path and name == module_stack.class_name(cls):
             return path
     return node.name
 

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 from torch.export import ExportedProgram
 
+from . import module_stack
 from .layers import LinearLayer, QWeight
 from .lower_values import LoweringError, Tensor, lowers
 from .qrt_backend import loggers_at
@@ -169,8 +170,8 @@ def program_leaves(ep: ExportedProgram) -> dict[str, nn.Module]:
     state = ep.state_dict
     out: dict[str, nn.Module] = {}
     for node in ep.graph.nodes:
-        for path, cls in (node.meta.get("nn_module_stack") or {}).values():
-            if path in out or cls not in ("torch.nn.modules.linear.Linear", nn.Linear):
+        for path, cls in module_stack.entries(node):
+            if path in out or cls != module_stack.LINEAR:
                 continue
             w = state.get(f"{path}.weight")
             if not is_torchao_tensor(w):
