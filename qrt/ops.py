@@ -359,9 +359,11 @@ def _check_sequence(gates: int, states: tuple[str, ...]) -> Check:
     return check
 
 
-def channel_view(shape: tuple, axis: int) -> tuple[int, int, int]:
-    """[outer, channels, inner]: a contiguous array of shape as the per-channel kernels read it."""
-    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
+def channel_view(shape: tuple, axis: int, stop: int | None = None) -> tuple[int, int, int]:
+    """[outer, channels, inner]: a contiguous array of shape as the per-channel kernels read it, the channels
+    dimension axis (or dimensions axis .. stop - 1 merged, as the reductions read them)."""
+    stop = axis + 1 if stop is None else stop
+    return math.prod(shape[:axis]), math.prod(shape[axis:stop]), math.prod(shape[stop:])
 
 
 def flattened(shape: Shape, start: int, end: int | None) -> Shape:

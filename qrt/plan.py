@@ -620,10 +620,8 @@ class Plan:
         if getattr(step, "sum_dims", None) is not None and kernel is not None and x.dtype == np.float32:
             dims = step.sum_dims
             if dims == list(range(dims[0], dims[-1] + 1)) and env[out].size:
-                view = (math.prod(x.shape[: dims[0]]), math.prod(x.shape[dims[0] : dims[-1] + 1]),
-                        math.prod(x.shape[dims[-1] + 1 :]))
                 return {"op": PlanStep.PS_SUM, "a": node.inputs["x"], "y": out, "dtype": int(op == "mean"),
-                        "kernel": kernel, "view": view}
+                        "kernel": kernel, "view": channel_view(x.shape, dims[0], dims[-1] + 1)}
         if getattr(step, "unary", None) is not None and kernel is not None and x.dtype == np.float32:
             return {"op": PlanStep.PS_UNARY, "a": node.inputs["x"], "y": out, "n": x.size,
                     "dtype": K.UNARY_OPS[step.unary], "kernel": kernel}

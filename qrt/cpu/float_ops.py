@@ -17,12 +17,8 @@ import numpy as np
 from .. import _kernels as K
 from .. import tensor_moves
 from ..graph import Node
+from ..ops import channel_view
 from .types import Prepare, Step
-
-
-def _view(shape: tuple, start: int, stop: int) -> tuple[int, int, int]:
-    """[outer, n, inner] view of a contiguous array: dimensions start .. stop - 1 merged into n."""
-    return math.prod(shape[:start]), math.prod(shape[start:stop]), math.prod(shape[stop:])
 
 
 def _relu(node: Node, c: Mapping[str, np.ndarray]) -> Step:
@@ -83,7 +79,7 @@ def _softmax(log: bool) -> Prepare:
         kernel, dim = K.FloatOps(), node.attrs["dim"]
 
         def step(x):
-            view = _view(x.shape, dim, dim + 1)
+            view = channel_view(x.shape, dim)
             y = np.empty(x.shape, np.float32)
             kernel.softmax(log, tensor_moves.contiguous_of(np, x).reshape(view), y.reshape(view))
             return (y,)
@@ -109,7 +105,7 @@ def _reduce(mean: bool) -> Prepare:
 
         def step(x):
             if adjacent:
-                view, src = _view(x.shape, dims[0], dims[-1] + 1), tensor_moves.contiguous_of(np, x)
+                view, src = channel_view(x.shape, dims[0], dims[-1] + 1), tensor_moves.contiguous_of(np, x)
             else:
                 kept = [d for d in range(x.ndim) if d not in dims]
                 src = np.ascontiguousarray(x.transpose(kept + dims))
@@ -168,7 +164,7 @@ def _batch_norm(node: Node, c: Mapping[str, np.ndarray]) -> Step:
 
     def step(x):
         check_channels(x.shape, alpha.shape[0])
-        view = _view(x.shape, 1, 2)
+        view = channel_view(x.shape, 1)
         y = np.empty(x.shape, np.float32)
         kernel.batch_norm(tensor_moves.contiguous_of(np, x).reshape(view), alpha, beta, y.reshape(view))
         return (y,)
