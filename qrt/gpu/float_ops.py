@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from ..cpu.float_ops import _broadcast_shape, _view, batch_norm_terms, check_channels
+from ..cpu.float_ops import _broadcast_shape, batch_norm_terms, check_channels
 from ..cpu.types import Prepare, Step
 from ..graph import Node
+from ..ops import channel_view
 from .runtime import blocks, check_size, cupy, kernel
 from .tensor_ops import contiguous
 
@@ -109,7 +110,7 @@ def _softmax(log: bool) -> Prepare:
         def step(x):
             x = contiguous(x, np.float32)
             check_size("x", x.size)
-            outer, n, inner = _view(x.shape, dim, dim + 1)
+            outer, n, inner = channel_view(x.shape, dim)
             y = cupy().empty(x.shape, np.float32)
             if x.size:
                 _launch_rows(name, outer * inner, x, y, np.uint32(outer), np.uint32(n), np.uint32(inner))
@@ -134,7 +135,7 @@ def _reduce(mean: bool) -> Prepare:
             x = contiguous(x, np.float32)
             check_size("x", x.size)
             if adjacent:
-                (outer, n, inner), src = _view(x.shape, dims[0], dims[-1] + 1), x
+                (outer, n, inner), src = channel_view(x.shape, dims[0], dims[-1] + 1), x
             else:
                 kept = [d for d in range(x.ndim) if d not in dims]
                 src = cp.ascontiguousarray(x.transpose(kept + dims))
@@ -188,7 +189,7 @@ def _batch_norm(node: Node, c: Mapping[str, np.ndarray]) -> Step:
         check_size("x", x.size)
         y = cupy().empty(x.shape, np.float32)
         if x.size:
-            _, _, inner = _view(x.shape, 1, 2)
+            _, _, inner = channel_view(x.shape, 1)
             kernel("float_ops.cu", "batch_norm_f32")((blocks(x.size),), (256,),
                                                     (x, alpha, beta, y, np.uint32(x.size), np.uint32(channels),
                                                      np.uint32(inner)))
