@@ -22,7 +22,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHAPES = [(32, 384), (64, 384), (128, 384), (128, 1536)]  # BERT at batch 1: 32 to 128 tokens
-UNARY = ["gelu", "gelu_tanh", "sigmoid", "tanh", "silu", "sqrt", "rsqrt"]
+UNARY = ["gelu", "gelu_tanh", "sigmoid", "tanh", "silu", "sqrt", "rsqrt", "log"]
 MODES = {"1": (1, None), "2 one": (2, 1 << 40), "2 split": (2, 1)}  # threads, work per task (None: as built)
 
 
@@ -43,7 +43,8 @@ def one_variant(min_time: float, repeats: int) -> dict:
         w, b = rng.standard_normal((2, shape[-1])).astype(np.float32)
         y = np.empty_like(x)
         fx, fy, fa = x.reshape(-1), y.reshape(-1), np.abs(x).reshape(-1)  # sqrt's negatives: libm's errno path
-        cases += [(f"{op} {s}", lambda op=op, fx=fa if "sqrt" in op else fx, fy=fy: ops.unary(op, fx, fy))
+        positive = ("sqrt", "rsqrt", "log")
+        cases += [(f"{op} {s}", lambda op=op, fx=fa if op in positive else fx, fy=fy: ops.unary(op, fx, fy))
                   for op in UNARY]
         cases.append((f"add {s}", lambda x=x, r=r, y=y: ops.binary("add", x, r, y)))
         cases.append((f"layer_norm {s}", lambda x=x, w=w, b=b, y=y: ops.layer_norm(x, w, b, 1e-12, y)))

@@ -102,7 +102,8 @@ def implementations(
             x = xp.asarray(x)
             if dtype == np.bool_:
                 return (contiguous(x != 0),)  # NaN != 0: True, as torch
-            return (contiguous(x.astype(dtype)),)
+            with np.errstate(invalid="ignore"):  # NaN or out of range: undefined, as in torch; no warning
+                return (contiguous(x.astype(dtype)),)
 
         return step
 

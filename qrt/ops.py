@@ -1030,6 +1030,7 @@ _UNARY_FLOAT = {
     "silu": "x * sigmoid(x), as torch.nn.functional.silu",
     "sqrt": "sqrt(x), correctly rounded (IEEE)",
     "rsqrt": "1 / sqrt(x), each step correctly rounded, as torch.rsqrt",
+    "log": "the natural logarithm, msun's logf (within 1 ulp of torch.log; -inf at 0, NaN below)",
 }
 _BINARY_FLOAT = {"add": "a + b", "sub": "a - b", "mul": "a * b", "div": "a / b"}
 

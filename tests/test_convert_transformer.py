@@ -174,6 +174,25 @@ def test_roberta_positions_counted_over_the_tokens(tmp_path, family):
         _bert_outputs_agree(ref, m.run({"input_ids": ids.numpy(), "attention_mask": mask.numpy()}), batch, length)
 
 
+def test_mpnet_relative_positions(tmp_path):
+    """MPNet (all-mpnet-base-v2's architecture) as a sentence embedder: its relative position buckets take a float32
+    log, abs and torch.min (format version 12; exact, tests/test_convert_masks.py), and it scores its attention with
+    eager matmul and softmax, which qrt runs in its own order where torch runs MKL's sgemm: at 40 tokens the
+    buckets' log branch is taken (relative positions 16 and 32 at its edges). Held to the module docstring's bar
+    (measured 3e-8 and 6e-8 here; a 4-layer, 768-wide random MPNet reached 9.5e-4 and cosine 0.99997 at 3 x 200,
+    where the products' last bits turn into other int8 steps, docs/CONVERTER.md)."""
+    torch.manual_seed(9)
+    config = AutoConfig.for_model("mpnet", **TINY)
+    q, path = _quantized_file(tmp_path, SentenceEmbedder(AutoModel.from_config(config)), ["2,9", "2,9"], "mpnet")
+    m, rng = qrt.load(path), np.random.default_rng(47)
+    assert "log" in {n.op for n in m.graph.nodes} and m.metadata["qrt.version"] == "12"
+    for batch, length in ((1, 7), (3, 40)):
+        ids, mask = _padded(rng, batch, length, TINY["vocab_size"])
+        ids[ids <= config.pad_token_id] = config.pad_token_id + 1
+        diff, cos = _agreement(q(ids, mask).detach().numpy(), m.run([ids.numpy(), mask.numpy()]))
+        assert diff <= 1e-4 and cos >= 0.99999, (batch, length, diff, cos)
+
+
 @pytest.mark.parametrize("family, extra", [("ibert", {}), ("luke", {"entity_vocab_size": 10, "entity_emb_size": 16}),
                                            ("markuplm", {})])
 def test_encoders_making_their_defaults_at_the_inputs_sizes(tmp_path, family, extra):

@@ -374,8 +374,9 @@ def test_missing_version(tmp_path):
 
 
 def test_newer_version(tmp_path):
-    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].update({"qrt.version": "12"})),
-            r"format version 12 is newer than this qrt reads \(\[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11\]\): upgrade qrt")
+    rejects(tmp_path, edited("relu", lambda h: h["__metadata__"].update({"qrt.version": "13"})),
+            r"format version 13 is newer than this qrt reads "
+            r"\(\[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12\]\): upgrade qrt")
 
 
 def test_version_1_2_and_3_files_still_load(tmp_path):
@@ -941,6 +942,20 @@ def test_version_10_amax(tmp_path):
     (tmp_path / "v9.qrt").write_bytes(data.replace(b'"qrt.version":"10"', b'"qrt.version":"09"', 1))
     with pytest.raises(qrt.FormatError, match=r"node 'n' \(amax\): op 'amax' needs format version 10, the file says 9"):
         qrt.load(tmp_path / "v9.qrt")
+
+
+def test_version_12_log(tmp_path):
+    """A graph with log is written as version 12 and refused, naming the op, when its header says 11."""
+    from qrt.builder import GraphBuilder
+
+    g = GraphBuilder()
+    g.output(g.node("log", {"x": g.input("x", "float32", [None, 4])}, name="n"))
+    g.save(tmp_path / "v12.qrt")
+    data = (tmp_path / "v12.qrt").read_bytes()
+    assert qrt.load(tmp_path / "v12.qrt").metadata["qrt.version"] == "12"
+    (tmp_path / "v11.qrt").write_bytes(data.replace(b'"qrt.version":"12"', b'"qrt.version":"11"', 1))
+    with pytest.raises(qrt.FormatError, match=r"node 'n' \(log\): op 'log' needs format version 12, the file says 11"):
+        qrt.load(tmp_path / "v11.qrt")
 
 
 def test_version_11_batch_norm(tmp_path):

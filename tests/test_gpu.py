@@ -593,7 +593,7 @@ def _values(shape: tuple, scale: float = 4.0) -> np.ndarray:
 
 
 UNARY_CASES = [("relu", {}), ("sigmoid", {}), ("tanh", {}), ("silu", {}), ("gelu", {}),
-               ("gelu", {"approximate": "tanh"})]
+               ("gelu", {"approximate": "tanh"}), ("sqrt", {}), ("rsqrt", {}), ("log", {})]
 
 
 @needs_gpu

@@ -20,7 +20,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from .lower_ops import _index, operands, slice_to_size, value_kind
+from .lower_ops import _index, extremum, operands, slice_to_size, value_kind
 from .lower_values import (
     TORCH_DTYPES,
     Const,
@@ -202,6 +202,40 @@ def _sqrt(lw: Lowerer, node: torch.fx.Node, input: Any) -> Tensor:
 @lowers(functions=(torch.rsqrt,), methods=("rsqrt",))
 def _rsqrt(lw: Lowerer, node: torch.fx.Node, input: Any) -> Tensor:
     return Tensor(lw.emit(node, "rsqrt", {"x": lw.float_of(input)}))
+
+
+@lowers(functions=(torch.log,), methods=("log",))
+def _log(lw: Lowerer, node: torch.fx.Node, input: Any) -> Tensor:
+    return Tensor(lw.emit(node, "log", {"x": lw.float_of(input)}))
+
+
+@lowers(functions=(torch.abs,), methods=("abs",))
+def _abs(lw: Lowerer, node: torch.fx.Node, input: Any) -> Tensor:
+    """where(x <= 0, 0 - x, x): exact, -0.0 to +0.0 as torch; for integers the most negative stays itself, as
+    torch's wraps. (A NaN keeps its sign bit, which torch clears: NaN bits are not part of the contract.)"""
+    if dtype_of(input) not in ("float32", "int32", "int64"):
+        raise LoweringError(f"abs of a {dtype_of(input)} value is not supported")
+    x, zero = operands(lw, node, input, 0)
+    at_most = lw.emit(node, "le", {"a": x.name, "b": zero.name}, suffix="_le")
+    negated = lw.emit(node, "sub" if x.dtype == "float32" else "sub_int", {"a": zero.name, "b": x.name}, suffix="_neg")
+    return Tensor(lw.emit(node, "where", {"condition": at_most, "a": negated, "b": x.name}), x.dtype)
+
+
+@lowers(functions=(torch.minimum,), methods=("minimum",))
+def _minimum(lw: Lowerer, node: torch.fx.Node, input: Any, other: Any) -> Tensor:
+    return extremum(lw, node, input, other, "lt")
+
+
+@lowers(functions=(torch.maximum,), methods=("maximum",))
+def _maximum(lw: Lowerer, node: torch.fx.Node, input: Any, other: Any) -> Tensor:
+    return extremum(lw, node, input, other, "gt")
+
+
+@lowers(functions=(torch.min,), methods=("min",))
+def _min(lw: Lowerer, node: torch.fx.Node, input: Any, other: Any = None) -> Tensor:
+    if not (is_tensor(other) or isinstance(other, Const)):  # torch.min(x), torch.min(x, dim)
+        raise LoweringError("torch.min(x) and torch.min(x, dim) are not supported (torch.min(a, b) of integers is)")
+    return extremum(lw, node, input, other, "lt")
 
 
 def _div(lw: Lowerer, node: torch.fx.Node, a: Any, b: Any, suffix: str) -> str:

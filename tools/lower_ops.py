@@ -784,6 +784,19 @@ def _amax(lw: Lowerer, node: torch.fx.Node, input: Any, dim: Any = (), keepdim: 
     return _float_op(lw, node, "amax", input, {"dims": norm_dims(dim, len(lw.shape(input))), "keepdim": bool(keepdim)})
 
 
+def extremum(lw: Lowerer, node: torch.fx.Node, a: Any, b: Any, comparison: str) -> Tensor:
+    """torch.minimum (comparison "lt") or maximum ("gt") of integers: where(b < a, b, a), exact. Floats are
+    refused: torch's NaN and signed-zero rules there are not one comparison."""
+    x, y = operands(lw, node, a, b)
+    if x.dtype != y.dtype:  # int32 against int64: int64, as torch promotes
+        x, y = cast(lw, node, x, "int64", "_a"), cast(lw, node, y, "int64", "_b")
+    if x.dtype not in ("int32", "int64"):
+        what = "minimum" if comparison == "lt" else "maximum"
+        raise LoweringError(f"an elementwise {what} of {x.dtype} values is not supported (integers only)")
+    pick = lw.emit(node, comparison, {"a": y.name, "b": x.name}, suffix="_pick")
+    return Tensor(lw.emit(node, "where", {"condition": pick, "a": y.name, "b": x.name}), x.dtype)
+
+
 def _reads_values_only(node: torch.fx.Node) -> bool:
     """Whether every reader of torch.max(x, dim)'s (values, indices) takes the values: [0] or .values (an indices
     item nothing reads, values, _ = ..., aside)."""
@@ -795,8 +808,8 @@ def _reads_values_only(node: torch.fx.Node) -> bool:
 def _max(lw: Lowerer, node: torch.fx.Node, input: Any, dim: Any = None, keepdim: bool = False) -> Any:
     """torch.max(x): the maximum of all of x; torch.max(x, dim) (max pooling over time): (values, indices), of which
     qrt computes the values (amax)."""
-    if not isinstance(dim, (int, type(None))) or isinstance(dim, bool):
-        raise LoweringError("torch.max of two tensors (an elementwise maximum) is not supported")
+    if not isinstance(dim, (int, type(None))) or isinstance(dim, bool):  # torch.max(a, b): elementwise
+        return extremum(lw, node, input, dim, "gt")
     rank = len(lw.shape(input))
     if dim is None:
         return _float_op(lw, node, "amax", input, {"dims": list(range(rank)), "keepdim": False})

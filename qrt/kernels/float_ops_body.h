@@ -182,6 +182,10 @@ static void qrt_unary(int op, const float* restrict x, float* restrict y, ptrdif
         for (ptrdiff_t i = 0; i < n; i++)
             y[i] = 1.0f / sqrtf(x[i]);
         break;
+    case QRT_LOG: /* msun's logf (float_math.h), log_softmax's: its branches keep the loop scalar */
+        for (ptrdiff_t i = 0; i < n; i++)
+            y[i] = qrt_logf(x[i]);
+        break;
     }
 }
 

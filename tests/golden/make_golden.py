@@ -766,6 +766,21 @@ def case_batch_norm(rng: np.random.Generator) -> Case:
     return c
 
 
+def case_log(rng: np.random.Generator) -> Case:
+    """log (format version 12): relative position buckets' arguments (n / 8 for n up to 300, the powers of 2 at
+    the buckets' edges among them), values over the whole float range, subnormals, zeros of both signs, 1,
+    infinity (no negatives: NaN outputs are not part of the contract)."""
+    c = Case()
+    c.g.output(c.g.node("log", {"x": c.g.input("x", "float32", [None, None])}, name="log"))
+    special = np.array([0.0, -0.0, 1.0, np.inf, 1e-45, 1e-40, 1.1754944e-38, 3.4e38], F32)
+    positions = np.arange(1, 301, dtype=F32) / F32(8)
+    spread = np.exp(rng.uniform(-100, 88, 157)).astype(F32)
+    c.runs.append({"x": np.concatenate([special, positions, spread, rng.uniform(0.5, 2, 35).astype(F32)])
+                   .reshape(10, 50)})
+    c.runs.append({"x": np.abs(wide(rng, (3, 7)))})
+    return c
+
+
 def case_attention(rng: np.random.Generator) -> Case:
     """matmul (batch broadcast, K past a tile) and attention (scale null and given, a bool mask over heads with a
     row masked out entirely, a float additive mask with -inf, is_causal, k/v broadcast over q's batch), at odd
@@ -903,6 +918,7 @@ CASES: dict[str, Callable[[np.random.Generator], Case]] = {
     "reshape_like": case_reshape_like,
     "max_pooling": case_max_pooling,
     "batch_norm": case_batch_norm,
+    "log": case_log,
 }
 
 
