@@ -526,6 +526,41 @@ def _deep_lstm() -> nn.Module:
     return nn.LSTM(4, 8, 9)
 
 
+class StoredTable(nn.Module):
+    """Modules applied to a stored tensor (DeBERTa's LayerNorm, Dropout and position projections of its relative
+    embeddings' weight), the result read with the input; a number made a tensor in forward and cast to the
+    input's dtype (DeBERTa's torch.tensor(mid - 1).type_as(relative_pos))."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(16)
+        self.rel, self.norm, self.drop = nn.Embedding(6, 8), nn.LayerNorm(8), nn.Dropout(0.1)
+        self.proj, self.head = nn.Linear(8, 8), nn.Linear(8, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        table = self.proj(self.drop(self.norm(self.rel.weight)))
+        return self.head(x) + x @ table.T + torch.tensor(3).type_as(x)
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+def test_modules_of_stored_tensors_are_computed_once(tmp_path, frontend):
+    """torch's quantize_dynamic model: the table (its quantized proj included) is computed by torch at conversion
+    and stored, so it is torch's bits; the head is qrt's linear_dynamic (bit for bit) and x @ table^T its matmul
+    (qrt's order: within 1e-6 of torch's sums here). Each had stopped: the FX front end at the LayerNorm of a
+    stored tensor ("needs a float tensor, got Const") and at the cast of a stored number, the export front end at
+    x.T (aten.numpy_T), then at the Dropout, which it called with no argument (the weight it reads is stored)."""
+    q = quantize_dynamic(StoredTable().eval(), {nn.Linear}, dtype=torch.qint8)
+    torch.save(q, tmp_path / "t.pt")
+    convert(tmp_path / "t.pt", tmp_path / "t.qrt", input_shapes=["2,5,8"], trust_checkpoint=True, frontend=frontend)
+    m = qrt.load(tmp_path / "t.qrt")
+    assert [n.op for n in m.graph.nodes].count("linear_dynamic") == 1
+    for shape in ((1, 3, 8), (4, 7, 8)):
+        x = np.random.default_rng(17).standard_normal(shape).astype(np.float32)
+        with torch.no_grad():
+            want = q(torch.from_numpy(x)).numpy()
+        assert np.abs(m.run(x) - want).max() <= 1e-6
+
+
 def test_pt2_float_program(tmp_path):
     """A float program saved with torch.export.save: its dynamic batch stays free, no --trust-checkpoint
     (loading it runs no pickled code), and its Linears are quantized under the rules as the FX front

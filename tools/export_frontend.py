@@ -403,6 +403,7 @@ class _Raiser:
         self.q = pt2e.QDQ(self)
         # by result node: decomposed Linears and attentions
         self.linears: dict[torch.fx.Node, decomposed_linear.Linear] = {}
+        self.targets: dict[str, str] = {}
         self.attentions: dict[torch.fx.Node, decomposed_attention.Attention] = {}
         self.signatures = {e.fqn: e.signature for e in ep.module_call_graph
                            if e.fqn.partition("@")[0] in leaves and e.signature}
@@ -432,6 +433,7 @@ class _Raiser:
     def run(self) -> torch.fx.GraphModule:
         ep = self.ep
         kinds = {s.arg.name: s for s in ep.graph_signature.input_specs}
+        self.targets = {name: s.target or "" for name, s in kinds.items()}  # placeholder -> state-dict name
         tensors = {**ep.state_dict, **ep.constants}
         nodes = list(ep.graph.nodes)
         fields: set[torch.fx.Node] = set()
@@ -556,9 +558,18 @@ class _Raiser:
                     args.append(a)
         return args
 
+    def _stored_argument(self, path: str, members: list[torch.fx.Node]) -> list[torch.fx.Node]:
+        """The stored tensors a call reads that are not the module's own (DeBERTa's LayerNorm and Dropout of its
+        relative embeddings' weight): its arguments, where it reads no computed one."""
+        inside = set(members)
+        own = f"{path}."
+        return list(dict.fromkeys(a for n in members for a in n.all_input_nodes if a not in inside
+                                  and a.name in self.consts and not self.targets.get(a.name, "").startswith(own)))
+
     def _call_leaf(self, out: torch.fx.Node, path: str, members: list[torch.fx.Node], call: Any) -> None:
         if call is None:
-            self.env[out] = self.module(path, self.leaves[path], [self.env[a] for a in self._outer_tensors(members)])
+            args = self._outer_tensors(members) or self._stored_argument(path, members)
+            self.env[out] = self.module(path, self.leaves[path], [self._attr(self.env[a]) for a in args])
             return
         args, kwargs, results = call
         value = self.module(path, self.leaves[path], [_tuples(self.value(a)) for a in args],
@@ -628,6 +639,8 @@ class _Raiser:
         if name == "arange" and len(args) in (2, 3) and all(type(a) is int for a in args[::2]) \
                 and args[0] == 0 and args[2:] in ((), (1,)):
             args = args[1:2]  # arange.start_step(0, n): run_decompositions()'s arange(n)
+        if name == "numpy_T":  # x.T: its dimensions reversed
+            return self.method("permute", (args[0], list(reversed(range(node.args[0].meta["val"].dim())))))
         if name == "embedding":  # aten: (weight, indices, padding_idx, ...); F.embedding: (input, weight, ...)
             return self.function(F.embedding, (args[1], args[0]), {})
         if name == "contiguous" or (name == "clone" and kwargs.get("memory_format") is torch.contiguous_format):

@@ -306,7 +306,7 @@ class Lowerer:
         kwargs = self.arg(node.kwargs)
         if not entry.sizes:
             self.require_static(node)
-        if node.op == "call_module":
+        if node.op == "call_module" and not (self._foldable(args, kwargs) and not has_size_of((args, kwargs))):
             out = entry.call(self, node, lead, *args, **kwargs)
             if not isinstance(lead, nn.Module):
                 # Recorded so that `qrt compare` can match qrt values to PyTorch modules layer by layer.
@@ -335,6 +335,8 @@ class Lowerer:
         with torch.no_grad():
             if node.op == "call_method":
                 out = getattr(args[0], node.target)(*args[1:], **kwargs)
+            elif node.op == "call_module":  # a module of stored tensors alone (DeBERTa's of its relative embeddings)
+                out = self.modules[node.target](*args, **kwargs)
             else:
                 out = node.target(*args, **kwargs)
         return Const(out) if isinstance(out, torch.Tensor) else out

@@ -250,6 +250,8 @@ def dtype_of(v: Any) -> str:
 
 def cast(lw: Lowerer, node: torch.fx.Node, x: Any, dtype: str, suffix: str = "_cast") -> Tensor:
     """x as dtype (torch's .to(dtype)); x itself where it has that dtype."""
+    if isinstance(x, Const) and isinstance(x.value, torch.Tensor):  # a stored value: converted here, by torch
+        return Const(x.value.to(TORCH_DTYPES[dtype]))
     if dtype_of(x) == dtype:
         return x
     source = x.name if isinstance(x, Tensor) else lw.float_of(x)
