@@ -929,49 +929,25 @@ def test_version_9_integer_ops(tmp_path, op):
         qrt.load(tmp_path / "v8.qrt")
 
 
-def test_version_10_amax(tmp_path):
-    """A graph with amax is written as version 10 and refused, naming the op, when its header says 9 ("09": the
-    same length, so the header stays valid)."""
+@pytest.mark.parametrize("op, version", [("amax", 10), ("batch_norm", 11), ("log", 12)])
+def test_an_op_needs_the_version_that_added_it(tmp_path, op, version):
+    """A graph with op is written as the version that added it and refused, naming the op, when its header says the
+    one before ("09" for 9: the same length, so the header stays valid)."""
     from qrt.builder import GraphBuilder
 
     g = GraphBuilder()
-    g.output(g.node("amax", {"x": g.input("x", "float32", [None, 4])}, {"dims": [1]}, name="n"))
-    g.save(tmp_path / "v10.qrt")
-    data = (tmp_path / "v10.qrt").read_bytes()
-    assert qrt.load(tmp_path / "v10.qrt").metadata["qrt.version"] == "10"
-    (tmp_path / "v9.qrt").write_bytes(data.replace(b'"qrt.version":"10"', b'"qrt.version":"09"', 1))
-    with pytest.raises(qrt.FormatError, match=r"node 'n' \(amax\): op 'amax' needs format version 10, the file says 9"):
-        qrt.load(tmp_path / "v9.qrt")
-
-
-def test_version_12_log(tmp_path):
-    """A graph with log is written as version 12 and refused, naming the op, when its header says 11."""
-    from qrt.builder import GraphBuilder
-
-    g = GraphBuilder()
-    g.output(g.node("log", {"x": g.input("x", "float32", [None, 4])}, name="n"))
-    g.save(tmp_path / "v12.qrt")
-    data = (tmp_path / "v12.qrt").read_bytes()
-    assert qrt.load(tmp_path / "v12.qrt").metadata["qrt.version"] == "12"
-    (tmp_path / "v11.qrt").write_bytes(data.replace(b'"qrt.version":"12"', b'"qrt.version":"11"', 1))
-    with pytest.raises(qrt.FormatError, match=r"node 'n' \(log\): op 'log' needs format version 12, the file says 11"):
-        qrt.load(tmp_path / "v11.qrt")
-
-
-def test_version_11_batch_norm(tmp_path):
-    """A graph with batch_norm is written as version 11 and refused, naming the op, when its header says 10."""
-    from qrt.builder import GraphBuilder
-
-    g = GraphBuilder()
-    stats = {p: g.tensor(p, np.ones(4, np.float32)) for p in ("mean", "var", "weight", "bias")}
-    g.output(g.node("batch_norm", {"x": g.input("x", "float32", [None, 4]), **stats}, name="n"))
-    g.save(tmp_path / "v11.qrt")
-    data = (tmp_path / "v11.qrt").read_bytes()
-    assert qrt.load(tmp_path / "v11.qrt").metadata["qrt.version"] == "11"
-    (tmp_path / "v10.qrt").write_bytes(data.replace(b'"qrt.version":"11"', b'"qrt.version":"10"', 1))
-    with pytest.raises(qrt.FormatError, match=r"node 'n' \(batch_norm\): op 'batch_norm' needs format version 11, "
-                                              r"the file says 10"):
-        qrt.load(tmp_path / "v10.qrt")
+    ports = {"x": g.input("x", "float32", [None, 4])}
+    if op == "batch_norm":
+        ports.update({p: g.tensor(p, np.ones(4, np.float32)) for p in ("mean", "var", "weight", "bias")})
+    g.output(g.node(op, ports, {"dims": [1]} if op == "amax" else {}, name="n"))
+    g.save(tmp_path / "new.qrt")
+    data = (tmp_path / "new.qrt").read_bytes()
+    assert qrt.load(tmp_path / "new.qrt").metadata["qrt.version"] == str(version)
+    older = f'"qrt.version":"{version - 1:02d}"'.encode()
+    (tmp_path / "old.qrt").write_bytes(data.replace(f'"qrt.version":"{version}"'.encode(), older, 1))
+    with pytest.raises(qrt.FormatError, match=rf"node 'n' \({op}\): op '{op}' needs format version {version}, "
+                                              rf"the file says {version - 1}"):
+        qrt.load(tmp_path / "old.qrt")
 
 
 def test_version_9_reshape_like(tmp_path):
