@@ -526,6 +526,52 @@ def _deep_lstm() -> nn.Module:
     return nn.LSTM(4, 8, 9)
 
 
+class Pieces(nn.Module):
+    """chunk, split (a size, sizes) and unbind, as qkv.chunk(3, -1) and gates' splits are written; of floats, and of
+    ids on their way to an embedding (whose graph input stays int64)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(18)
+        self.emb = nn.Embedding(20, 4)
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple:
+        a, b, c = x.chunk(3, dim=1)
+        d, e = torch.split(x, [5, 7], dim=1)
+        rows = ids.unbind(1)
+        return (a + b * c, d[:, :2] - e[:, -2:], x.split(5, dim=-1)[1], torch.chunk(x, 5, 1)[-1],
+                self.emb(rows[0]) * self.emb(rows[-1]))
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+def test_chunk_split_and_unbind(tmp_path, frontend):
+    """Exact: slices and selects, the batch free (aten.chunk, split, split_with_sizes and unbind had no lowering,
+    nor torch.chunk, split and unbind)."""
+    torch.save(Pieces().state_dict(), tmp_path / "p.pt")
+    convert(tmp_path / "p.pt", tmp_path / "p.qrt", model="test_convert_export:Pieces", input_shapes=["2,12,7", "2,5"],
+            input_dtypes={"ids": "int64"}, frontend=frontend)
+    m, rng = qrt.load(tmp_path / "p.qrt"), np.random.default_rng(19)
+    assert [str(s) for s in m.inputs] == ["ValueSpec('x', float32[?, 12, 7])", "ValueSpec('ids', int64[?, 5])"]
+    for batch in (1, 3):
+        x, ids = rng.standard_normal((batch, 12, 7)).astype(np.float32), rng.integers(0, 20, (batch, 5))
+        with torch.no_grad():
+            want = Pieces()(torch.from_numpy(x), torch.from_numpy(ids))
+        got = m.run([x, ids])
+        assert len(got) == len(want) and all(np.array_equal(g, w.numpy()) for g, w in zip(got, want))
+
+
+class ChunkedBatch(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.chunk(2)[0]
+
+
+def test_chunk_of_a_free_dimension_refused(tmp_path):
+    torch.save({}, tmp_path / "c.pt")
+    with pytest.raises(ConvertError, match="chunk along dimension 0, whose size is free, is not supported"):
+        convert(tmp_path / "c.pt", tmp_path / "c.qrt", model="test_convert_export:ChunkedBatch", input_shapes=["4,3"],
+                frontend="fx")
+
+
 class StoredTable(nn.Module):
     """Modules applied to a stored tensor (DeBERTa's LayerNorm, Dropout and position projections of its relative
     embeddings' weight), the result read with the input; a number made a tensor in forward and cast to the

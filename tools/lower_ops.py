@@ -381,6 +381,59 @@ def _narrow(lw: Lowerer, node: torch.fx.Node, input: Any, dim: int, start: int, 
     return moved(lw, node, input, "slice", attrs)
 
 
+# ------------------------------------------------------------ splitting: tuples of slices or selects
+
+
+def _fixed_dim(lw: Lowerer, x: Any, dim: Any, what: str) -> tuple[int, int]:
+    """(dim normalised, its size), refused where the size changes with a free dimension: the pieces' count and
+    bounds are written in the file."""
+    d = norm_dim(dim, len(lw.shape(x)))
+    if len({shape[d] for shape in lw.shapes(x)}) != 1:
+        raise LoweringError(f"{what} along dimension {d}, whose size is free, is not supported (the pieces are fixed "
+                            "in the file)")
+    return d, lw.shape(x)[d]
+
+
+def _pieces(lw: Lowerer, node: torch.fx.Node, x: Any, dim: Any, sizes: Callable[[int], list[int]],
+            what: str) -> tuple:
+    """x cut along dim into consecutive pieces of the sizes that sizes(dim's size) gives: one slice each."""
+    d, size = _fixed_dim(lw, x, dim, what)
+    out, start = [], 0
+    for i, n in enumerate(sizes(size)):
+        attrs = {"dim": d, "start": start, "end": start + n, "step": 1}
+        out.append(moved(lw, node, x, "slice", attrs, f"_{i}"))
+        start += n
+    return tuple(out)
+
+
+@lowers(functions=(torch.chunk,), methods=("chunk",), keeps_dtype=True)
+def _chunk(lw: Lowerer, node: torch.fx.Node, input: Any, chunks: int, dim: int = 0) -> tuple:
+    # torch's rule: pieces of ceil(size / chunks), the last the rest (so possibly fewer than chunks)
+    def sizes(size: int) -> list[int]:
+        step = max(-(-size // chunks), 1)
+        return [min(step, size - s) for s in range(0, size, step)]
+
+    return _pieces(lw, node, input, dim, sizes, "chunk")
+
+
+@lowers(functions=(torch.split, torch.split_with_sizes), methods=("split", "split_with_sizes"), keeps_dtype=True)
+def _split(lw: Lowerer, node: torch.fx.Node, tensor: Any, split_size_or_sections: Any, dim: int = 0) -> tuple:
+    def sizes(size: int) -> list[int]:
+        if isinstance(split_size_or_sections, int):
+            return [min(split_size_or_sections, size - s) for s in range(0, size, split_size_or_sections)]
+        if sum(split_size_or_sections) != size:
+            raise LoweringError(f"split sizes {list(split_size_or_sections)} do not add up to the size {size}")
+        return list(split_size_or_sections)
+
+    return _pieces(lw, node, tensor, dim, sizes, "split")
+
+
+@lowers(functions=(torch.unbind,), methods=("unbind",), keeps_dtype=True)
+def _unbind(lw: Lowerer, node: torch.fx.Node, input: Any, dim: int = 0) -> tuple:
+    d, size = _fixed_dim(lw, input, dim, "unbind")
+    return tuple(moved(lw, node, input, "select", {"dim": d, "index": i}, f"_{i}") for i in range(size))
+
+
 # ------------------------------------------------------------ joining
 
 
