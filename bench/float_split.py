@@ -22,7 +22,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHAPES = [(32, 384), (64, 384), (128, 384), (128, 1536)]  # BERT at batch 1: 32 to 128 tokens
-UNARY = ["gelu", "gelu_tanh", "sigmoid", "tanh", "silu", "sqrt", "rsqrt", "log"]
+UNARY = ["gelu", "gelu_tanh", "sigmoid", "tanh", "silu", "sqrt", "rsqrt", "log", "sin", "cos"]
 MODES = {"1": (1, None), "2 one": (2, 1 << 40), "2 split": (2, 1)}  # threads, work per task (None: as built)
 
 

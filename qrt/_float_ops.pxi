@@ -22,7 +22,7 @@ cdef extern from "float_ops.h" nogil:
     float qrt_batch_norm_alpha(float var, float w, float eps)
     float qrt_batch_norm_beta(float mean, float alpha, float b)
     enum:
-        QRT_SIGMOID, QRT_TANH, QRT_SILU, QRT_GELU, QRT_GELU_TANH, QRT_SQRT, QRT_RSQRT, QRT_LOG
+        QRT_SIGMOID, QRT_TANH, QRT_SILU, QRT_GELU, QRT_GELU_TANH, QRT_SQRT, QRT_RSQRT, QRT_LOG, QRT_SIN, QRT_COS
         QRT_ADD, QRT_SUB, QRT_MUL, QRT_DIV
         QRT_BINARY_MAX_RANK
 
@@ -30,12 +30,15 @@ cdef extern from "float_math.h" nogil:
     float qrt_silu(float x)
     float qrt_gelu_tanh(float x)
     float qrt_logf(float x)
+    float qrt_sinf(float x)
+    float qrt_cosf(float x)
 
 cdef extern from "torch_gelu.h" nogil:
     float qrt_gelu_onednn(float x)
 
 UNARY_OPS = {"sigmoid": QRT_SIGMOID, "tanh": QRT_TANH, "silu": QRT_SILU, "gelu": QRT_GELU,
-             "gelu_tanh": QRT_GELU_TANH, "sqrt": QRT_SQRT, "rsqrt": QRT_RSQRT, "log": QRT_LOG}
+             "gelu_tanh": QRT_GELU_TANH, "sqrt": QRT_SQRT, "rsqrt": QRT_RSQRT, "log": QRT_LOG,
+             "sin": QRT_SIN, "cos": QRT_COS}
 BINARY_OPS = {"add": QRT_ADD, "sub": QRT_SUB, "mul": QRT_MUL, "div": QRT_DIV}
 
 # Work per task, in an add's elements (one is about 0.14 ns at 128 x 384 on any build: the add waits on memory),
@@ -50,15 +53,17 @@ cdef Py_ssize_t MIN_FLOAT_WORK = 1 << 14
 # rsqrt, layer_norm): avx512 2.8, 3.0, 3.3, 1.7, 7.1, 7.0, 13.9, 1.6; fma 4.7, 4.9, 6.2, 5.6-8.3, 9.2-14, 7.4, 14.7,
 # 2.1; portable 99, 105, 115, 35-64, 122, 6.6, 13.1, 16-33 (gelu and layer_norm over 32 to 128 x 384 and
 # 128 x 1536: the lowest; sqrt of x >= 0: GCC keeps it scalar for errno, and a negative x calls libm, 45x); log (msun's
-# logf, scalar on every build: 32 to 128 x 384 and 128 x 1536) avx512 16.9-49.5, fma 17.2-43.1, portable 17.5-40.3.
+# logf, scalar on every build: 32 to 128 x 384 and 128 x 1536) avx512 16.9-49.5, fma 17.2-43.1, portable 17.5-40.3;
+# sin and cos (float_math.h, scalar; rotary angles and values of |x| up to 10) 14 to 180 on every build, measured while
+# another job ran, so 16.
 # The layer_norm that forms a residual add costs one more (measured 0.6-1.5 more).
-FLOAT_COSTS = {  # UNARY_OPS' codes in order (sigmoid, tanh, silu, gelu, gelu_tanh, sqrt, rsqrt, log), then layer_norm
-    "avx512": (2, 2, 2, 1, 4, 4, 8, 16, 1),
-    "fma": (4, 4, 4, 4, 8, 4, 8, 16, 2),
-    "portable": (64, 64, 64, 32, 64, 4, 8, 16, 16),
+FLOAT_COSTS = {  # UNARY_OPS' codes in order (sigmoid, ..., rsqrt, log, sin, cos), then layer_norm
+    "avx512": (2, 2, 2, 1, 4, 4, 8, 16, 16, 16, 1),
+    "fma": (4, 4, 4, 4, 8, 4, 8, 16, 16, 16, 2),
+    "portable": (64, 64, 64, 32, 64, 4, 8, 16, 16, 16, 16),
 }
 cdef enum:
-    COST_LAYER_NORM = QRT_LOG + 1
+    COST_LAYER_NORM = QRT_COS + 1
 
 
 def _set_min_float_work(Py_ssize_t n) -> int:
@@ -209,7 +214,7 @@ def batch_norm_terms(const float[::1] mean, const float[::1] var, const float[::
 
 
 def float_unary_oracle(str op, const float[::1] x, float[::1] y) -> None:
-    """y = op(x) for op in sigmoid, tanh, silu, gelu, gelu_tanh, log by the scalar functions (float_math.h,
+    """y = op(x) for op in sigmoid, tanh, silu, gelu, gelu_tanh, log, sin, cos by the scalar functions (float_math.h,
     torch_gelu.h), one element at a time (the GPU's code, and the oracle that FloatOps.unary's vector loops must
     equal bit for bit), for tests."""
     cdef int code = UNARY_OPS[op]
@@ -228,6 +233,10 @@ def float_unary_oracle(str op, const float[::1] x, float[::1] y) -> None:
                 y[i] = qrt_gelu_onednn(x[i])
             elif code == QRT_LOG:
                 y[i] = qrt_logf(x[i])
+            elif code == QRT_SIN:
+                y[i] = qrt_sinf(x[i])
+            elif code == QRT_COS:
+                y[i] = qrt_cosf(x[i])
             else:
                 y[i] = qrt_gelu_tanh(x[i])
 

@@ -43,7 +43,7 @@ OP_SINCE.update(dict.fromkeys(FLOAT_RECURRENT_OPS, 8))  # recurrent layers kept 
 OP_SINCE.update(dict.fromkeys(("add_int", "sub_int", "mul_int", "cumsum"), 9))  # integer arithmetic (positions)
 OP_SINCE["amax"] = 10  # max pooling over time
 OP_SINCE["batch_norm"] = 11  # BatchNorm in inference (tabular models)
-OP_SINCE["log"] = 12  # relative position buckets (MPNet, T5)
+OP_SINCE.update(dict.fromkeys(("log", "sin", "cos"), 12))  # relative position buckets (MPNet), rotary embeddings
 RESHAPE_LIKE_SINCE = 9  # reshape's attribute 'like_dims' (and input like): sizes of another value
 INPUT_DTYPE_SINCE = {"bool": 7}
 

@@ -1031,6 +1031,8 @@ _UNARY_FLOAT = {
     "sqrt": "sqrt(x), correctly rounded (IEEE)",
     "rsqrt": "1 / sqrt(x), each step correctly rounded, as torch.rsqrt",
     "log": "the natural logarithm, msun's logf (within 1 ulp of torch.log; -inf at 0, NaN below)",
+    "sin": "sin(x), correctly rounded but within about 2^-40 of halfway between floats (rotary embeddings)",
+    "cos": "cos(x), correctly rounded but within about 2^-40 of halfway between floats (rotary embeddings)",
 }
 _BINARY_FLOAT = {"add": "a + b", "sub": "a - b", "mul": "a * b", "div": "a / b"}
 

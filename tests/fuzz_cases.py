@@ -282,9 +282,10 @@ def _op_models() -> dict[str, GraphBuilder]:
     stats = {p: b.tensor(p, np.array([0.5, 2.0, 1e-3], np.float32)) for p in ("mean", "var", "weight", "bias")}
     b.output(b.node("batch_norm", {"x": x, **stats}, {"eps": 1e-5}))
     models["batch_norm"] = b
-    # relative position buckets' log (log, version 12)
+    # relative position buckets' log, rotary embeddings' sin and cos (version 12)
     b = GraphBuilder()
-    b.output(b.node("log", {"x": b.input("x", "float32", [None, 3])}))
+    x = b.input("x", "float32", [None, 3])
+    b.output(b.node("log", {"x": x}), b.node("sin", {"x": x}), b.node("cos", {"x": x}))
     models["log"] = b
     # matmul against a stored matrix, attention with a bool mask over its heads
     b = GraphBuilder()

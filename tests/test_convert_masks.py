@@ -186,7 +186,7 @@ def test_any_and_all(tmp_path, frontend):
 class RelativeBuckets(nn.Module):
     """MPNet's relative position buckets (transformers' MPNetAttention: T5's scheme), over relative positions
     of the free length: sign, abs, a float32 log, a truncation and torch.min; and the elementwise abs, min and
-    max they are built from, of integers and of floats."""
+    max they are built from, of integers and of floats; rotary embeddings' sin and cos."""
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple:
         n = -(torch.arange(x.size(1))[None, :] - torch.arange(x.size(1))[:, None])
@@ -196,7 +196,7 @@ class RelativeBuckets(nn.Module):
         large = torch.min(large, torch.full_like(large, 15))
         buckets += torch.where(n < 8, n, large)
         return (buckets, x.abs(), torch.log(x.abs()), torch.minimum(ids, ids[:, :1] * -3 + 4),
-                torch.max(ids, ids * 3 - 5), ids.abs())
+                torch.max(ids, ids * 3 - 5), ids.abs(), torch.sin(x * 100), (x * 100).cos())
 
 
 @pytest.mark.parametrize("frontend", ["fx", "export"])
@@ -204,7 +204,7 @@ def test_relative_position_buckets(tmp_path, frontend):
     """Exact against torch at every relative position up to 299 (the log's bucket edges at 16, 32, 64, 128 and 256
     included: msun's logf, qrt's, equals torch's log there and every bucket equals torch's at its AVX-512, AVX2 and
     default capabilities up to 65535, measured); abs of -0.0 is +0.0; log within 1 ulp of torch's (99.6% of floats
-    bit-equal, measured over 2 million). A file with log is format version 12."""
+    bit-equal, measured over 2 million); sin and cos within 1 ulp of torch's. A file with log is format version 12."""
     ckpt = str(tmp_path / "r.pt")
     torch.save({}, ckpt)
     out = str(tmp_path / "r.qrt")
@@ -219,8 +219,9 @@ def test_relative_position_buckets(tmp_path, frontend):
         got, want = m.run([x, ids]), [w.numpy() for w in RelativeBuckets()(torch.from_numpy(x), torch.from_numpy(ids))]
         for i in (0, 1, 3, 4, 5):
             assert got[i].dtype == want[i].dtype and np.array_equal(got[i].view(np.uint8), want[i].view(np.uint8)), i
-        ulps = np.abs(got[2].view(np.int32).astype(np.int64) - want[2].view(np.int32))
-        assert got[2].dtype == np.float32 and ulps.max() <= 1
+        for i in (2, 6, 7):
+            ulps = np.abs(got[i].view(np.int32).astype(np.int64) - want[i].view(np.int32))
+            assert got[i].dtype == np.float32 and ulps.max() <= 1, i
 
 
 def test_float_extremum_refused(tmp_path):

@@ -233,8 +233,9 @@ def test_zero_state_made_in_forward(tmp_path, way):
 
 
 def test_unrolled_lstm_refused_by_name(tmp_path):
-    """run_decompositions() unrolls aten.lstm into per-step ops (split_with_sizes, sigmoid, ... per time step): the
-    conversion names the module and what to do, not the first op without a lowering."""
+    """run_decompositions() unrolls aten.lstm into per-step ops (addmm, split_with_sizes, sigmoid, ... per time step):
+    the conversion names the module and what to do. Each of those ops has a lowering, so the layer would otherwise
+    run as float ops at the exported length, not as the model's quantized LSTM."""
     torch.manual_seed(3)
     program = torch.export.export(Forecaster().eval(), (torch.randn(2, 9, 5),)).run_decompositions()
     torch.export.save(program, tmp_path / "f.pt2")

@@ -193,6 +193,23 @@ def test_mpnet_relative_positions(tmp_path):
         assert diff <= 1e-4 and cos >= 0.99999, (batch, length, diff, cos)
 
 
+def test_modernbert_rotary_and_local_attention(tmp_path):
+    """ModernBERT as a sentence embedder: rotary position embeddings (sin and cos of positions times inverse
+    frequencies, format version 12), a local attention layer's sliding-window mask (abs of position differences),
+    its GeGLU's chunk. Held to the module docstring's bar (measured 3e-8 to 6e-8)."""
+    torch.manual_seed(10)
+    config = AutoConfig.for_model("modernbert", **TINY, global_attn_every_n_layers=2, local_attention=4,
+                                  pad_token_id=0)
+    q, path = _quantized_file(tmp_path, SentenceEmbedder(AutoModel.from_config(config)), ["2,9", "2,9"],
+                              "modernbert")
+    m, rng = qrt.load(path), np.random.default_rng(48)
+    assert {"sin", "cos", "slice"} <= {n.op for n in m.graph.nodes} and m.metadata["qrt.version"] == "12"
+    for batch, length in ((1, 7), (3, 12)):
+        ids, mask = _padded(rng, batch, length, TINY["vocab_size"])
+        diff, cos = _agreement(q(ids, mask).detach().numpy(), m.run([ids.numpy(), mask.numpy()]))
+        assert diff <= 1e-4 and cos >= 0.99999, (batch, length, diff, cos)
+
+
 @pytest.mark.parametrize("family, extra", [("ibert", {}), ("luke", {"entity_vocab_size": 10, "entity_emb_size": 16}),
                                            ("markuplm", {})])
 def test_encoders_making_their_defaults_at_the_inputs_sizes(tmp_path, family, extra):

@@ -929,7 +929,7 @@ def test_version_9_integer_ops(tmp_path, op):
         qrt.load(tmp_path / "v8.qrt")
 
 
-@pytest.mark.parametrize("op, version", [("amax", 10), ("batch_norm", 11), ("log", 12)])
+@pytest.mark.parametrize("op, version", [("amax", 10), ("batch_norm", 11), ("log", 12), ("sin", 12), ("cos", 12)])
 def test_an_op_needs_the_version_that_added_it(tmp_path, op, version):
     """A graph with op is written as the version that added it and refused, naming the op, when its header says the
     one before ("09" for 9: the same length, so the header stays valid)."""

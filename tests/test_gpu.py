@@ -593,7 +593,8 @@ def _values(shape: tuple, scale: float = 4.0) -> np.ndarray:
 
 
 UNARY_CASES = [("relu", {}), ("sigmoid", {}), ("tanh", {}), ("silu", {}), ("gelu", {}),
-               ("gelu", {"approximate": "tanh"}), ("sqrt", {}), ("rsqrt", {}), ("log", {})]
+               ("gelu", {"approximate": "tanh"}), ("sqrt", {}), ("rsqrt", {}), ("log", {}),
+               ("sin", {}), ("cos", {})]
 
 
 @needs_gpu

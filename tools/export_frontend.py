@@ -461,6 +461,7 @@ class _Raiser:
         groups = self._groups(nodes)
         inside = {n for _, members, _ in groups.values() for n in members}
         inside.update(n for part in (*self.linears.values(), *self.attentions.values()) for n in part.inside)
+        recurrent = {module_stack.innermost(n)[0] for n in nodes if recurrent_program.is_recurrent(n)}
         for node in nodes:
             if node.name in self.consts:
                 self.env[node] = pt2e.Constant(node.name, self.consts[node.name])
@@ -478,10 +479,13 @@ class _Raiser:
                 continue
             if node in inside:  # the module call stands for it
                 continue
+            unrolled = _unrolled(node, recurrent)
             try:
+                if unrolled:
+                    raise LoweringError(unrolled)
                 self.env[node] = self._call(node)
             except LoweringError as e:
-                self.errors.setdefault(_unrolled(node, nodes) or str(e), []).append(node.name)
+                self.errors.setdefault(str(e), []).append(node.name)
                 self.env[node] = None
         if self.errors:  # each reason once, with the nodes it stops (not their reprs: whole argument lists)
             raise RaiseError("the export front end cannot raise: " + "; ".join(
@@ -692,12 +696,12 @@ _RECURRENT_MODULES = tuple(f"torch.nn.modules.rnn.{c}" for c in ("LSTM", "GRU", 
                                                                  "RNNCell"))
 
 
-def _unrolled(node: torch.fx.Node, nodes: list[torch.fx.Node]) -> str | None:
-    """Why node, which could not be raised, cannot be: it is in a recurrent module that the program runs without
-    its one ATen op (aten.lstm, ...), unrolled into per-step ops (run_decompositions()). None otherwise."""
+def _unrolled(node: torch.fx.Node, recurrent: set[str]) -> str | None:
+    """Why node is refused where it is in a recurrent module that the program runs without its one ATen op
+    (aten.lstm, ...; recurrent: the paths of the modules that have theirs), unrolled into per-step ops by
+    run_decompositions(): its steps would run as float ops, the length fixed. None otherwise."""
     path, kind = module_stack.innermost(node)
-    if kind not in _RECURRENT_MODULES or any(recurrent_program.is_recurrent(n) and module_stack.innermost(n)[0] == path
-                                             for n in nodes):
+    if kind not in _RECURRENT_MODULES or path in recurrent:
         return None
     return (f"module {path!r} ({kind}) is unrolled into per-step ops, as run_decompositions() writes a recurrent "
             "layer; qrt reads one as the single op torch.export.export writes (aten.lstm, aten.gru, ...): save the "

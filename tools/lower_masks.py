@@ -209,6 +209,16 @@ def _log(lw: Lowerer, node: torch.fx.Node, input: Any) -> Tensor:
     return Tensor(lw.emit(node, "log", {"x": lw.float_of(input)}))
 
 
+@lowers(functions=(torch.sin,), methods=("sin",))
+def _sin(lw: Lowerer, node: torch.fx.Node, input: Any) -> Tensor:
+    return Tensor(lw.emit(node, "sin", {"x": lw.float_of(input)}))
+
+
+@lowers(functions=(torch.cos,), methods=("cos",))
+def _cos(lw: Lowerer, node: torch.fx.Node, input: Any) -> Tensor:
+    return Tensor(lw.emit(node, "cos", {"x": lw.float_of(input)}))
+
+
 @lowers(functions=(torch.abs,), methods=("abs",))
 def _abs(lw: Lowerer, node: torch.fx.Node, input: Any) -> Tensor:
     """where(x <= 0, 0 - x, x): exact, -0.0 to +0.0 as torch; for integers the most negative stays itself, as

@@ -27,7 +27,7 @@ def _relu(node: Node, c: Mapping[str, np.ndarray]) -> Step:
 
 
 def _unary(op: str) -> Prepare:
-    """sigmoid, tanh, silu, gelu, sqrt, rsqrt, log: elementwise."""
+    """sigmoid, tanh, silu, gelu, sqrt, rsqrt, log, sin, cos: elementwise."""
 
     def prepare(node: Node, c: Mapping[str, np.ndarray]) -> Step:
         kernel = K.FloatOps()
@@ -175,7 +175,7 @@ def _batch_norm(node: Node, c: Mapping[str, np.ndarray]) -> Step:
 
 IMPLEMENTATIONS: dict[str, Prepare] = {
     "relu": _relu,
-    **{op: _unary(op) for op in ("sigmoid", "tanh", "silu", "gelu", "sqrt", "rsqrt", "log")},
+    **{op: _unary(op) for op in ("sigmoid", "tanh", "silu", "gelu", "sqrt", "rsqrt", "log", "sin", "cos")},
     **{op: _binary(op) for op in ("add", "sub", "mul", "div")},
     "softmax": _softmax(False),
     "log_softmax": _softmax(True),

@@ -30,7 +30,7 @@ def _launch_rows(name: str, rows: int, *args: Any) -> None:
 
 
 def _unary(op: str) -> Prepare:
-    """relu, sigmoid, tanh, silu, gelu, sqrt, rsqrt, log: elementwise."""
+    """relu, sigmoid, tanh, silu, gelu, sqrt, rsqrt, log, sin, cos: elementwise."""
 
     def prepare(node: Node, c: Mapping[str, np.ndarray]) -> Step:
         name = "unary_gelu_tanh" if op == "gelu" and node.attrs["approximate"] == "tanh" else f"unary_{op}"
@@ -199,7 +199,7 @@ def _batch_norm(node: Node, c: Mapping[str, np.ndarray]) -> Step:
 
 
 IMPLEMENTATIONS: dict[str, Prepare] = {
-    **{op: _unary(op) for op in ("relu", "sigmoid", "tanh", "silu", "gelu", "sqrt", "rsqrt", "log")},
+    **{op: _unary(op) for op in ("relu", "sigmoid", "tanh", "silu", "gelu", "sqrt", "rsqrt", "log", "sin", "cos")},
     **{op: _binary(op) for op in ("add", "sub", "mul", "div")},
     "softmax": _softmax(False),
     "log_softmax": _softmax(True),

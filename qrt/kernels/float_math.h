@@ -153,4 +153,106 @@ QRT_GATE_FN float qrt_gelu_tanh(float x) {
     return qrt_times_sigmoid(x, hi, lo);
 }
 
+/* sin and cos (rotary position embeddings). The argument is reduced to r = |x| - n pi/2, |r| <= pi/4: below 2^19
+ * by Cody and Waite's method in double (qrt_pio2_reduce_small), from there by Payne and Hanek's, |x|'s 24-bit
+ * significand times a 96-bit window of 2/pi's bits in integers (qrt_pio2_reduce), each holding r to within 2^-52
+ * of its size for every float; then Taylor polynomials in double (truncation below 5e-17 relative on
+ * [-pi/4, pi/4]) and one rounding to float. So the result is the exact
+ * value correctly rounded but where it lies within about 2^-40 of its size from a point halfway between two
+ * floats. Integer and double IEEE operations only (no fma, no libm), so every CPU and the GPU give the same bits. */
+
+/* 32 bits of 2/pi from bit i on (bit 1 the first after the point; bits at 0 and before are 0) */
+QRT_GATE_FN unsigned qrt_two_over_pi_bits(int i) {
+    if (i < -30)
+        return 0u;
+    if (i < 1)
+        return qrt_two_over_pi_bits(1) >> (1 - i);
+    const int j = (i - 1) / 32, off = (i - 1) % 32;
+    unsigned w[2];
+    for (int k = 0; k < 2; k++) {
+        switch (j + k) { /* 2/pi's first 256 bits: enough for every float (i up to 199) */
+        case 0: w[k] = 0xa2f9836eu; break;
+        case 1: w[k] = 0x4e441529u; break;
+        case 2: w[k] = 0xfc2757d1u; break;
+        case 3: w[k] = 0xf534ddc0u; break;
+        case 4: w[k] = 0xdb629599u; break;
+        case 5: w[k] = 0x3c439041u; break;
+        case 6: w[k] = 0xfe5163abu; break;
+        default: w[k] = 0xdebbc561u; break;
+        }
+    }
+    return off ? (w[0] << off) | (w[1] >> (32 - off)) : w[0];
+}
+
+/* a = |x| >= pi/4, finite: returns r = a - n pi/2 (|r| <= pi/4, in double) and sets *n to n mod 4. a = m 2^s, m
+ * its 24-bit integer significand; a 2/pi mod 4 = m B 2^-94 mod 4 with B bits s - 1 .. s + 94 of 2/pi (earlier
+ * bits add multiples of 4), so its 96 low bits, y (the top 64, a 2/pi mod 4 times 2^62) and the 32 below. */
+QRT_GATE_FN double qrt_pio2_reduce(float a, int* n) {
+    const unsigned bits = qrt_float_bits(a);
+    const unsigned long long m = (bits & 0x7fffffu) | 0x800000u;
+    const int i = (int)(bits >> 23) - 151; /* s - 1, s = the biased exponent - 150 */
+    const unsigned long long p2 = m * qrt_two_over_pi_bits(i), p1 = m * qrt_two_over_pi_bits(i + 32),
+                             p0 = m * qrt_two_over_pi_bits(i + 64);
+    const unsigned long long y = (p2 << 32) + p1 + (p0 >> 32);
+    const unsigned long long q = (y + (1ull << 61)) >> 62; /* the nearest multiple of pi/2 (mod 4) */
+    const long long f = (long long)(y - (q << 62));         /* a 2/pi - q, times 2^62: |f| <= 2^61 */
+    *n = (int)(q & 3u);
+    return ((double)f + (double)(p0 & 0xffffffffu) * 0x1p-32) * 0x1.921fb54442d18p-62; /* times pi/2 2^-62 */
+}
+
+/* pi/4 <= a < 2^19: n = the nearest integer to a 2/pi (below 2^19, exact in double and int), r = a - n pi/2 with
+ * pi/2 in three parts, the first two of 33 bits (n times each is exact, a - n P1 exact by Sterbenz's lemma). */
+QRT_GATE_FN double qrt_pio2_reduce_small(float a, int* n) {
+    const double k = (double)(long long)((double)a * 0x1.45f306dc9c883p-1 + 0.5);
+    *n = (int)((long long)k & 3);
+    return (((double)a - k * 0x1.921fb544p0) - k * 0x1.0b4611a6p-34) - k * 0x1.3198a2e037073p-69;
+}
+
+QRT_GATE_FN double qrt_sin_poly(double r) { /* sin r, |r| <= pi/4: Taylor to r^15 */
+    const double z = r * r;
+    double p = -1.0 / 1307674368000.0;
+    p = p * z + 1.0 / 6227020800.0;
+    p = p * z - 1.0 / 39916800.0;
+    p = p * z + 1.0 / 362880.0;
+    p = p * z - 1.0 / 5040.0;
+    p = p * z + 1.0 / 120.0;
+    p = p * z - 1.0 / 6.0;
+    return r + r * z * p;
+}
+
+QRT_GATE_FN double qrt_cos_poly(double r) { /* cos r, |r| <= pi/4: Taylor to r^16 */
+    const double z = r * r;
+    double p = 1.0 / 20922789888000.0;
+    p = p * z - 1.0 / 87178291200.0;
+    p = p * z + 1.0 / 479001600.0;
+    p = p * z - 1.0 / 3628800.0;
+    p = p * z + 1.0 / 40320.0;
+    p = p * z - 1.0 / 720.0;
+    p = p * z + 1.0 / 24.0;
+    p = p * z - 0.5;
+    return 1.0 + z * p;
+}
+
+/* sin(x) (cos: qrt_cosf): sin(a) = S, C, -S, -C for n = 0, 1, 2, 3, and sin(-a) = -sin(a); NaN at infinities */
+QRT_GATE_FN float qrt_sinf(float x) {
+    const float a = fabsf(x);
+    if (!(a < INFINITY))
+        return x - x;
+    int n = 0;
+    const double r = a < 0.785398163f ? (double)a : a < 0x1p19f ? qrt_pio2_reduce_small(a, &n) : qrt_pio2_reduce(a, &n);
+    const double v = n & 1 ? qrt_cos_poly(r) : qrt_sin_poly(r);
+    const float y = (float)(n & 2 ? -v : v);
+    return qrt_float_bits(x) >> 31 ? -y : y;
+}
+
+QRT_GATE_FN float qrt_cosf(float x) {
+    const float a = fabsf(x);
+    if (!(a < INFINITY))
+        return x - x;
+    int n = 0;
+    const double r = a < 0.785398163f ? (double)a : a < 0x1p19f ? qrt_pio2_reduce_small(a, &n) : qrt_pio2_reduce(a, &n);
+    const double v = n & 1 ? -qrt_sin_poly(r) : qrt_cos_poly(r); /* cos(a) = C, -S, -C, S */
+    return (float)(n & 2 ? -v : v);
+}
+
 #endif /* QRT_FLOAT_MATH_H */

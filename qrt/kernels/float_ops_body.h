@@ -186,6 +186,14 @@ static void qrt_unary(int op, const float* restrict x, float* restrict y, ptrdif
         for (ptrdiff_t i = 0; i < n; i++)
             y[i] = qrt_logf(x[i]);
         break;
+    case QRT_SIN: /* float_math.h's, in double: scalar too */
+        for (ptrdiff_t i = 0; i < n; i++)
+            y[i] = qrt_sinf(x[i]);
+        break;
+    case QRT_COS:
+        for (ptrdiff_t i = 0; i < n; i++)
+            y[i] = qrt_cosf(x[i]);
+        break;
     }
 }
 

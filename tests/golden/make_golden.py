@@ -781,6 +781,20 @@ def case_log(rng: np.random.Generator) -> Case:
     return c
 
 
+def case_rotary(rng: np.random.Generator) -> Case:
+    """sin and cos (format version 12): rotary embeddings' angles (positions times inverse frequencies
+    10000^(-2i / 32), in float32), values over the whole float range of either sign, subnormals, signed zeros."""
+    c = Case()
+    x = c.g.input("x", "float32", [None, None])
+    c.g.output(c.g.node("sin", {"x": x}, name="sin"), c.g.node("cos", {"x": x}, name="cos"))
+    angles = np.arange(300, dtype=F32)[:, None] * (F32(10000) ** (-np.arange(0, 32, 2, dtype=F32) / F32(32)))
+    special = np.array([0.0, -0.0, 1e-45, -1e-40, np.pi / 4, 16367173 * 2.0**72, -3.4e38, 1e30], F32)
+    spread = (np.exp(rng.uniform(-100, 88, 192)) * rng.choice([-1, 1], 192)).astype(F32)
+    c.runs.append({"x": angles.astype(F32)})
+    c.runs.append({"x": np.concatenate([special, spread]).reshape(8, 25)})
+    return c
+
+
 def case_attention(rng: np.random.Generator) -> Case:
     """matmul (batch broadcast, K past a tile) and attention (scale null and given, a bool mask over heads with a
     row masked out entirely, a float additive mask with -inf, is_causal, k/v broadcast over q's batch), at odd
@@ -919,6 +933,7 @@ CASES: dict[str, Callable[[np.random.Generator], Case]] = {
     "max_pooling": case_max_pooling,
     "batch_norm": case_batch_norm,
     "log": case_log,
+    "rotary": case_rotary,
 }
 
 
