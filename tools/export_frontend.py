@@ -401,9 +401,9 @@ class _Raiser:
         self.consts: dict[str, torch.Tensor] = {}
         self.errors: dict[str, list[str]] = {}  # why -> the nodes it stops
         self.q = pt2e.QDQ(self)
+        self.targets: dict[str, str] = {}  # placeholder -> state-dict name
         # by result node: decomposed Linears and attentions
         self.linears: dict[torch.fx.Node, decomposed_linear.Linear] = {}
-        self.targets: dict[str, str] = {}
         self.attentions: dict[torch.fx.Node, decomposed_attention.Attention] = {}
         self.signatures = {e.fqn: e.signature for e in ep.module_call_graph
                            if e.fqn.partition("@")[0] in leaves and e.signature}
@@ -433,7 +433,7 @@ class _Raiser:
     def run(self) -> torch.fx.GraphModule:
         ep = self.ep
         kinds = {s.arg.name: s for s in ep.graph_signature.input_specs}
-        self.targets = {name: s.target or "" for name, s in kinds.items()}  # placeholder -> state-dict name
+        self.targets = {name: s.target or "" for name, s in kinds.items()}
         tensors = {**ep.state_dict, **ep.constants}
         nodes = list(ep.graph.nodes)
         fields: set[torch.fx.Node] = set()
@@ -479,14 +479,15 @@ class _Raiser:
                 continue
             if node in inside:  # the module call stands for it
                 continue
-            unrolled = _unrolled(node, recurrent)
-            try:
-                if unrolled:
-                    raise LoweringError(unrolled)
-                self.env[node] = self._call(node)
-            except LoweringError as e:
-                self.errors.setdefault(str(e), []).append(node.name)
-                self.env[node] = None
+            why = _unrolled(node, recurrent)
+            if why is None:
+                try:
+                    self.env[node] = self._call(node)
+                    continue
+                except LoweringError as e:
+                    why = str(e)
+            self.errors.setdefault(why, []).append(node.name)
+            self.env[node] = None
         if self.errors:  # each reason once, with the nodes it stops (not their reprs: whole argument lists)
             raise RaiseError("the export front end cannot raise: " + "; ".join(
                 f"{why} (node{'s' if len(at) > 1 else ''} {', '.join(map(repr, at[:3]))}"
