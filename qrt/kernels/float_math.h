@@ -155,7 +155,7 @@ QRT_GATE_FN float qrt_gelu_tanh(float x) {
 
 /* sin and cos (rotary position embeddings). The argument is reduced to r = |x| - n pi/2, |r| <= pi/4: below 2^19
  * by Cody and Waite's method in double (qrt_pio2_reduce_small), from there by Payne and Hanek's, |x|'s 24-bit
- * significand times a 96-bit window of 2/pi's bits in integers (qrt_pio2_reduce), each holding r to within 2^-52
+ * significand times a 96-bit window of 2/pi's bits in integers (qrt_pio2_reduce_large), each holding r to within 2^-52
  * of its size for every float; then Taylor polynomials in double (truncation below 5e-17 relative on
  * [-pi/4, pi/4]) and one rounding to float. So the result is the exact
  * value correctly rounded but where it lies within about 2^-40 of its size from a point halfway between two
@@ -184,10 +184,10 @@ QRT_GATE_FN unsigned qrt_two_over_pi_bits(int i) {
     return off ? (w[0] << off) | (w[1] >> (32 - off)) : w[0];
 }
 
-/* a = |x| >= pi/4, finite: returns r = a - n pi/2 (|r| <= pi/4, in double) and sets *n to n mod 4. a = m 2^s, m
+/* a = |x| >= pi/4, finite (qrt_pio2_reduce takes it from 2^19): returns r = a - n pi/2 (|r| <= pi/4, in double) and sets *n to n mod 4. a = m 2^s, m
  * its 24-bit integer significand; a 2/pi mod 4 = m B 2^-94 mod 4 with B bits s - 1 .. s + 94 of 2/pi (earlier
  * bits add multiples of 4), so its 96 low bits, y (the top 64, a 2/pi mod 4 times 2^62) and the 32 below. */
-QRT_GATE_FN double qrt_pio2_reduce(float a, int* n) {
+QRT_GATE_FN double qrt_pio2_reduce_large(float a, int* n) {
     const unsigned bits = qrt_float_bits(a);
     const unsigned long long m = (bits & 0x7fffffu) | 0x800000u;
     const int i = (int)(bits >> 23) - 151; /* s - 1, s = the biased exponent - 150 */
@@ -206,6 +206,13 @@ QRT_GATE_FN double qrt_pio2_reduce_small(float a, int* n) {
     const double k = (double)(long long)((double)a * 0x1.45f306dc9c883p-1 + 0.5);
     *n = (int)((long long)k & 3);
     return (((double)a - k * 0x1.921fb544p0) - k * 0x1.0b4611a6p-34) - k * 0x1.3198a2e037073p-69;
+}
+
+/* a = |x| finite: r = a - n pi/2, |r| <= pi/4, by the reduction a's size takes (n = 0 below pi/4); sets *n to
+ * n mod 4 */
+QRT_GATE_FN double qrt_pio2_reduce(float a, int* n) {
+    *n = 0;
+    return a < 0.785398163f ? (double)a : a < 0x1p19f ? qrt_pio2_reduce_small(a, n) : qrt_pio2_reduce_large(a, n);
 }
 
 QRT_GATE_FN double qrt_sin_poly(double r) { /* sin r, |r| <= pi/4: Taylor to r^15 */
@@ -238,8 +245,8 @@ QRT_GATE_FN float qrt_sinf(float x) {
     const float a = fabsf(x);
     if (!(a < INFINITY))
         return x - x;
-    int n = 0;
-    const double r = a < 0.785398163f ? (double)a : a < 0x1p19f ? qrt_pio2_reduce_small(a, &n) : qrt_pio2_reduce(a, &n);
+    int n;
+    const double r = qrt_pio2_reduce(a, &n);
     const double v = n & 1 ? qrt_cos_poly(r) : qrt_sin_poly(r);
     const float y = (float)(n & 2 ? -v : v);
     return qrt_float_bits(x) >> 31 ? -y : y;
@@ -249,8 +256,8 @@ QRT_GATE_FN float qrt_cosf(float x) {
     const float a = fabsf(x);
     if (!(a < INFINITY))
         return x - x;
-    int n = 0;
-    const double r = a < 0.785398163f ? (double)a : a < 0x1p19f ? qrt_pio2_reduce_small(a, &n) : qrt_pio2_reduce(a, &n);
+    int n;
+    const double r = qrt_pio2_reduce(a, &n);
     const double v = n & 1 ? -qrt_sin_poly(r) : qrt_cos_poly(r); /* cos(a) = C, -S, -C, S */
     return (float)(n & 2 ? -v : v);
 }
