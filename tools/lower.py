@@ -306,14 +306,14 @@ class Lowerer:
         kwargs = self.arg(node.kwargs)
         if not entry.sizes:
             self.require_static(node)
-        if node.op == "call_module" and not (self._foldable(args, kwargs) and not has_size_of((args, kwargs))):
+        if self._foldable(args, kwargs) and not has_size_of((args, kwargs)):
+            self.require_static(node)  # computed once here: a size it used must not be free
+            out = self._fold(node, args, kwargs)
+        elif node.op == "call_module":
             out = entry.call(self, node, lead, *args, **kwargs)
             if not isinstance(lead, nn.Module):
                 # Recorded so that `qrt compare` can match qrt values to PyTorch modules layer by layer.
                 self.layers[str(node.target)] = _first_name(out)
-        elif self._foldable(args, kwargs) and not has_size_of((args, kwargs)):
-            self.require_static(node)  # computed once here: a size it used must not be free
-            out = self._fold(node, args, kwargs)
         else:
             out = entry.call(self, node, *args, **kwargs)
         if _in_place(node, lead) and node.args and isinstance(node.args[0], torch.fx.Node):

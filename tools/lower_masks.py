@@ -20,7 +20,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from .lower_ops import _index, extremum, operands, slice_to_size, value_kind
+from .lower_ops import _float_op, _index, extremum, operands, slice_to_size, unary, value_kind
 from .lower_values import (
     TORCH_DTYPES,
     Const,
@@ -194,29 +194,8 @@ def _clamp_max(lw: Lowerer, node: torch.fx.Node, input: Any, max: Any) -> Tensor
     return _clamp(lw, node, input, max=max)
 
 
-@lowers(functions=(torch.sqrt,), methods=("sqrt",))
-def _sqrt(lw: Lowerer, node: torch.fx.Node, input: Any) -> Tensor:
-    return Tensor(lw.emit(node, "sqrt", {"x": lw.float_of(input)}))
-
-
-@lowers(functions=(torch.rsqrt,), methods=("rsqrt",))
-def _rsqrt(lw: Lowerer, node: torch.fx.Node, input: Any) -> Tensor:
-    return Tensor(lw.emit(node, "rsqrt", {"x": lw.float_of(input)}))
-
-
-@lowers(functions=(torch.log,), methods=("log",))
-def _log(lw: Lowerer, node: torch.fx.Node, input: Any) -> Tensor:
-    return Tensor(lw.emit(node, "log", {"x": lw.float_of(input)}))
-
-
-@lowers(functions=(torch.sin,), methods=("sin",))
-def _sin(lw: Lowerer, node: torch.fx.Node, input: Any) -> Tensor:
-    return Tensor(lw.emit(node, "sin", {"x": lw.float_of(input)}))
-
-
-@lowers(functions=(torch.cos,), methods=("cos",))
-def _cos(lw: Lowerer, node: torch.fx.Node, input: Any) -> Tensor:
-    return Tensor(lw.emit(node, "cos", {"x": lw.float_of(input)}))
+for _op in ("sqrt", "rsqrt", "log", "sin", "cos"):  # float32 functions of one input: one op each
+    lowers(functions=(getattr(torch, _op),), methods=(_op,))(unary(_op)[0])
 
 
 @lowers(functions=(torch.abs,), methods=("abs",))
@@ -266,10 +245,8 @@ def _pow(lw: Lowerer, node: torch.fx.Node, input: Any, exponent: Any) -> Any:
     one = np.asarray(np.float32(1))
     if exponent == 1:
         return input
-    if exponent == 0.5:
-        return _sqrt(lw, node, input)
-    if exponent == -0.5:
-        return _rsqrt(lw, node, input)
+    if exponent in (0.5, -0.5):
+        return _float_op(lw, node, "sqrt" if exponent == 0.5 else "rsqrt", input)
     if exponent in (2, -2, 3):
         sq = lw.emit(node, "mul", {"a": x, "b": x}, suffix="_square" if exponent != 2 else "")
         if exponent == 3:

@@ -651,7 +651,9 @@ def _relu_module(lw: Lowerer, node: torch.fx.Node, m: nn.Module, x: Any) -> Any:
     return _relu(lw, node, x)
 
 
-def _unary(op: str) -> Callable:
+def unary(op: str) -> Callable:
+    """The lowerings of a float32 function of one input to its one op: (as a function or method, as a module)."""
+
     def lower(lw: Lowerer, node: torch.fx.Node, input: Any, inplace: bool = False) -> Tensor:
         return _float_op(lw, node, op, input)
 
@@ -666,7 +668,7 @@ for _op, _module, _functions in (
     ("tanh", nn.Tanh, (torch.tanh, F.tanh)),
     ("silu", nn.SiLU, (F.silu,)),
 ):
-    _fn, _module_fn = _unary(_op)
+    _fn, _module_fn = unary(_op)
     lowers(functions=_functions, methods=(_op,) if _op != "silu" else ())(_fn)
     lowers(modules=(_module,))(_module_fn)
 
