@@ -24,6 +24,8 @@ from collections.abc import Iterable
 import torch
 import torch.fx
 
+from .decomposed_linear import traced_shape
+
 aten = torch.ops.aten
 
 
@@ -46,11 +48,6 @@ def find(nodes: Iterable[torch.fx.Node]) -> dict[torch.fx.Node, Attention]:
             if found is not None:
                 out[found[0]] = found[1]
     return out
-
-
-def _shape(node: object) -> list[str] | None:
-    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    return [str(d) for d in val.shape] if isinstance(val, torch.Tensor) else None
 
 
 def _is(node: object, target: object, *args: object) -> bool:
@@ -77,8 +74,8 @@ def _batched(node: object, seen: list[torch.fx.Node]) -> torch.fx.Node | None:
     if _is(inner, aten.clone.default):
         chain.append(inner)
         inner = inner.args[0]
-    shape = _shape(inner)
-    if not _is(inner, aten.expand.default) or shape is None or len(shape) != 4 or _shape(inner.args[0]) != shape:
+    shape = traced_shape(inner)
+    if not _is(inner, aten.expand.default) or shape is None or len(shape) != 4 or traced_shape(inner.args[0]) != shape:
         return None
     seen.extend([*chain, inner])
     return inner.args[0]
@@ -86,7 +83,8 @@ def _batched(node: object, seen: list[torch.fx.Node]) -> torch.fx.Node | None:
 
 def _product(view: object, seen: list[torch.fx.Node]) -> tuple[torch.fx.Node, torch.fx.Node] | None:
     """(a, b) where view is the [B, H, n, p] view of bmm over a and b read as batches."""
-    if not _is(view, aten.view.default) or not _is(view.args[0], aten.bmm.default) or len(_shape(view) or []) != 4:
+    if not (_is(view, aten.view.default) and _is(view.args[0], aten.bmm.default)
+            and len(traced_shape(view) or []) == 4):
         return None
     bmm = view.args[0]
     a, b = _batched(bmm.args[0], seen), _batched(bmm.args[1], seen)
@@ -161,7 +159,7 @@ def _match(softmax: torch.fx.Node) -> tuple[torch.fx.Node, Attention] | None:
     if _is(total, aten.add.Tensor) and isinstance(total.args[1], torch.fx.Node):
         seen.append(total)
         scores, mask = total.args[:2]
-        if _shape(total) != _shape(scores):  # the mask broadcast to the scores, not beyond
+        if traced_shape(total) != traced_shape(scores):  # the mask broadcast to the scores, not beyond
             return None
     operands = _product(scores, seen)
     if operands is None:
@@ -178,7 +176,7 @@ def _match(softmax: torch.fx.Node) -> tuple[torch.fx.Node, Attention] | None:
     if found is None:
         return None
     y, v = found
-    shapes = [_shape(n) for n in (q, k, v, y)]
+    shapes = [traced_shape(n) for n in (q, k, v, y)]
     if None in shapes or not (shapes[0][:2] == shapes[1][:2] == shapes[2][:2] and shapes[0][3] == shapes[1][3]):
         return None  # grouped heads (k and v fewer than q) and other forms: left as they are
     result, before = _identity_permutes(y)

@@ -80,7 +80,7 @@ def _unwrapped(node: torch.fx.Node) -> tuple[torch.fx.Node, list[torch.fx.Node]]
     the chain."""
     chain = []
     while node.op == "call_function" and node.target in _MOVES and len(node.users) == 1 \
-            and _shape(node.args[0]) == _shape(node):
+            and traced_shape(node.args[0]) == traced_shape(node):
         chain.append(node)
         node = node.args[0]
     return node, chain
@@ -89,16 +89,17 @@ def _unwrapped(node: torch.fx.Node) -> tuple[torch.fx.Node, list[torch.fx.Node]]
 def _broadcast_weight(node: torch.fx.Node) -> tuple[torch.fx.Node, list[torch.fx.Node]]:
     """The [in, out] matrix the bmm's right operand node expands over its batch, and the moves doing it."""
     inner, chain = _unwrapped(node)
-    shape = _shape(inner)
+    shape = traced_shape(inner)
     if inner.target is aten.expand.default and len(inner.users) == 1 and shape is not None \
-            and _shape(inner.args[0]) == shape[1:]:
+            and traced_shape(inner.args[0]) == shape[1:]:
         matrix, more = _unwrapped(inner.args[0])
         return matrix, [*chain, inner, *more]
     return inner, chain
 
 
-def _shape(node: torch.fx.Node) -> list[str] | None:
-    val = node.meta.get("val")
+def traced_shape(node: object) -> list[str] | None:
+    """A node's tensor shape as torch.export traced it, each size as text (a free one is its symbol), or None."""
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
     return [str(d) for d in val.shape] if isinstance(val, torch.Tensor) else None
 
 
@@ -107,12 +108,12 @@ def _batched(bmm: torch.fx.Node, consts: Mapping[str, torch.Tensor]) -> tuple[to
     x, left = _unwrapped(bmm.args[0])
     t, right = _broadcast_weight(bmm.args[1])
     w = _weight(t, consts)
-    if w is None or _shape(x) is None or len(_shape(x)) != 3:
+    if w is None or traced_shape(x) is None or len(traced_shape(x)) != 3:
         return None
     inside, result = {bmm, *left, *right}, bmm
     if len(result.users) == 1:
         (user,) = result.users
-        if user.target is aten.view.default and _shape(user) == _shape(result):
+        if user.target is aten.view.default and traced_shape(user) == traced_shape(result):
             inside.add(result)
             result = user
     if len(result.users) == 1:
