@@ -240,26 +240,28 @@ QRT_GATE_FN double qrt_cos_poly(double r) { /* cos r, |r| <= pi/4: Taylor to r^1
     return 1.0 + z * p;
 }
 
-/* sin(x) (cos: qrt_cosf): sin(a) = S, C, -S, -C for n = 0, 1, 2, 3, and sin(-a) = -sin(a); NaN at infinities */
+/* sin(a + q pi/2), a = |x| finite: with a = n pi/2 + r, sin(r + (n + q) pi/2) = S, C, -S, -C for n + q = 0, 1, 2, 3
+ * mod 4 (cos(a) = sin(a + pi/2): q = 1) */
+QRT_GATE_FN float qrt_sin_quadrant(float a, int q) {
+    int n;
+    const double r = qrt_pio2_reduce(a, &n);
+    n += q;
+    const double v = n & 1 ? qrt_cos_poly(r) : qrt_sin_poly(r);
+    return (float)(n & 2 ? -v : v);
+}
+
+/* sin(x) = -sin(-x), cos(x) = cos(-x); NaN at infinities */
 QRT_GATE_FN float qrt_sinf(float x) {
     const float a = fabsf(x);
     if (!(a < INFINITY))
         return x - x;
-    int n;
-    const double r = qrt_pio2_reduce(a, &n);
-    const double v = n & 1 ? qrt_cos_poly(r) : qrt_sin_poly(r);
-    const float y = (float)(n & 2 ? -v : v);
+    const float y = qrt_sin_quadrant(a, 0);
     return qrt_float_bits(x) >> 31 ? -y : y;
 }
 
 QRT_GATE_FN float qrt_cosf(float x) {
     const float a = fabsf(x);
-    if (!(a < INFINITY))
-        return x - x;
-    int n;
-    const double r = qrt_pio2_reduce(a, &n);
-    const double v = n & 1 ? -qrt_sin_poly(r) : qrt_cos_poly(r); /* cos(a) = C, -S, -C, S */
-    return (float)(n & 2 ? -v : v);
+    return a < INFINITY ? qrt_sin_quadrant(a, 1) : x - x;
 }
 
 #endif /* QRT_FLOAT_MATH_H */
