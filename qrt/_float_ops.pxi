@@ -22,7 +22,7 @@ cdef extern from "float_ops.h" nogil:
     float qrt_batch_norm_alpha(float var, float w, float eps)
     float qrt_batch_norm_beta(float mean, float alpha, float b)
     enum:
-        QRT_SIGMOID, QRT_TANH, QRT_SILU, QRT_GELU, QRT_GELU_TANH, QRT_SQRT, QRT_RSQRT, QRT_LOG, QRT_SIN, QRT_COS
+        QRT_SIGMOID, QRT_TANH, QRT_SILU, QRT_GELU, QRT_GELU_TANH, QRT_SQRT, QRT_RSQRT, QRT_LOG, QRT_SIN, QRT_COS, QRT_CEIL, QRT_FLOOR
         QRT_ADD, QRT_SUB, QRT_MUL, QRT_DIV
         QRT_BINARY_MAX_RANK
 
@@ -38,7 +38,7 @@ cdef extern from "torch_gelu.h" nogil:
 
 UNARY_OPS = {"sigmoid": QRT_SIGMOID, "tanh": QRT_TANH, "silu": QRT_SILU, "gelu": QRT_GELU,
              "gelu_tanh": QRT_GELU_TANH, "sqrt": QRT_SQRT, "rsqrt": QRT_RSQRT, "log": QRT_LOG,
-             "sin": QRT_SIN, "cos": QRT_COS}
+             "sin": QRT_SIN, "cos": QRT_COS, "ceil": QRT_CEIL, "floor": QRT_FLOOR}
 BINARY_OPS = {"add": QRT_ADD, "sub": QRT_SUB, "mul": QRT_MUL, "div": QRT_DIV}
 
 # Work per task, in an add's elements (one is about 0.14 ns at 128 x 384 on any build: the add waits on memory),
@@ -55,15 +55,15 @@ cdef Py_ssize_t MIN_FLOAT_WORK = 1 << 14
 # 128 x 1536: the lowest; sqrt of x >= 0: GCC keeps it scalar for errno, and a negative x calls libm, 45x); log (msun's
 # logf, scalar on every build: 32 to 128 x 384 and 128 x 1536) avx512 16.9-49.5, fma 17.2-43.1, portable 17.5-40.3;
 # sin and cos (float_math.h, scalar; rotary angles and values of |x| up to 10) 14 to 180 on every build, measured while
-# another job ran, so 16.
+# another job ran, so 16; ceil and floor (one vector rounding an element, as the add's one operation) 1.
 # The layer_norm that forms a residual add costs one more (measured 0.6-1.5 more).
-FLOAT_COSTS = {  # UNARY_OPS' codes in order (sigmoid, ..., rsqrt, log, sin, cos), then layer_norm
-    "avx512": (2, 2, 2, 1, 4, 4, 8, 16, 16, 16, 1),
-    "fma": (4, 4, 4, 4, 8, 4, 8, 16, 16, 16, 2),
-    "portable": (64, 64, 64, 32, 64, 4, 8, 16, 16, 16, 16),
+FLOAT_COSTS = {  # UNARY_OPS' codes in order (sigmoid, ..., rsqrt, log, sin, cos, ceil, floor), then layer_norm
+    "avx512": (2, 2, 2, 1, 4, 4, 8, 16, 16, 16, 1, 1, 1),
+    "fma": (4, 4, 4, 4, 8, 4, 8, 16, 16, 16, 1, 1, 2),
+    "portable": (64, 64, 64, 32, 64, 4, 8, 16, 16, 16, 1, 1, 16),
 }
 cdef enum:
-    COST_LAYER_NORM = QRT_COS + 1
+    COST_LAYER_NORM = QRT_FLOOR + 1
 
 
 def _set_min_float_work(Py_ssize_t n) -> int:
@@ -219,7 +219,7 @@ def float_unary_oracle(str op, const float[::1] x, float[::1] y) -> None:
     equal bit for bit), for tests."""
     cdef int code = UNARY_OPS[op]
     cdef Py_ssize_t i, n = x.shape[0]
-    if y.shape[0] != n or code in (QRT_SQRT, QRT_RSQRT):
+    if y.shape[0] != n or code in (QRT_SQRT, QRT_RSQRT, QRT_CEIL, QRT_FLOOR):
         raise ValueError("float_unary_oracle: shape mismatch or no scalar function")
     with nogil:
         for i in range(n):

@@ -38,7 +38,7 @@ from .layout import PACKED_DTYPES, PackedMatrix, pack, packed_shape
 from .ops import OPS, ValueInfo
 
 FORMAT_VERSION = 4  # what writers write, unless the graph needs a later version (written_version)
-SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
 PACKED_SINCE = 4  # weights stored packed, the xxh64 checksum
 MAX_HEADER_BYTES = 100_000_000  # as safetensors: a header claiming more is refused unread
 HEADER_ALIGN = 64  # the data section starts on a cache line; packed weights come first in it

@@ -44,6 +44,7 @@ OP_SINCE.update(dict.fromkeys(("add_int", "sub_int", "mul_int", "cumsum"), 9))  
 OP_SINCE["amax"] = 10  # max pooling over time
 OP_SINCE["batch_norm"] = 11  # BatchNorm in inference (tabular models)
 OP_SINCE.update(dict.fromkeys(("log", "sin", "cos"), 12))  # relative position buckets (MPNet), rotary embeddings
+OP_SINCE.update(dict.fromkeys(("ceil", "floor"), 13))  # rounding to integers (DeBERTa's position buckets)
 RESHAPE_LIKE_SINCE = 9  # reshape's attribute 'like_dims' (and input like): sizes of another value
 INPUT_DTYPE_SINCE = {"bool": 7}
 

@@ -1033,6 +1033,8 @@ _UNARY_FLOAT = {
     "log": "the natural logarithm, msun's logf (within 1 ulp of torch.log; -inf at 0, NaN below)",
     "sin": "sin(x), correctly rounded but within about 2^-40 of halfway between floats (rotary embeddings)",
     "cos": "cos(x), correctly rounded but within about 2^-40 of halfway between floats (rotary embeddings)",
+    "ceil": "the least integer not below x, exact (DeBERTa's position buckets); -0.0 for -1 < x < 0",
+    "floor": "the greatest integer not above x, exact",
 }
 _BINARY_FLOAT = {"add": "a + b", "sub": "a - b", "mul": "a * b", "div": "a / b"}
 

@@ -287,6 +287,11 @@ def _op_models() -> dict[str, GraphBuilder]:
     x = b.input("x", "float32", [None, 3])
     b.output(b.node("log", {"x": x}), b.node("sin", {"x": x}), b.node("cos", {"x": x}))
     models["log"] = b
+    # DeBERTa's position buckets' ceil, and floor (version 13)
+    b = GraphBuilder()
+    x = b.input("x", "float32", [None, 3])
+    b.output(b.node("ceil", {"x": x}), b.node("floor", {"x": x}))
+    models["rounding"] = b
     # matmul against a stored matrix, attention with a bool mask over its heads
     b = GraphBuilder()
     x = b.input("x", "float32", [None, 2, 3, 4])

@@ -224,6 +224,47 @@ def test_relative_position_buckets(tmp_path, frontend):
             assert got[i].dtype == np.float32 and ulps.max() <= 1, i
 
 
+class LogBuckets(nn.Module):
+    """DeBERTa-v2's relative positions over the free length (transformers' build_relative_position, its
+    make_log_bucket_position: sign, an integer clamp-free where, a float32 log, ceil), at DeBERTa-v3's settings
+    (256 buckets, 512 positions) and a tiny model's (8, 32); their clamp into the embedding table's rows (an
+    integer clamp); sign, ceil and floor of floats; a count of rows written as arithmetic on a free size
+    (x.size(0) * 3, as DeBERTa expands its position index to its scores' batch * heads), which qrt takes from a
+    value of that size (q)."""
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        from transformers.models.deberta_v2.modeling_deberta_v2 import build_relative_position
+
+        q = x.unsqueeze(1).expand(-1, 3, -1).reshape(-1, x.size(1), 1)  # [batch * 3, length, 1]
+        v3 = build_relative_position(q, q, bucket_size=256, max_position=512)
+        tiny = build_relative_position(q, q, bucket_size=8, max_position=32)
+        rows = torch.clamp(tiny + 8, 0, 15).squeeze(0).expand([x.size(0) * 3, x.size(1), x.size(1)])
+        return v3, rows + q, torch.sign(x * 100), torch.ceil(x * 100), torch.floor(x * 100), tiny.sign()
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+def test_deberta_log_buckets(tmp_path, frontend):
+    """Exact against torch (transformers' own bucket function) at every relative position up to 599, both settings;
+    sign of -0.0 and NaN is +0.0 as torch's; ceil gives -0.0 in (-1, 0) as torch's. A file with ceil is format
+    version 13; batch and length stay free (the count x.size(0) * 3)."""
+    ckpt = str(tmp_path / "b.pt")
+    torch.save({}, ckpt)
+    out = str(tmp_path / "b.qrt")
+    result = convert(ckpt, out, model="test_convert_masks:LogBuckets", input_shapes=["2,9"], frontend=frontend)
+    assert result.shapes == {"x": "float32[?, ?]"}
+    m, rng = qrt.load(out), np.random.default_rng(10)
+    assert m.metadata["qrt.version"] == "13" and {"ceil", "floor"} <= {n.op for n in m.graph.nodes}
+    for batch, length in ((1, 1), (2, 17), (1, 600)):
+        x = rng.standard_normal((batch, length)).astype(np.float32)
+        x[0, 0] = -0.0
+        if length > 2:
+            x[0, 1:3] = [np.nan, -0.004]
+        got, want = m.run([x]), [w.numpy() for w in LogBuckets()(torch.from_numpy(x))]
+        for i, (g, w) in enumerate(zip(got, want)):
+            same = (g.view(np.uint8) == w.view(np.uint8)).reshape(-1) if g.dtype == w.dtype else False
+            assert g.shape == w.shape and (np.all(same) or np.array_equal(g, w, equal_nan=True)), (i, batch, length)
+
+
 def test_float_extremum_refused(tmp_path):
     ckpt = str(tmp_path / "f.pt")
     torch.save({}, ckpt)
@@ -245,15 +286,27 @@ class Repeats(nn.Module):
         return torch.cat([beside, x], 2), h.repeat(3, 1, 1), x.repeat(1, 1, 1)
 
 
-class TiledRepeat(nn.Module):
+class TiledRepeats(nn.Module):
+    """Copies of dimensions above size 1: DeBERTa's position projections repeated by the batch ([heads, 2k, e]
+    .repeat(x.size(0), 1, 1)), a free dimension tiled beside a free one kept, a new leading dimension."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.arange(24, dtype=torch.float32).view(2, 3, 4))
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        return self.table.repeat(x.size(0), 1, 1) + 0, x.repeat(1, 2), x.repeat(3, 2, 1)
+
+
+class TiledFreeTwice(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.repeat(1, 2)
+        return x.repeat(2, 3)
 
 
 @pytest.mark.parametrize("frontend", ["fx", "export"])
-def test_repeat_of_size_one_dimensions(tmp_path, frontend):
-    """Exact (data movement): torch's values at two batches and lengths; a repeat that tiles a dimension of size
-    above 1 is refused by name."""
+def test_repeats(tmp_path, frontend):
+    """Exact (data movement): torch's values at two batches and lengths, for dimensions of size 1 (an expand) and
+    larger ones (copies); tiling two dimensions of free size (two sizes to infer) is refused by name."""
     ckpt, out = str(tmp_path / "r.pt"), str(tmp_path / "r.qrt")
     torch.save({}, ckpt)
     result = convert(ckpt, out, model="test_convert_masks:Repeats", input_shapes=["2,6", "2,9,4"], frontend=frontend)
@@ -263,8 +316,17 @@ def test_repeat_of_size_one_dimensions(tmp_path, frontend):
         h, x = (rng.standard_normal(s).astype(np.float32) for s in ((batch, 6), (batch, length, 4)))
         for g, w in zip(m.run([h, x]), Repeats()(torch.from_numpy(h), torch.from_numpy(x))):
             assert np.array_equal(g, w.numpy())
-    with pytest.raises(ConvertError, match=r"repeat of dimension 1, of size 5: qrt repeats only dimensions of size 1"):
-        convert(ckpt, out, model="test_convert_masks:TiledRepeat", input_shapes=["2,5"], frontend=frontend)
+    torch.save(TiledRepeats().state_dict(), ckpt)
+    result = convert(ckpt, out, model="test_convert_masks:TiledRepeats", input_shapes=["2,5"], frontend=frontend)
+    assert result.shapes == {"x": "float32[?, ?]"}
+    m = qrt.load(out)
+    for batch, length in ((1, 3), (4, 7)):
+        x = rng.standard_normal((batch, length)).astype(np.float32)
+        for g, w in zip(m.run([x]), TiledRepeats()(torch.from_numpy(x))):
+            assert np.array_equal(g, w.numpy())
+    torch.save({}, ckpt)
+    with pytest.raises(ConvertError, match=r"repeat tiles 2 dimensions of free size; qrt infers at most one"):
+        convert(ckpt, out, model="test_convert_masks:TiledFreeTwice", input_shapes=["2,5"], frontend=frontend)
 
 
 class BadPow(nn.Module):

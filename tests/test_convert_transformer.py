@@ -210,6 +210,27 @@ def test_modernbert_rotary_and_local_attention(tmp_path):
         assert diff <= 1e-4 and cos >= 0.99999, (batch, length, diff, cos)
 
 
+@pytest.mark.parametrize("shared", [True, False], ids=["shared_key", "own_projections"])
+def test_deberta_v2_relative_attention(tmp_path, shared):
+    """DeBERTa-v2 / v3 as a sentence embedder: disentangled attention (content to position and position to
+    content) over log-bucketed relative positions (a float32 log and ceil, format version 13), its position
+    projections repeated by the batch, its index expanded to the scores' batch * heads (a size qrt takes from
+    the scores), torch.gather; the projections of the stored relative embeddings folded at conversion, through
+    the attention's own Linears or their own. Its scores are eager bmm and softmax in qrt's order, as MPNet's
+    (CONVERTER.md). Held to the module docstring's bar (measured 3e-8 to 6e-8 at up to 2 x 64)."""
+    torch.manual_seed(11)
+    config = AutoConfig.for_model("deberta-v2", **TINY, relative_attention=True, pos_att_type=["p2c", "c2p"],
+                                  position_buckets=8, max_relative_positions=32, norm_rel_ebd="layer_norm",
+                                  share_att_key=shared)
+    q, path = _quantized_file(tmp_path, SentenceEmbedder(AutoModel.from_config(config)), ["2,9", "2,9"], "deberta")
+    m, rng = qrt.load(path), np.random.default_rng(49)
+    assert {"ceil", "log", "gather"} <= {n.op for n in m.graph.nodes} and m.metadata["qrt.version"] == "13"
+    for batch, length in ((1, 7), (3, 40), (2, 64)):  # the log buckets from relative position 4 on
+        ids, mask = _padded(rng, batch, length, TINY["vocab_size"])
+        diff, cos = _agreement(q(ids, mask).detach().numpy(), m.run([ids.numpy(), mask.numpy()]))
+        assert diff <= 1e-4 and cos >= 0.99999, (batch, length, diff, cos)
+
+
 @pytest.mark.parametrize("family, extra", [("ibert", {}), ("luke", {"entity_vocab_size": 10, "entity_emb_size": 16}),
                                            ("markuplm", {})])
 def test_encoders_making_their_defaults_at_the_inputs_sizes(tmp_path, family, extra):

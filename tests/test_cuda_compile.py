@@ -37,7 +37,7 @@ ENTRY_POINTS = {
                           for mb in (1, 2, 4)]
     + [f"rnn_input_proj_{mb}" for mb in (1, 2, 4)],
     "float_ops.cu": [f"unary_{op}" for op in ("relu", "sigmoid", "tanh", "silu", "gelu", "gelu_tanh", "sqrt",
-                                              "rsqrt", "log", "sin", "cos")]
+                                              "rsqrt", "log", "sin", "cos", "ceil", "floor")]
     + ["sum_f32", "mean_f32", "softmax_f32", "log_softmax_f32", "layer_norm_f32"],
     "attention.cu": ["matmul_f32", "attention_f32"],
     "embedding.cu": ["embedding_check", "embedding_check_values"]

@@ -86,7 +86,8 @@ def test_seeds_hold_packed_version_4_files_and_version_3_files(case_path):
         meta.pop("qrt.data_checksum", None)
         meta.pop("qrt.data_sha256", None)
         assert check_case(join(header, body, fix_checksum=True), case_path, random.Random(0)) == "loaded and ran"
-    assert packed_kinds == {"int8", "float"} and {"3", "4"} <= versions <= {"3", "4", "7", "8", "9", "10", "11", "12"}
+    assert packed_kinds == {"int8", "float"}
+    assert {"3", "4"} <= versions <= {"3", "4", "7", "8", "9", "10", "11", "12", "13"}
 
 
 def test_packed_and_checksum_edits_reach_their_checks(case_path):

@@ -594,7 +594,7 @@ def _values(shape: tuple, scale: float = 4.0) -> np.ndarray:
 
 UNARY_CASES = [("relu", {}), ("sigmoid", {}), ("tanh", {}), ("silu", {}), ("gelu", {}),
                ("gelu", {"approximate": "tanh"}), ("sqrt", {}), ("rsqrt", {}), ("log", {}),
-               ("sin", {}), ("cos", {})]
+               ("sin", {}), ("cos", {}), ("ceil", {}), ("floor", {})]
 
 
 @needs_gpu

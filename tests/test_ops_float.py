@@ -35,6 +35,8 @@ float32 input, computed in float64.
 - sin and cos (format version 12) are correctly rounded, held to numpy's float64 sin and cos rounded once
   (within half an ulp plus 2^-40 relative) on every 128th float32 of the whole range, and within 1 ulp of
   torch's (99.2% and 98.9% bit-equal there); NaN at infinities.
+- ceil and floor (format version 13) are exact: bit for bit torch's on every 64th float32 of either sign and on
+  zeros of both signs, infinities and the halves around them, on every build.
 - log (format version 12) is msun's logf (qrt_logf, log_softmax's): within 1 ulp of the exact log on every
   positive float of a grid over the whole range, subnormals included (measured 0.87 ulp), and within 1 ulp of
   torch's log (Sleef's u10 on AVX-512 and AVX2, libm's on the default capability: 99.6% bit-equal over 2
@@ -263,6 +265,20 @@ def test_sin_and_cos_correctly_rounded(tmp_path, name, every_build):
     apart = np.abs(y.view(np.int32).astype(np.int64) - t.view(np.int32))
     print(f"{name}: {np.mean(apart == 0):.4f} bit-equal to torch, max {apart.max()} ulp apart")
     assert apart.max() <= 1
+
+
+@pytest.mark.parametrize("name", ["ceil", "floor"])
+def test_ceil_and_floor_are_torchs(tmp_path, name, every_build):
+    """Every 64th float32 of either sign (subnormals, the integers' edge at 2^23 and past it), zeros of both
+    signs, values just inside (-1, 0) and (0, 1), halves, infinities and NaN: torch's bits on every build
+    (-0.0 where torch gives it: ceil of -0.5)."""
+    half = np.arange(0, 0x7F800000, 64, dtype=np.int32).view(np.float32)
+    edges = np.float32([0.5, 1.5, 2.5, 1 - 2**-24, 2**23 - 0.5, 2**23 + 1, 2**24 + 2, 1e-45, np.inf, np.nan])
+    x = np.concatenate([half, -half, edges, -edges])
+    want = getattr(torch, name)(torch.from_numpy(x)).numpy()
+    for build, v in every_build.items():
+        got = _under(v, lambda: _model(tmp_path, name, {"x": [None]}).run(x))
+        assert _same_bits(got, want), build
 
 
 @pytest.mark.parametrize("name", ["log", "sin", "cos"])

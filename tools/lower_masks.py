@@ -180,6 +180,11 @@ def _bound(v: Any, what: str) -> float | None:
 
 @lowers(functions=(torch.clamp, torch.clip), methods=("clamp", "clip"))
 def _clamp(lw: Lowerer, node: torch.fx.Node, input: Any, min: Any = None, max: Any = None) -> Tensor:
+    if dtype_of(input) in ("int32", "int64"):  # DeBERTa's relative positions: integer maximum, then minimum, exact
+        for bound, comparison in ((min, "gt"), (max, "lt")):
+            if bound is not None:
+                input = extremum(lw, node, input, bound, comparison)
+        return input
     return Tensor(lw.emit(node, "clamp", {"x": lw.float_of(input)}, {"min": _bound(min, "min"),
                                                                        "max": _bound(max, "max")}))
 
@@ -194,8 +199,23 @@ def _clamp_max(lw: Lowerer, node: torch.fx.Node, input: Any, max: Any) -> Tensor
     return _clamp(lw, node, input, max=max)
 
 
-for _op in ("sqrt", "rsqrt", "log", "sin", "cos"):  # float32 functions of one input: one op each
+for _op in ("sqrt", "rsqrt", "log", "sin", "cos", "ceil", "floor"):  # float32 functions of one input: one op each
     lowers(functions=(getattr(torch, _op),), methods=(_op,))(unary(_op)[0])
+
+
+@lowers(functions=(torch.sign,), methods=("sign",))
+def _sign(lw: Lowerer, node: torch.fx.Node, input: Any) -> Tensor:
+    """where(x > 0, 1, where(x < 0, -1, 0)): exact; -0.0 and NaN give +0.0, as torch's sign does."""
+    if dtype_of(input) not in ("float32", "int32", "int64"):
+        raise LoweringError(f"sign of a {dtype_of(input)} value is not supported")
+    x, zero = operands(lw, node, input, 0)
+    picked = zero
+    for comparison, value in (("lt", -1), ("gt", 1)):
+        _, one = operands(lw, node, input, value)
+        side = lw.emit(node, comparison, {"a": x.name, "b": zero.name}, suffix=f"_{comparison}")
+        picked = Tensor(lw.emit(node, "where", {"condition": side, "a": one.name, "b": picked.name},
+                                suffix=f"_{comparison}_pick"), x.dtype)
+    return picked
 
 
 @lowers(functions=(torch.abs,), methods=("abs",))
@@ -417,33 +437,89 @@ def _expand(lw: Lowerer, node: torch.fx.Node, x: Any, *sizes: Any) -> Any:
             shape.append(-1 if i >= lead else 1)
         else:
             changed = {r for r, o in enumerate(outs) if o[i] != s}
+            like = _sized_like(lw, [o[i] for o in outs]) if changed else None
+            if like is not None:  # DeBERTa's q.size(0), exported as batch * heads: a value of that size gives it
+                likes.setdefault(like[0], {})[i] = like[1]
+                shape.append(-1 if i >= lead else 1)
+                continue
             if changed:  # x.size(1) + 1: the free dimension it came from is fixed
                 lw.varies(changed, f"makes a tensor of size {s} at dimension {i}, computed from a free size (qrt "
                                    "follows a free size only as read from a tensor, x.size(d))")
             shape.append(int(s))
-    v = runtime_value(lw, node, x, "_x")
+    return _emit_expand(lw, node, runtime_value(lw, node, x, "_x"), shape, likes)
+
+
+def _emit_expand(lw: Lowerer, node: torch.fx.Node, v: Tensor, shape: list[int], likes: dict,
+                 suffix: str = "") -> Tensor:
+    """v expanded to shape (-1: v's size), one qrt expand per tensor in likes ({tensor: {dimension: its
+    dimension}}) whose sizes it takes, in turn."""
     out = v.name
     for k, (like, dims) in enumerate(likes.items() or [(None, {})]):
-        attrs = {"shape": shape if k == 0 else [-1] * len(sizes),
-                 "like_dims": [dims.get(i) for i in range(len(sizes))] if like is not None else []}
-        out = lw.emit(node, "expand", {"x": out, "like": like}, attrs, suffix=f"_{k}" if k else "")
+        attrs = {"shape": shape if k == 0 else [-1] * len(shape),
+                 "like_dims": [dims.get(i) for i in range(len(shape))] if like is not None else []}
+        out = lw.emit(node, "expand", {"x": out, "like": like}, attrs, suffix=suffix + (f"_{k}" if k else ""))
     return Tensor(out, v.dtype)
+
+
+def _sized_like(lw: Lowerer, sizes: list[int]) -> tuple[str, int] | None:
+    """A value computed so far and a dimension of it whose size is sizes[r] in every run r, the latest such,
+    else None: for a size written as arithmetic on a free size (DeBERTa's batch * heads, as torch.export writes
+    q.size(0)) rather than read from the tensor that has it. The runs change each free size alone from the
+    example (n, then 2n + 3), so a size linear in it, as such sizes are, is known by its values there; two
+    sizes that are not the same function could agree at both only by chance, and then qrt's expand refuses
+    the mismatch at run time where the tensor it expands has that dimension."""
+    for name in reversed(lw.observed):
+        for d, _ in enumerate(lw.observed[name][0]):
+            if [shape[d] for shape in lw.observed[name]] == sizes:
+                return name, d
+    return None
 
 
 @lowers(methods=("repeat",), sizes=True, keeps_dtype=True)
 def _repeat(lw: Lowerer, node: torch.fx.Node, x: Any, *sizes: Any) -> Any:
-    """x.repeat(...) where every dimension repeated more than once has size 1 (h.unsqueeze(1).repeat(1, T, 1), a
-    decoder's state beside each source step): the expand it is."""
+    """x.repeat(...). Dimensions of size 1 repeated are the expand they are (h.unsqueeze(1).repeat(1, T, 1), a
+    decoder's state beside each source step); a larger one repeated c times (DeBERTa's position projections,
+    [heads, 2k, e].repeat(batch, 1, 1)) is x's block written c times over: a new dimension of size c before it,
+    expanded, then merged with it by a reshape. c may be a free size read from a tensor (x.size(0))."""
     sizes = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
-    lead = len(sizes) - len(lw.shape(x))
+    ins, outs = lw.shapes(x), lw.node_shapes(node)
+    lead = len(sizes) - len(ins[0])
     if lead < 0:
-        raise LoweringError(f"repeat with {len(sizes)} sizes for a tensor of rank {len(lw.shape(x))}")
-    for i, s in enumerate(sizes[lead:]):
-        if (isinstance(s, SizeOf) or s != 1) and any(shape[i] != 1 for shape in lw.shapes(x)):
-            raise LoweringError(f"repeat of dimension {i}, of size {lw.shape(x)[i]}: qrt repeats only dimensions of "
-                                "size 1 (an expand)")
-    return _expand(lw, node, x, *(-1 if k >= lead and s == 1 and not isinstance(s, SizeOf) else s
-                                   for k, s in enumerate(sizes)))
+        raise LoweringError(f"repeat with {len(sizes)} sizes for a tensor of rank {len(ins[0])}")
+    tiled = [i for i, s in enumerate(sizes[lead:]) if (isinstance(s, SizeOf) or s != 1)
+             and any(shape[i] != 1 for shape in ins)]
+    if not tiled:
+        return _expand(lw, node, x, *(-1 if k >= lead and s == 1 and not isinstance(s, SizeOf) else s
+                                       for k, s in enumerate(sizes)))
+    for k, s in enumerate(sizes):  # a count computed from a free size, not read from a tensor, fixes that size
+        changed = {r for r, (o, i) in enumerate(zip(outs, ins)) if o[k] != s * (i[k - lead] if k >= lead else 1)}
+        if not isinstance(s, SizeOf) and changed:
+            lw.varies(changed, f"repeats dimension {k} a number of times computed from a free size "
+                                             "(qrt follows a free size only as read from a tensor, x.size(d))")
+    v = runtime_value(lw, node, x, "_x")
+    out = v.name
+    for k, i in enumerate(tiled):  # the new dimension before each repeated one, in x's order
+        out = lw.emit(node, "unsqueeze", {"x": out}, {"dim": i + k}, suffix=f"_tile{k}")
+    shape, likes, at = [], {}, []  # at: where each output dimension lies in the expanded tiles
+    for k, s in enumerate(sizes):
+        if isinstance(s, SizeOf):
+            likes.setdefault(s.value, {})[len(shape)] = s.dim
+        at.append(len(shape))
+        shape.append(1 if isinstance(s, SizeOf) else -1 if k >= lead and s == 1 else int(s))
+        if k - lead in tiled:
+            shape.append(-1)
+    tiles = _emit_expand(lw, node, Tensor(out, v.dtype), shape, likes, suffix="_tiles")
+    # the reshape merges each count with its dimension: a free size a merge makes is inferred (-1, one at most),
+    # one the tiles have already is read from them
+    free = [j for j in range(len(sizes)) if len({o[j] for o in outs}) > 1]
+    merged_free = [j for j in free if j - lead in tiled]
+    if len(merged_free) > 1:
+        raise LoweringError(f"repeat tiles {len(merged_free)} dimensions of free size; qrt infers at most one")
+    target = [-1 if j in merged_free else 1 if j in free else outs[0][j] for j in range(len(sizes))]
+    like_dims = [at[j] if j in free and j not in merged_free else None for j in range(len(sizes))]
+    kept = any(d is not None for d in like_dims)
+    return Tensor(lw.emit(node, "reshape", {"x": tiles.name, "like": tiles.name if kept else None},
+                          {"shape": target, "like_dims": like_dims if kept else []}), v.dtype)
 
 
 @lowers(methods=("expand_as",), keeps_dtype=True)

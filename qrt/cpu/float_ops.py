@@ -175,7 +175,8 @@ def _batch_norm(node: Node, c: Mapping[str, np.ndarray]) -> Step:
 
 IMPLEMENTATIONS: dict[str, Prepare] = {
     "relu": _relu,
-    **{op: _unary(op) for op in ("sigmoid", "tanh", "silu", "gelu", "sqrt", "rsqrt", "log", "sin", "cos")},
+    **{op: _unary(op) for op in ("sigmoid", "tanh", "silu", "gelu", "sqrt", "rsqrt", "log", "sin", "cos", "ceil",
+                                        "floor")},
     **{op: _binary(op) for op in ("add", "sub", "mul", "div")},
     "softmax": _softmax(False),
     "log_softmax": _softmax(True),

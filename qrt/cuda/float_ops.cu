@@ -17,7 +17,8 @@
 #define QRT_LANES 16
 #define QRT_BLOCK 256
 
-enum { UN_RELU, UN_SIGMOID, UN_TANH, UN_SILU, UN_GELU, UN_GELU_TANH, UN_SQRT, UN_RSQRT, UN_LOG, UN_SIN, UN_COS };
+enum { UN_RELU, UN_SIGMOID, UN_TANH, UN_SILU, UN_GELU, UN_GELU_TANH, UN_SQRT, UN_RSQRT, UN_LOG, UN_SIN, UN_COS, UN_CEIL,
+       UN_FLOOR };
 enum { BIN_ADD, BIN_SUB, BIN_MUL, BIN_DIV };
 enum { RED_SUM, RED_MAX };
 
@@ -34,6 +35,8 @@ __device__ __forceinline__ float unary_fn(float x) {
     if (OP == UN_LOG) return qrt_logf(x);
     if (OP == UN_SIN) return qrt_sinf(x);
     if (OP == UN_COS) return qrt_cosf(x);
+    if (OP == UN_CEIL) return ceilf(x);  // exact: no rounding mode enters
+    if (OP == UN_FLOOR) return floorf(x);
     return qrt_gelu_tanh(x);
 }
 
@@ -53,6 +56,8 @@ QRT_UNARY_ENTRY(rsqrt, UN_RSQRT)
 QRT_UNARY_ENTRY(log, UN_LOG)
 QRT_UNARY_ENTRY(sin, UN_SIN)
 QRT_UNARY_ENTRY(cos, UN_COS)
+QRT_UNARY_ENTRY(ceil, UN_CEIL)
+QRT_UNARY_ENTRY(floor, UN_FLOOR)
 
 // y = a op b with numpy broadcasting, one IEEE operation per element. The output's dimensions come
 // innermost first (at most 8, merged where both operands run on contiguously, size-1 ones dropped), with

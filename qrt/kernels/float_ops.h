@@ -14,7 +14,8 @@
 #include <math.h>
 #include <stddef.h>
 
-enum qrt_unary_op { QRT_SIGMOID, QRT_TANH, QRT_SILU, QRT_GELU, QRT_GELU_TANH, QRT_SQRT, QRT_RSQRT, QRT_LOG, QRT_SIN, QRT_COS };
+enum qrt_unary_op { QRT_SIGMOID, QRT_TANH, QRT_SILU, QRT_GELU, QRT_GELU_TANH, QRT_SQRT, QRT_RSQRT, QRT_LOG, QRT_SIN, QRT_COS,
+                    QRT_CEIL, QRT_FLOOR };
 enum qrt_binary_op { QRT_ADD, QRT_SUB, QRT_MUL, QRT_DIV };
 #define QRT_BINARY_MAX_RANK 8
 

@@ -194,6 +194,14 @@ static void qrt_unary(int op, const float* restrict x, float* restrict y, ptrdif
         for (ptrdiff_t i = 0; i < n; i++)
             y[i] = qrt_cosf(x[i]);
         break;
+    case QRT_CEIL: /* exact (no rounding mode enters): one vector rounding per element on every build */
+        for (ptrdiff_t i = 0; i < n; i++)
+            y[i] = ceilf(x[i]);
+        break;
+    case QRT_FLOOR:
+        for (ptrdiff_t i = 0; i < n; i++)
+            y[i] = floorf(x[i]);
+        break;
     }
 }
 

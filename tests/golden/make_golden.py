@@ -795,6 +795,22 @@ def case_rotary(rng: np.random.Generator) -> Case:
     return c
 
 
+def case_rounding(rng: np.random.Generator) -> Case:
+    """ceil and floor (format version 13): DeBERTa's log bucket arguments (log(n / 128) / log(511 / 128) * 127 for
+    relative positions n up to 600, in float32), halves and values just off integers of either sign, (-1, 0)
+    (ceil gives -0.0), past 2^23 (every float an integer), subnormals, signed zeros, infinities."""
+    c = Case()
+    x = c.g.input("x", "float32", [None, None])
+    c.g.output(c.g.node("ceil", {"x": x}, name="ceil"), c.g.node("floor", {"x": x}, name="floor"))
+    n = np.arange(1, 601, dtype=F32)
+    buckets = np.log(n / F32(128)) / np.log(F32(511) / F32(128)) * F32(127)
+    special = np.array([0.0, -0.0, 0.5, -0.5, 1.5, -2.5, 1 - 2**-24, -(1 - 2**-24), 2**23 - 0.5, -(2**23 + 1),
+                        2**24 + 2, 1e-45, -1e-40, np.inf, -np.inf, 3.4e38, -3.4e38, 1e30, 7.0, -7.0], F32)
+    c.runs.append({"x": buckets.astype(F32).reshape(20, 30)})
+    c.runs.append({"x": np.concatenate([special, wide(rng, (180,), -3.0, 8.0)]).reshape(8, 25)})
+    return c
+
+
 def case_attention(rng: np.random.Generator) -> Case:
     """matmul (batch broadcast, K past a tile) and attention (scale null and given, a bool mask over heads with a
     row masked out entirely, a float additive mask with -inf, is_causal, k/v broadcast over q's batch), at odd
@@ -934,6 +950,7 @@ CASES: dict[str, Callable[[np.random.Generator], Case]] = {
     "batch_norm": case_batch_norm,
     "log": case_log,
     "rotary": case_rotary,
+    "rounding": case_rounding,
 }
 
 
