@@ -565,11 +565,20 @@ class ChunkedBatch(nn.Module):
         return x.chunk(2)[0]
 
 
-def test_chunk_of_a_free_dimension_refused(tmp_path):
+@pytest.mark.parametrize("frontend", ["fx", "export"])
+def test_chunk_of_a_free_dimension_fixes_it(tmp_path, frontend):
+    """The pieces' bounds are in the file: the dimension a chunk cuts is fixed (the other stays free), as a size
+    used as a number fixes it; declared free, it is refused, naming the chunk."""
     torch.save({}, tmp_path / "c.pt")
-    with pytest.raises(ConvertError, match="chunk along dimension 0, whose size is free, is not supported"):
-        convert(tmp_path / "c.pt", tmp_path / "c.qrt", model="test_convert_export:ChunkedBatch", input_shapes=["4,3"],
-                frontend="fx")
+    result = convert(tmp_path / "c.pt", tmp_path / "c.qrt", model="test_convert_export:ChunkedBatch",
+                     input_shapes=["4,3"], frontend=frontend)
+    assert result.shapes == {"x": "float32[4, ?]"}
+    x = np.random.default_rng(3).standard_normal((4, 5)).astype(np.float32)
+    assert np.array_equal(qrt.load(tmp_path / "c.qrt").run([x]), ChunkedBatch()(torch.from_numpy(x)).numpy())
+    with pytest.raises(ConvertError, match=r"dimension 0 is declared free \(4\?,3\), but .* cuts dimension 0 into "
+                                           r"pieces \(chunk\)"):
+        convert(tmp_path / "c.pt", tmp_path / "c.qrt", model="test_convert_export:ChunkedBatch",
+                input_shapes=["4?,3"], frontend=frontend)
 
 
 class StoredTable(nn.Module):

@@ -385,12 +385,12 @@ def _narrow(lw: Lowerer, node: torch.fx.Node, input: Any, dim: int, start: int, 
 
 
 def _fixed_dim(lw: Lowerer, x: Any, dim: Any, what: str) -> tuple[int, int]:
-    """(dim normalised, its size), refused where the size changes with a free dimension: the pieces' count and
-    bounds are written in the file."""
+    """(dim normalised, its size). The pieces' count and bounds are written in the file, so a free dimension that
+    the size follows is fixed (as a size used as a number fixes it: Lowerer.varies)."""
     d = norm_dim(dim, len(lw.shape(x)))
-    if len({shape[d] for shape in lw.shapes(x)}) != 1:
-        raise LoweringError(f"{what} along dimension {d}, whose size is free, is not supported (the pieces are fixed "
-                            "in the file)")
+    changed = {r for r, shape in enumerate(lw.shapes(x)) if shape[d] != lw.shape(x)[d]}
+    if changed:
+        lw.varies(changed, f"cuts dimension {d} into pieces ({what}), whose count and bounds the file holds")
     return d, lw.shape(x)[d]
 
 
