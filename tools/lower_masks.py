@@ -180,8 +180,10 @@ def _bound(v: Any, what: str) -> float | None:
 
 @lowers(functions=(torch.clamp, torch.clip), methods=("clamp", "clip"))
 def _clamp(lw: Lowerer, node: torch.fx.Node, input: Any, min: Any = None, max: Any = None) -> Tensor:
-    if dtype_of(input) in ("int32", "int64"):  # DeBERTa's relative positions: integer maximum, then minimum, exact
-        for bound, comparison in ((min, "gt"), (max, "lt")):
+    if dtype_of(input) in ("int32", "int64"):
+        if any(type(b) not in (int, type(None)) for b in (min, max)):  # a float bound: float32, as torch promotes
+            return _clamp(lw, node, cast(lw, node, input, "float32", "_float"), min, max)
+        for bound, comparison in ((min, "gt"), (max, "lt")):  # DeBERTa's relative positions: exact
             if bound is not None:
                 input = extremum(lw, node, input, bound, comparison)
         return input
@@ -209,9 +211,9 @@ def _sign(lw: Lowerer, node: torch.fx.Node, input: Any) -> Tensor:
     if dtype_of(input) not in ("float32", "int32", "int64"):
         raise LoweringError(f"sign of a {dtype_of(input)} value is not supported")
     x, zero = operands(lw, node, input, 0)
-    picked = zero
+    picked = cast(lw, node, zero, x.dtype, "_zero")  # where gives its a's dtype: the constants in x's (int32 stored)
     for comparison, value in (("lt", -1), ("gt", 1)):
-        _, one = operands(lw, node, input, value)
+        one = cast(lw, node, operands(lw, node, input, value)[1], x.dtype, f"_{comparison}_value")
         side = lw.emit(node, comparison, {"a": x.name, "b": zero.name}, suffix=f"_{comparison}")
         picked = Tensor(lw.emit(node, "where", {"condition": side, "a": one.name, "b": picked.name},
                                 suffix=f"_{comparison}_pick"), x.dtype)
@@ -468,9 +470,9 @@ def _sized_like(lw: Lowerer, sizes: list[int]) -> tuple[str, int] | None:
     example (n, then 2n + 3), so a size linear in it, as such sizes are, is known by its values there; two
     sizes that are not the same function could agree at both only by chance, and then qrt's expand refuses
     the mismatch at run time where the tensor it expands has that dimension."""
-    for name in reversed(lw.observed):
-        for d, _ in enumerate(lw.observed[name][0]):
-            if [shape[d] for shape in lw.observed[name]] == sizes:
+    for name, shapes in reversed(lw.observed.items()):
+        for d in range(len(shapes[0])):
+            if [shape[d] for shape in shapes] == sizes:
                 return name, d
     return None
 
@@ -494,8 +496,8 @@ def _repeat(lw: Lowerer, node: torch.fx.Node, x: Any, *sizes: Any) -> Any:
     for k, s in enumerate(sizes):  # a count computed from a free size, not read from a tensor, fixes that size
         changed = {r for r, (o, i) in enumerate(zip(outs, ins)) if o[k] != s * (i[k - lead] if k >= lead else 1)}
         if not isinstance(s, SizeOf) and changed:
-            lw.varies(changed, f"repeats dimension {k} a number of times computed from a free size "
-                                             "(qrt follows a free size only as read from a tensor, x.size(d))")
+            lw.varies(changed, f"repeats dimension {k} a number of times computed from a free size (qrt follows a "
+                               "free size only as read from a tensor, x.size(d))")
     v = runtime_value(lw, node, x, "_x")
     out = v.name
     for k, i in enumerate(tiled):  # the new dimension before each repeated one, in x's order
