@@ -226,11 +226,11 @@ def test_relative_position_buckets(tmp_path, frontend):
 
 class LogBuckets(nn.Module):
     """DeBERTa-v2's relative positions over the free length (transformers' build_relative_position, its
-    make_log_bucket_position: sign, an integer clamp-free where, a float32 log, ceil), at DeBERTa-v3's settings
-    (256 buckets, 512 positions) and a tiny model's (8, 32); their clamp into the embedding table's rows (an
-    integer clamp; one with a float bound gives float32, as torch promotes); sign, ceil and floor of floats; a count of rows written as arithmetic on a free size
-    (x.size(0) * 3, as DeBERTa expands its position index to its scores' batch * heads), which qrt takes from a
-    value of that size (q)."""
+    make_log_bucket_position: sign, where, a float32 log, ceil), at DeBERTa-v3's settings (256 buckets, 512
+    positions) and a tiny model's (8, 32); their clamp into the embedding table's rows (an integer clamp; one
+    with a float bound gives float32, as torch promotes); sign, ceil and floor of floats; a count of rows
+    written as arithmetic on a free size (x.size(0) * 3, as DeBERTa expands its position index to its scores'
+    batch * heads), which qrt takes from a value of that size (q)."""
 
     def forward(self, x: torch.Tensor) -> tuple:
         from transformers.models.deberta_v2.modeling_deberta_v2 import build_relative_position
