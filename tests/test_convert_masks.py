@@ -267,6 +267,62 @@ def test_deberta_log_buckets(tmp_path, frontend):
             assert bits or (np.isnan(w).any() and np.array_equal(g, w, equal_nan=True)), (i, batch, length)
 
 
+class Padded(nn.Module):
+    """MobileBERT's trigram embeddings (the sequence shifted by one token each way, a zero row padded in), a pad of
+    the last two dimensions with a value, integers padded."""
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple:
+        trigram = torch.cat([F.pad(x[:, 1:], [0, 0, 0, 1, 0, 0], value=0.0), x,
+                             F.pad(x[:, :-1], [0, 0, 1, 0, 0, 0], value=0.0)], dim=2)
+        return trigram, F.pad(x, (2, 1, 0, 3), value=-1.5), F.pad(ids, (1, 0), value=7)
+
+
+class BadPad(nn.Module):
+    def __init__(self, pad: tuple, mode: str) -> None:
+        super().__init__()
+        self.pad, self.mode = pad, mode
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.pad(x, self.pad, mode=self.mode)
+
+
+def make_reflect_pad() -> nn.Module:
+    return BadPad((1, 1), "reflect")
+
+
+def make_crop() -> nn.Module:
+    return BadPad((0, -1), "constant")
+
+
+@pytest.mark.parametrize("frontend", ["fx", "export", "decomposed"])
+def test_constant_pad(tmp_path, frontend):
+    """Exact: torch's values at two batches and lengths (both free), through both front ends and a program saved
+    after run_decompositions() (constant_pad_nd); reflection and cropping refused by name."""
+    out = str(tmp_path / "p.qrt")
+    if frontend == "decomposed":
+        b, n = torch.export.Dim("b"), torch.export.Dim("n", min=3)  # x[:, 1:] of one token guards n - 1 != 1
+        args = (torch.randn(2, 9, 4), torch.ones(2, 9, dtype=torch.int64))
+        ep = torch.export.export(Padded(), args, dynamic_shapes=({0: b, 1: n}, {0: b, 1: n}))
+        torch.export.save(ep.run_decompositions(), tmp_path / "p.pt2")
+        convert(tmp_path / "p.pt2", out)
+    else:
+        torch.save({}, tmp_path / "p.pt")
+        convert(tmp_path / "p.pt", out, model="test_convert_masks:Padded", input_shapes=["2,9,4", "2,9"],
+                input_dtypes={"ids": "int64"}, frontend=frontend)
+    m, rng = qrt.load(out), np.random.default_rng(11)
+    assert all(tuple(i.shape[:2]) == (None, None) for i in m.graph.inputs)
+    for batch, length in ((1, 3), (3, 12)):
+        x, ids = rng.standard_normal((batch, length, 4)).astype(np.float32), rng.integers(0, 9, (batch, length))
+        for g, w in zip(m.run([x, ids]), Padded()(torch.from_numpy(x), torch.from_numpy(ids))):
+            assert g.dtype == w.numpy().dtype and np.array_equal(g, w.numpy())
+    if frontend != "decomposed":
+        for make, message in (("make_reflect_pad", "F.pad mode 'reflect' is not supported"),
+                              ("make_crop", r"qrt pads by constant amounts of at least 0 \(no cropping\)")):
+            with pytest.raises(ConvertError, match=message):
+                convert(tmp_path / "p.pt", out, model=f"test_convert_masks:{make}", input_shapes=["2,9"],
+                        frontend=frontend)
+
+
 def test_float_extremum_refused(tmp_path):
     ckpt = str(tmp_path / "f.pt")
     torch.save({}, ckpt)

@@ -210,6 +210,20 @@ def test_modernbert_rotary_and_local_attention(tmp_path):
         assert diff <= 1e-4 and cos >= 0.99999, (batch, length, diff, cos)
 
 
+def test_mobilebert_trigram_embeddings(tmp_path):
+    """MobileBERT as a sentence embedder: its trigram embeddings pad the sequence by a zero token each way (F.pad,
+    a cat of x between zero blocks of x's free sizes), its bottlenecks and NoNorm (x * w + b). Held to the module
+    docstring's bar (measured 4e-9 to 7e-9)."""
+    torch.manual_seed(12)
+    config = AutoConfig.for_model("mobilebert", **TINY)
+    q, path = _quantized_file(tmp_path, SentenceEmbedder(AutoModel.from_config(config)), ["2,9", "2,9"], "mobilebert")
+    m, rng = qrt.load(path), np.random.default_rng(50)
+    for batch, length in ((1, 7), (3, 40)):
+        ids, mask = _padded(rng, batch, length, TINY["vocab_size"])
+        diff, cos = _agreement(q(ids, mask).detach().numpy(), m.run([ids.numpy(), mask.numpy()]))
+        assert diff <= 1e-4 and cos >= 0.99999, (batch, length, diff, cos)
+
+
 @pytest.mark.parametrize("shared", [True, False], ids=["shared_key", "own_projections"])
 def test_deberta_v2_relative_attention(tmp_path, shared):
     """DeBERTa-v2 / v3 as a sentence embedder: disentangled attention (content to position and position to

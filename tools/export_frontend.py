@@ -644,6 +644,8 @@ class _Raiser:
         if name == "arange" and len(args) in (2, 3) and all(type(a) is int for a in args[::2]) \
                 and args[0] == 0 and args[2:] in ((), (1,)):
             args = args[1:2]  # arange.start_step(0, n): run_decompositions()'s arange(n)
+        if name == "constant_pad_nd":  # F.pad as run_decompositions() writes it: (x, pad, value)
+            return self.function(F.pad, args[:2], {"value": args[2] if len(args) > 2 else 0})
         if name == "numpy_T":  # x.T: its dimensions reversed
             return self.method("permute", (args[0], list(reversed(range(node.args[0].meta["val"].dim())))))
         if name == "embedding":  # aten: (weight, indices, padding_idx, ...); F.embedding: (input, weight, ...)

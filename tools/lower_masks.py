@@ -20,7 +20,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from .lower_ops import _float_op, _index, extremum, operands, slice_to_size, unary, value_kind
+from .lower_ops import _cat_names, _float_op, _index, _joined, extremum, operands, slice_to_size, unary, value_kind
 from .lower_values import (
     TORCH_DTYPES,
     Const,
@@ -522,6 +522,42 @@ def _repeat(lw: Lowerer, node: torch.fx.Node, x: Any, *sizes: Any) -> Any:
     kept = any(d is not None for d in like_dims)
     return Tensor(lw.emit(node, "reshape", {"x": tiles.name, "like": tiles.name if kept else None},
                           {"shape": target, "like_dims": like_dims if kept else []}), v.dtype)
+
+
+@lowers(functions=(F.pad,), keeps_dtype=True)
+def _pad(lw: Lowerer, node: torch.fx.Node, input: Any, pad: Any, mode: str = "constant", value: Any = None) -> Any:
+    """F.pad(x, (left, right, ...), value=v), the pairs from the last dimension back (MobileBERT's trigram
+    embeddings pad the sequence by one token): x between blocks of v along each padded dimension (cat), each
+    block x's size elsewhere (free sizes read from x at run time). Exact. Cropping (a negative amount) and the
+    modes other than "constant" are refused by name."""
+    if mode != "constant":
+        raise LoweringError(f"F.pad mode {mode!r} is not supported (\"constant\" only)")
+    amounts = list(pad)
+    if len(amounts) % 2 or len(amounts) > 2 * len(lw.shape(input)):
+        raise LoweringError(f"F.pad's pad {amounts} must be pairs, at most two per dimension")
+    if any(not isinstance(a, int) or isinstance(a, SizeOf) or a < 0 for a in amounts):
+        raise LoweringError(f"F.pad by {amounts}: qrt pads by constant amounts of at least 0 (no cropping)")
+    x = runtime_value(lw, node, input, "_x")
+    rank, shapes = len(lw.shape(x)), lw.shapes(x)
+    free = [k for k in range(rank) if len({s[k] for s in shapes}) > 1]
+    dtype = TORCH_DTYPES[x.dtype]
+    for p in range(len(amounts) // 2):
+        d = rank - 1 - p
+        blocks = []
+        for side, amount in (("before", amounts[2 * p]), ("after", amounts[2 * p + 1])):
+            if amount == 0:
+                blocks.append(None)
+                continue
+            one = stored(lw, node, torch.full((1,) * rank, 0 if value is None else value, dtype=dtype), f"_{side}{d}")
+            shape = [amount if k == d else 1 if k in free else shapes[0][k] for k in range(rank)]
+            likes = {x.name: {k: k for k in free if k != d}} if set(free) - {d} else {}
+            block = _emit_expand(lw, node, one, shape, likes, suffix=f"_{side}{d}")
+            blocks.append(cast(lw, node, block, x.dtype, f"_{side}{d}_cast"))
+        names, wrap = _joined(lw, [b for b in (blocks[0], x, blocks[1]) if b is not None])
+        x = _cat_names(lw, node, names, d, wrap, start=p) if len(names) > 1 else x
+        shapes = [tuple(s[k] + (amounts[2 * p] + amounts[2 * p + 1] if k == d else 0) for k in range(rank))
+                  for s in shapes]
+    return x
 
 
 @lowers(methods=("expand_as",), keeps_dtype=True)
