@@ -1,7 +1,6 @@
 # The data section's integrity checksum (included by _kernels.pyx), defined in qrt/kernels/checksum.h:
 # XXH64 of the XXH64 digests of its 1 MiB blocks. The blocks hash on all threads without the GIL.
 
-from libc.stdint cimport uint64_t
 
 cdef extern from "checksum.h" nogil:
     uint64_t qrt_xxh64(const uint8_t* p, size_t len, uint64_t seed)

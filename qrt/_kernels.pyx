@@ -14,7 +14,7 @@ Callers validate shapes; the kernels trust them and run without the GIL.
 
 cimport cython
 from libc.math cimport fmaf, nearbyintf, nearbyint, fabs, isinf
-from libc.stdint cimport int8_t, uint8_t, int32_t, int64_t
+from libc.stdint cimport int8_t, uint8_t, int32_t, uint32_t, int64_t, uint64_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
 

@@ -160,3 +160,51 @@ cdef class MaskStep:
                 d -= 1
             if d < 0:
                 return
+
+
+
+ctypedef fused element_bits:  # gather moves elements as their bits: 1, 4 or 8 bytes
+    uint8_t
+    uint32_t
+    uint64_t
+
+
+cdef void gather_blocks(const element_bits* x, const int64_t* index, element_bits* y, Py_ssize_t outer,
+                        Py_ssize_t n_x, Py_ssize_t n_index, Py_ssize_t inner) noexcept nogil:
+    """y[o, j, i] = x[o, index[o, j, i], i]: each index already checked."""
+    cdef Py_ssize_t o, j, i, k = 0
+    cdef const element_bits* block
+    for o in range(outer):
+        block = x + o * n_x * inner
+        for j in range(n_index):
+            for i in range(inner):
+                y[k] = block[index[k] * inner + i]
+                k += 1
+
+
+def gather_rows(x, const int64_t[::1] index, Py_ssize_t outer, Py_ssize_t n_x, Py_ssize_t n_index,
+                Py_ssize_t inner, y) -> int:
+    """gather as [outer, n, inner] blocks: y[o, j, i] = x[o, index[o, j, i], i], x and y C-contiguous arrays of one
+    dtype (1, 4 or 8 bytes an element) holding outer * n_x * inner and outer * n_index * inner elements, index the
+    latter's count. Every index is checked before any is read: returns -1, or the flat position of the first
+    outside [0, n_x) (then y is not written)."""
+    cdef Py_ssize_t item = x.itemsize, k, bad = -1, total = outer * n_index * inner
+    if index.shape[0] != total or x.size != outer * n_x * inner or y.size != total or y.dtype != x.dtype \
+            or item not in (1, 4, 8):
+        raise ValueError("gather_rows: sizes or dtypes do not agree")
+    if total == 0:
+        return -1
+    cdef const void* xs = <const void*><size_t>x.ctypes.data
+    cdef void* ys = <void*><size_t>y.ctypes.data
+    with nogil:
+        for k in range(total):
+            if index[k] < 0 or index[k] >= n_x:
+                bad = k
+                break
+        if bad < 0 and item == 4:
+            gather_blocks(<const uint32_t*>xs, &index[0], <uint32_t*>ys, outer, n_x, n_index, inner)
+        elif bad < 0 and item == 8:
+            gather_blocks(<const uint64_t*>xs, &index[0], <uint64_t*>ys, outer, n_x, n_index, inner)
+        elif bad < 0:
+            gather_blocks(<const uint8_t*>xs, &index[0], <uint8_t*>ys, outer, n_x, n_index, inner)
+    return bad

@@ -56,10 +56,14 @@ def host_check(index: np.ndarray, size: int, what: str) -> None:
 
 
 def implementations(
-    array_library: Callable[[], Any], check_indices: Callable[[Any, int, str], None] = host_check
+    array_library: Callable[[], Any],
+    check_indices: Callable[[Any, int, str], None] = host_check,
+    gather_along: Callable[[Any, Any, int], Any] | None = None,
 ) -> dict[str, Prepare]:
     """The ops' preparations over the array library that ``array_library()`` returns; ``check_indices(index,
-    size, what)`` raises (or has the run raise) the ValueError for indices outside [0, size)."""
+    size, what)`` raises (or has the run raise) the ValueError for indices outside [0, size).
+    ``gather_along(x, index, dim)``: take_along_axis with the indices checked as check_indices does, where a
+    backend has its own (the CPU's in C); else the array library's after check_indices."""
 
     def contiguous(a: Any) -> Any:
         return tensor_moves.contiguous_of(array_library(), a)
@@ -187,8 +191,10 @@ def implementations(
                 if d != dim and i > n:
                     raise ValueError(f"index has shape {list(index.shape)}, larger than x's {list(x.shape)} "
                                      f"at dimension {d}")
-            check_indices(index, x.shape[dim], "index")
             part = xp.asarray(x)[tuple(slice(0, n) if d != dim else slice(None) for d, n in enumerate(index.shape))]
+            if gather_along is not None:
+                return (gather_along(part, index, dim),)
+            check_indices(index, x.shape[dim], "index")
             return (contiguous(xp.take_along_axis(part, index.astype(np.int64), axis=dim)),)
 
         return step
