@@ -538,8 +538,8 @@ def _pad(lw: Lowerer, node: torch.fx.Node, input: Any, pad: Any, mode: str = "co
     if any(not isinstance(a, int) or isinstance(a, SizeOf) or a < 0 for a in amounts):
         raise LoweringError(f"F.pad by {amounts}: qrt pads by constant amounts of at least 0 (no cropping)")
     x = runtime_value(lw, node, input, "_x")
-    rank, shapes = len(lw.shape(x)), lw.shapes(x)
-    free = [k for k in range(rank) if len({s[k] for s in shapes}) > 1]
+    rank, size = len(lw.shape(x)), list(lw.shape(x))  # size: x's at the example, padded as x is
+    free = [k for k in range(rank) if len({s[k] for s in lw.shapes(x)}) > 1]
     dtype = TORCH_DTYPES[x.dtype]
     for p in range(len(amounts) // 2):
         d = rank - 1 - p
@@ -549,14 +549,13 @@ def _pad(lw: Lowerer, node: torch.fx.Node, input: Any, pad: Any, mode: str = "co
                 blocks.append(None)
                 continue
             one = stored(lw, node, torch.full((1,) * rank, 0 if value is None else value, dtype=dtype), f"_{side}{d}")
-            shape = [amount if k == d else 1 if k in free else shapes[0][k] for k in range(rank)]
+            shape = [amount if k == d else 1 if k in free else size[k] for k in range(rank)]
             likes = {x.name: {k: k for k in free if k != d}} if set(free) - {d} else {}
             block = _emit_expand(lw, node, one, shape, likes, suffix=f"_{side}{d}")
             blocks.append(cast(lw, node, block, x.dtype, f"_{side}{d}_cast"))
         names, wrap = _joined(lw, [b for b in (blocks[0], x, blocks[1]) if b is not None])
         x = _cat_names(lw, node, names, d, wrap, start=p) if len(names) > 1 else x
-        shapes = [tuple(s[k] + (amounts[2 * p] + amounts[2 * p + 1] if k == d else 0) for k in range(rank))
-                  for s in shapes]
+        size[d] += amounts[2 * p] + amounts[2 * p + 1]
     return x
 
 
