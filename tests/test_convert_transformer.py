@@ -94,6 +94,12 @@ def _bert_outputs_agree(ref, got: list, *where: int) -> None:
         assert diff <= 1e-4 and cos >= 0.99999, (*where, diff, cos)
 
 
+def _embeddings_agree(q: nn.Module, m: qrt.Model, ids: torch.Tensor, mask: torch.Tensor) -> None:
+    """Torch's quantized embedder and the converted file on the same tokens, held to the module docstring's bar."""
+    diff, cos = _agreement(q(ids, mask).detach().numpy(), m.run([ids.numpy(), mask.numpy()]))
+    assert diff <= 1e-4 and cos >= 0.99999, (tuple(ids.shape), diff, cos)
+
+
 def _linears_bit_exact(q: nn.Module, path: str, args: tuple, tmp_path, prefix: str = "") -> int:
     """Every quantized Linear of q the file runs, by qrt's node alone on torch's input to it, gives torch's
     bits; returns how many."""
@@ -189,8 +195,7 @@ def test_mpnet_relative_positions(tmp_path):
     for batch, length in ((1, 7), (3, 40)):
         ids, mask = _padded(rng, batch, length, TINY["vocab_size"])
         ids[ids <= config.pad_token_id] = config.pad_token_id + 1
-        diff, cos = _agreement(q(ids, mask).detach().numpy(), m.run([ids.numpy(), mask.numpy()]))
-        assert diff <= 1e-4 and cos >= 0.99999, (batch, length, diff, cos)
+        _embeddings_agree(q, m, ids, mask)
 
 
 def test_modernbert_rotary_and_local_attention(tmp_path):
@@ -206,8 +211,7 @@ def test_modernbert_rotary_and_local_attention(tmp_path):
     assert {"sin", "cos", "slice"} <= {n.op for n in m.graph.nodes} and m.metadata["qrt.version"] == "12"
     for batch, length in ((1, 7), (3, 12)):
         ids, mask = _padded(rng, batch, length, TINY["vocab_size"])
-        diff, cos = _agreement(q(ids, mask).detach().numpy(), m.run([ids.numpy(), mask.numpy()]))
-        assert diff <= 1e-4 and cos >= 0.99999, (batch, length, diff, cos)
+        _embeddings_agree(q, m, ids, mask)
 
 
 def test_mobilebert_trigram_embeddings(tmp_path):
@@ -220,8 +224,7 @@ def test_mobilebert_trigram_embeddings(tmp_path):
     m, rng = qrt.load(path), np.random.default_rng(50)
     for batch, length in ((1, 7), (3, 40)):
         ids, mask = _padded(rng, batch, length, TINY["vocab_size"])
-        diff, cos = _agreement(q(ids, mask).detach().numpy(), m.run([ids.numpy(), mask.numpy()]))
-        assert diff <= 1e-4 and cos >= 0.99999, (batch, length, diff, cos)
+        _embeddings_agree(q, m, ids, mask)
 
 
 @pytest.mark.parametrize("shared", [True, False], ids=["shared_key", "own_projections"])
@@ -241,8 +244,7 @@ def test_deberta_v2_relative_attention(tmp_path, shared):
     assert {"ceil", "log", "gather"} <= {n.op for n in m.graph.nodes} and m.metadata["qrt.version"] == "13"
     for batch, length in ((1, 7), (3, 40), (2, 64)):  # the log buckets from relative position 4 on
         ids, mask = _padded(rng, batch, length, TINY["vocab_size"])
-        diff, cos = _agreement(q(ids, mask).detach().numpy(), m.run([ids.numpy(), mask.numpy()]))
-        assert diff <= 1e-4 and cos >= 0.99999, (batch, length, diff, cos)
+        _embeddings_agree(q, m, ids, mask)
 
 
 @pytest.mark.parametrize("family, extra", [("ibert", {}), ("luke", {"entity_vocab_size": 10, "entity_emb_size": 16}),
