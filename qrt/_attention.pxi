@@ -133,17 +133,11 @@ cdef class AttentionOps:
             return
         cdef matmul_job j = matmul_job(self.ops, first(a), first(b),
                                        &a_off[0], &b_off[0], m, k, n, batches * m, 1, &y[0, 0, 0], NULL)
-        j.parts = row_parts(j.units, <int64_t>j.units * n * k)
-        cdef float[::1] sv
-        if n % QRT_MM_TAIL:
-            scratch = np.empty(j.parts * qrt_matmul_scratch(k), np.float32)
-            sv = scratch
-            j.scratch = &sv[0]
+        cdef int err
         with nogil:
-            if j.parts == 1:
-                matmul_task(&j, 0)
-            else:
-                qrt_parallel_for(j.parts, <int>j.parts - 1, matmul_task, &j)
+            err = run_matmul(&j)
+        if err:
+            raise MemoryError()
 
     def attention(self, const float[::1] q, const int64_t[::1] q_off, const float[::1] k, const int64_t[::1] k_off,
                   const float[::1] v, const int64_t[::1] v_off, mask, const int64_t[::1] m_off,
@@ -187,6 +181,51 @@ cdef class AttentionOps:
                 attention_task(&j, 0)
             else:
                 qrt_parallel_for(parts, <int>parts - 1, attention_task, &j)
+
+
+cdef int run_matmul(matmul_job* j) noexcept nogil:
+    """j's product (every field set but parts and scratch) split by output rows; -1 when out of memory for the
+    tasks' scratch."""
+    j.parts = row_parts(j.units, <int64_t>j.units * j.n * j.k)
+    j.scratch = NULL
+    if j.n % QRT_MM_TAIL:
+        j.scratch = <float*>malloc((j.parts * qrt_matmul_scratch(j.k) + 1) * sizeof(float))  # + 1: never malloc(0)
+        if j.scratch == NULL:
+            return -1
+    if j.parts == 1:
+        matmul_task(j, 0)
+    else:
+        qrt_parallel_for(j.parts, <int>j.parts - 1, matmul_task, j)
+    free(j.scratch)
+    return 0
+
+
+cdef class MatmulStep:
+    """A matmul node at one pair of shapes, as an execution plan runs it (qrt/plan.py): AttentionOps.matmul over
+    raw pointers, with each output batch's offsets into a and b (qrt/cpu/attention.py's product), checked here
+    against the operands' sizes; run() trusts them."""
+    cdef object keep  # the offset arrays
+    cdef matmul_job job  # every field but the pointers, the split and the scratch
+
+    def __init__(self, AttentionOps kernel, Py_ssize_t m, Py_ssize_t k, Py_ssize_t n, a_off, Py_ssize_t a_size,
+                 b_off, Py_ssize_t b_size):
+        """a_off, b_off: per output batch, where its [m, k] and [k, n] matrices start in a (a_size elements)
+        and b (b_size)."""
+        cdef const int64_t[::1] ao = np.ascontiguousarray(a_off, np.int64)
+        cdef const int64_t[::1] bo = np.ascontiguousarray(b_off, np.int64)
+        cdef Py_ssize_t batches = ao.shape[0]
+        if min(m, k, n) < 0 or batches * m * n == 0:
+            raise ValueError("MatmulStep: bad sizes")
+        check_offsets("a", ao, batches, a_size, m * k)
+        check_offsets("b", bo, batches, b_size, k * n)
+        self.keep = (ao, bo)
+        self.job = matmul_job(kernel.ops, NULL, NULL, &ao[0], &bo[0], m, k, n, batches * m, 1, NULL, NULL)
+
+    cdef int run(self, const float* a, const float* b, float* y) noexcept nogil:
+        """0, or -1 when out of memory for the tasks' scratch."""
+        cdef matmul_job j = self.job  # a copy: calls on several threads at once
+        j.a, j.b, j.y = a, b, y
+        return run_matmul(&j)
 
 
 cdef class AttentionStep:

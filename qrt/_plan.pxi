@@ -32,6 +32,7 @@ cpdef enum PlanStep:  # qrt/plan.py reads the numbers from here (K.PlanStep)
     PS_SUM
     PS_BATCH_NORM
     PS_MASK
+    PS_MATMUL
     PS_FALLBACK
 
 cpdef enum Slot:  # how a value is stored (K.Slot)
@@ -155,10 +156,13 @@ cdef int run_native(const plan_step* s, void** P) noexcept nogil:
         (<FloatOps>s.kernel).batch_norm_into(<const float*>P[s.a], s.fvec, s.fvec2, <float*>P[s.y], s.outer, s.ch,
                                              s.inner)
     elif s.op == PS_MASK:
-        (<MaskStep>s.kernel).run(<const char*>P[s.a], <const char*>slot_or_null(P, s.b), <char*>P[s.y])
+        (<MaskStep>s.kernel).run(<const char*>P[s.a], <const char*>slot_or_null(P, s.b),
+                                 <const char*>slot_or_null(P, s.c), <char*>P[s.y])
     elif s.op == PS_ATTENTION:
         err = (<AttentionStep>s.kernel).run(<const float*>P[s.a], <const float*>P[s.b], <const float*>P[s.c],
                                             slot_or_null(P, s.d), <float*>P[s.y])
+    elif s.op == PS_MATMUL:
+        err = (<MatmulStep>s.kernel).run(<const float*>P[s.a], <const float*>P[s.b], <float*>P[s.y])
     return E_NATIVE if err else 0
 
 

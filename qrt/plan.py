@@ -62,7 +62,7 @@ Slot, PlanStep = K.Slot, K.PlanStep
 _QCODE = {"uint8": 0, "int8": 1, "int32": 2}
 # ops whose output is their input's bytes under another shape (the plan's values are C-contiguous)
 _VIEWS = {"flatten", "reshape", "squeeze", "unsqueeze"}
-_MASK_STEPS = {"cast", "logical_and", "logical_or", "expand", "clamp"}  # K.MaskStep
+_MASK_STEPS = {"cast", "logical_and", "logical_or", "expand", "permute", "where", "clamp"}  # K.MaskStep
 _ALIGN = 64
 # the permute between a linear's [B, L, H * E] output viewed as [B, L, H, E] and attention's [B, H, L, E]
 _HEADS_PERM = [0, 2, 1, 3]
@@ -541,7 +541,11 @@ class Plan:
         op, c = node.op, {p: self._consts[v] for p, v in node.inputs.items() if v in self._consts}
         if op in _VIEWS or i in fused:
             return {"op": 0}  # nothing to run: an alias
-        if any(v in self._consts for v in self._args[i]):  # a stored tensor at a run-time port: rare
+        step = self._steps[i]
+        binary = getattr(step, "binary", None) is not None and self._kernel(i) is not None
+        # a stored tensor at a run-time port (a norm's weight, a scale, where's fill): only the elementwise
+        # steps, which read every operand through its shape, take one; the others read env's run-time values
+        if not (binary or op == "where") and any(v in self._consts for v in self._args[i]):
             return None
         x = env.get(node.inputs.get("x", ""))
         if op == "quantize_per_tensor":
@@ -608,10 +612,15 @@ class Plan:
                     "view": channel_view(x.shape, node.attrs["dim"]), "kernel": kernel}
         if op in ("select", "slice"):
             return _copy_step(node, x)
+        if op == "matmul" and getattr(step, "native", None) is not None:
+            a, b = env[node.inputs["a"]], env[node.inputs["b"]]
+            mm = step.native(a.shape, b.shape)
+            return None if mm is None else {"op": PlanStep.PS_MATMUL, "a": node.inputs["a"], "b": node.inputs["b"],
+                                            "y": out, "kernel": mm}
         if op in _MASK_STEPS:
-            return _mask_step(node, env)
-        step = self._steps[i]
-        if getattr(step, "binary", None) is not None and kernel is not None:
+            ports = _MASK_PORTS.get(op, ("x",))
+            return _mask_step(node, [self._value(env, node.inputs[p]) for p in ports], env[out], ports)
+        if binary:
             a, b = (self._value(env, node.inputs[p]) for p in ("a", "b"))
             y = env[out]
             if a.dtype == b.dtype == np.float32 and y.ndim:
@@ -666,32 +675,35 @@ class Plan:
         return step
 
 
-def _mask_step(node, env: dict[str, np.ndarray]) -> dict | None:
-    """cast, logical_and / logical_or, expand, clamp at the shapes of env (K.MaskStep), or None for the fallback:
-    a cast, a clamp or operands it does not run, shapes the op rejects (the step says why)."""
-    y = env[node.outputs[0]]
-    ports = ["x"] if node.op in ("cast", "expand", "clamp") else ["a", "b"]
-    operands = [env[node.inputs[p]] for p in ports]
+_MASK_PORTS = {"logical_and": ("a", "b"), "logical_or": ("a", "b"), "where": ("condition", "a", "b")}
+
+
+def _mask_step(node, operands: list[np.ndarray], y: np.ndarray, ports: tuple[str, ...]) -> dict | None:
+    """cast, logical_and / logical_or, expand, permute, where, clamp at these operands' shapes (K.MaskStep), or None
+    for the fallback: a cast, a clamp or operands it does not run, shapes the op rejects (the step says why)."""
+    x = operands[0]
     try:
-        if node.op == "expand":
-            kernel = K.MaskStep("expand", y.shape, [operands[0].shape], operands[0].itemsize)
+        if node.op in ("expand", "permute"):
+            perm = tuple(node.attrs["perm"]) if node.op == "permute" else None
+            kernel = K.MaskStep(node.op, y.shape, [x.shape], x.itemsize, perm=perm)
         elif node.op == "cast":
-            kernel = K.MaskStep("cast", y.shape, [operands[0].shape], operands[0].itemsize, operands[0].dtype.name,
-                                y.dtype.name)
+            kernel = K.MaskStep("cast", y.shape, [x.shape], x.itemsize, x.dtype.name, y.dtype.name)
         elif node.op == "clamp":
-            if operands[0].dtype != np.float32 or y.dtype != np.float32:
+            if x.dtype != np.float32 or y.dtype != np.float32:
                 return None
             lo, hi = (None if node.attrs[k] is None else float(np.float32(node.attrs[k])) for k in ("min", "max"))
-            kernel = K.MaskStep("clamp", y.shape, [operands[0].shape], 4, lo=lo, hi=hi)
+            kernel = K.MaskStep("clamp", y.shape, [x.shape], 4, lo=lo, hi=hi)
+        elif node.op == "where":  # a bool condition, a and b of y's dtype (the loader checked)
+            kernel = K.MaskStep("where", y.shape, [np.shape(a) for a in operands], y.itemsize)
         elif all(a.dtype == np.bool_ for a in operands) and y.dtype == np.bool_:
             kernel = K.MaskStep(node.op, y.shape, [a.shape for a in operands], 1)
         else:
             return None
     except (ValueError, KeyError):
         return None
-    step = {"op": PlanStep.PS_MASK, "kernel": kernel, "a": node.inputs[ports[0]], "y": node.outputs[0]}
-    if len(ports) == 2:
-        step["b"] = node.inputs["b"]
+    step = {"op": PlanStep.PS_MASK, "kernel": kernel, "y": node.outputs[0]}
+    for slot, port in zip("abc", ports):
+        step[slot] = node.inputs[port]
     return step
 
 

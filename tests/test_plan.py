@@ -1043,6 +1043,64 @@ def test_broadcast_arithmetic_and_sums_run_natively(tmp_path, op):
         assert plan._executor.fallback_steps(tuple(a.shape for a in inputs)) == []
 
 
+def test_stored_operands_run_natively(tmp_path):
+    """Arithmetic with a stored operand (an RMS norm's weight, a stored scalar divisor, either side) and a where
+    filling with a stored scalar are native steps: the per-node path's bits, nothing run in Python (they were all
+    run there, T5's and MobileBERT's norms among them)."""
+    g = GraphBuilder()
+    x = g.input("x", "float32", [None, None, 6])
+    keep = g.input("keep", "bool", [None, 1, None])
+    y = g.node("mul", {"a": x, "b": g.tensor("weight", _x(6))})
+    y = g.node("add", {"a": g.tensor("bias", _x(6)), "b": y})
+    y = g.node("div", {"a": y, "b": g.tensor("scale", np.array(2.5, np.float32))})
+    y = g.node("sub", {"a": g.tensor("shift", _x(1, 6)), "b": y})
+    g.output(y, g.node("where", {"condition": keep, "a": x, "b": g.tensor("fill", np.array(-np.inf, np.float32))}))
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    for n, s in ((1, 6), (3, 5)):
+        inputs = [_x(n, s, 6), RNG.integers(0, 2, (n, 1, 6)).astype(bool)]
+        _check(model, plan, inputs)
+        assert plan._executor.fallback_steps(tuple(a.shape for a in inputs)) == []
+
+
+def test_permute_where_and_matmul_run_natively(tmp_path):
+    """permute (float32, int64 and bool; the last dimension kept, as attention's heads move, or moved, as a
+    transpose), where (condition and operands broadcast every way; float32 and int64; NaN and -0 kept as bits)
+    and matmul (batch dimensions broadcast, one side of rank 2, widths off the kernel's tiles) are native
+    steps, on one thread and split across three: the per-node path's bits, nothing run in Python."""
+    g = GraphBuilder()
+    x = g.input("x", "float32", [None, None, 4, 3])
+    ids = g.input("ids", "int64", [None, None])
+    keep = g.input("keep", "bool", [None, 1, None])
+    heads = g.node("permute", {"x": x}, {"perm": [0, 2, 1, 3]})  # [n, 4, s, 3]
+    turned = g.node("permute", {"x": x}, {"perm": [3, 1, 0, 2]})  # [3, s, n, 4]
+    flipped = g.node("permute", {"x": ids}, {"perm": [1, 0]})
+    mask_t = g.node("permute", {"x": keep}, {"perm": [2, 0, 1]})
+    picked = g.node("where", {"condition": g.node("unsqueeze", {"x": keep}, {"dim": 1}),
+                              "a": g.node("permute", {"x": x}, {"perm": [0, 2, 3, 1]}),
+                              "b": g.input("other", "float32", [3, 1])})  # [n, 4, 3, s]
+    whole = g.node("where", {"condition": keep, "a": ids, "b": g.node("unsqueeze", {"x": ids}, {"dim": 1})})
+    scores = g.node("matmul", {"a": heads, "b": g.node("permute", {"x": heads}, {"perm": [0, 1, 3, 2]})})
+    context = g.node("matmul", {"a": scores, "b": heads})  # [n, 4, s, 3]
+    columns = g.node("permute", {"x": x}, {"perm": [1, 2, 3, 0]})  # [s, 4, 3, n]
+    spread = g.node("matmul", {"a": g.input("w", "float32", [5, 3]), "b": columns})  # rank 2 @ rank 4: [s, 4, 5, n]
+    g.output(heads, turned, flipped, mask_t, picked, whole, context, spread)
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    old_work, old_threads = K._set_min_float_work(1), K.get_num_threads()
+    try:
+        for threads, (n, s) in ((1, (1, 3)), (3, (2, 37)), (3, (1, 1))):
+            K.set_num_threads(threads)
+            xs = _x(n, s, 4, 3)
+            xs[0, 0, 0, :2] = [np.nan, -0.0]
+            inputs = [xs, RNG.integers(-9, 9, (n, s)), RNG.integers(0, 2, (n, 1, s)).astype(bool), _x(3, 1), _x(5, 3)]
+            _check(model, plan, inputs)
+            assert plan._executor.fallback_steps(tuple(a.shape for a in inputs)) == []
+    finally:
+        K._set_min_float_work(old_work)
+        K.set_num_threads(old_threads)
+
+
 def test_mask_ops_run_natively(tmp_path):
     """cast (integers and bools to bool, float32 and int64, float32 to bool), logical_and / logical_or with
     broadcasting either way, expand (to a larger rank, along middle dimensions) and clamp (NaN kept) are native

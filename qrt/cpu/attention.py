@@ -132,7 +132,20 @@ def _matmul(node: Node, c: Mapping[str, np.ndarray]) -> Step:
                       y.reshape(math.prod(p.batch), p.m, p.n), p.k)  # -1 is no size where m or n is 0
         return (y,)
 
+    step.native = lambda a, b: native_matmul(kernel, a, b)  # the execution plan's step at given shapes (qrt/plan.py)
     return step
+
+
+def native_matmul(kernel: Any, a: tuple, b: tuple) -> Any:
+    """The execution plan's step of a matmul of contiguous operands of shapes a and b, a K.MatmulStep; None where
+    the per-node step must run (shapes it rejects, an empty output)."""
+    try:
+        p = product(a, b)
+    except ValueError:
+        return None
+    if math.prod(p.batch) * p.m * p.n == 0:
+        return None
+    return K.MatmulStep(kernel, p.m, p.k, p.n, p.a_off, math.prod(a), p.b_off, math.prod(b))
 
 
 def _attention(node: Node, c: Mapping[str, np.ndarray]) -> Step:
