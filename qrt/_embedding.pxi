@@ -88,6 +88,22 @@ cdef class EmbeddingTable:
             qrt_embedding_rows(&self.t, indices, n, out)
         return 0
 
+    cdef int gather_int32(self, const int32_t* indices, Py_ssize_t n, float* out) noexcept nogil:
+        """gather() of int32 indices (positions a model computed in int32): widened a block at a time."""
+        cdef int64_t wide[256]
+        cdef Py_ssize_t i, k, m
+        for i in range(n):
+            if indices[i] < 0 or indices[i] >= self.num:
+                return 1
+        if not self.dim:
+            return 0
+        for i in range(0, n, 256):
+            m = min(256, n - i)
+            for k in range(m):
+                wide[k] = indices[i + k]
+            qrt_embedding_rows(&self.t, wide, m, out + i * self.dim)
+        return 0
+
     def bags(self, const int64_t[::1] indices, const int64_t[::1] ends, str mode, float[:, ::1] out):
         """out[g] = the sum, mean or max of rows indices[ends[g]:ends[g + 1]] (ends: the offsets, then len(indices)).
 

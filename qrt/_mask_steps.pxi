@@ -1,21 +1,25 @@
 # ------------------------------------------------------------ the mask ops' native plan steps (included by _kernels.pyx)
 #
-# cast, logical_and / logical_or, expand, permute, where and clamp as an execution plan runs them (qrt/plan.py):
-# one loop over the output in C order, each operand read through its own strides (0 along a broadcast dimension,
-# permuted for a permute), so no operand is copied first. What they compute is qrt/mask_ops.py's and
-# qrt/tensor_moves.py's: exact (C's conversions, as numpy's astype; a logical op on bools; a copy; a choice
-# between two elements; numpy's maximum and minimum against bounds other than 0, where the two can only differ in
-# the sign of a zero).
+# cast, comparisons, logic, integer arithmetic, expand, permute, where and clamp as an execution plan runs them
+# (qrt/plan.py): one loop over the output in C order, each operand read through its own strides (0 along a
+# broadcast dimension, permuted for a permute), so no operand is copied first; gather and cumsum, one pass each.
+# What they compute is qrt/mask_ops.py's and qrt/tensor_moves.py's: exact (C's conversions, as numpy's astype;
+# comparisons of two floats or of two integers; a logical op on bools; integer arithmetic and running sums modulo
+# 2**bits; a copy; a choice between two elements; numpy's maximum and minimum against bounds other than 0, where
+# the two can only differ in the sign of a zero).
 
 cdef enum:
     MASK_COPY = 0  # expand, permute: the operand's elements, itemsize bytes each
     MASK_AND
     MASK_OR
+    MASK_NOT
     MASK_CAST
     MASK_CLAMP  # float32, between lo and hi (where given), NaN kept
     MASK_WHERE  # a bool condition, then the element of the second or third operand, itemsize bytes each
+    MASK_COMPARE  # two operands of any element type in _ELEMENTS, compared as numpy promotes them; bool out
+    MASK_INT_ARITH  # two integer (or bool) operands, their sum, difference or product modulo 2**bits of dst
 
-cdef enum:  # the element types a cast reads or writes
+cdef enum:  # the element types a cast, a comparison or integer arithmetic reads or writes
     EL_BOOL = 0
     EL_INT32
     EL_INT64
@@ -23,8 +27,16 @@ cdef enum:  # the element types a cast reads or writes
 
 cdef int MASK_MAX_RANK = 8
 _MASK_CODES = {"expand": MASK_COPY, "permute": MASK_COPY, "logical_and": MASK_AND, "logical_or": MASK_OR,
-               "cast": MASK_CAST, "clamp": MASK_CLAMP, "where": MASK_WHERE}
+               "logical_not": MASK_NOT, "cast": MASK_CAST, "clamp": MASK_CLAMP, "where": MASK_WHERE,
+               **dict.fromkeys(("eq", "ne", "lt", "le", "gt", "ge"), MASK_COMPARE),
+               **dict.fromkeys(("add_int", "sub_int", "mul_int"), MASK_INT_ARITH)}
 _ELEMENTS = {"bool": EL_BOOL, "int32": EL_INT32, "int64": EL_INT64, "float32": EL_FLOAT32}
+# the comparison or arithmetic of MASK_COMPARE / MASK_INT_ARITH, in the step's `fn`
+_FUNCTIONS = {"eq": 0, "ne": 1, "lt": 2, "le": 3, "gt": 4, "ge": 5, "add_int": 0, "sub_int": 1, "mul_int": 2}
+
+
+cdef inline Py_ssize_t element_bytes(int kind) noexcept nogil:
+    return 1 if kind == EL_BOOL else 8 if kind == EL_INT64 else 4
 
 
 cdef inline double element_at(const char* p, int kind) noexcept nogil:
@@ -36,30 +48,57 @@ cdef inline double element_at(const char* p, int kind) noexcept nogil:
     return (<const float*>p)[0]
 
 
+cdef inline int64_t integer_at(const char* p, int kind) noexcept nogil:
+    """A bool, int32 or int64 element as an int64: exact."""
+    if kind == EL_INT64:
+        return (<const int64_t*>p)[0]
+    if kind == EL_INT32:
+        return (<const int32_t*>p)[0]
+    return (<const uint8_t*>p)[0] != 0
+
+
+cdef inline bint compare_one(const char* p, int ka, const char* q, int kb, int fn) noexcept nogil:
+    """numpy's comparison fn (_FUNCTIONS) of two elements, both float32 (NaN: only ne holds) or both integers or
+    bools (the loader allows no other pair), these exactly as int64."""
+    cdef int64_t i, j
+    cdef float x, y
+    if ka == EL_FLOAT32:
+        x, y = (<const float*>p)[0], (<const float*>q)[0]
+        return x == y if fn == 0 else x != y if fn == 1 else x < y if fn == 2 else x <= y if fn == 3 else \
+            x > y if fn == 4 else x >= y
+    i, j = integer_at(p, ka), integer_at(q, kb)
+    return i == j if fn == 0 else i != j if fn == 1 else i < j if fn == 2 else i <= j if fn == 3 else \
+        i > j if fn == 4 else i >= j
+
+
+cdef inline void store_integer(char* q, int kind, uint64_t v) noexcept nogil:
+    """v modulo 2**bits of an int32 or int64 output, two's complement."""
+    if kind == EL_INT64:
+        (<int64_t*>q)[0] = <int64_t>v
+    else:
+        (<int32_t*>q)[0] = <int32_t><uint32_t>v
+
+
 cdef inline void cast_one(const char* p, int src, char* q, int dst) noexcept nogil:
     """One element converted as numpy's astype (C's conversion): to bool, x != 0 (NaN: True); an integer to
-    float32 rounded to nearest; to int64 from bool or int32, exact."""
-    cdef int64_t i
-    if src == EL_INT64:
-        i = (<const int64_t*>p)[0]
+    float32 rounded to nearest; an integer or bool to int32 or int64 modulo 2**bits."""
+    if src == EL_FLOAT32:
         if dst == EL_BOOL:
-            (<uint8_t*>q)[0] = i != 0
-        elif dst == EL_FLOAT32:
-            (<float*>q)[0] = <float>i
-        else:
-            (<int64_t*>q)[0] = i
-        return
-    if dst == EL_BOOL:
-        (<uint8_t*>q)[0] = element_at(p, src) != 0
-    elif dst == EL_FLOAT32:
-        if src == EL_INT32:
-            (<float*>q)[0] = <float>(<const int32_t*>p)[0]
-        elif src == EL_BOOL:
-            (<float*>q)[0] = <float>((<const uint8_t*>p)[0] != 0)
+            (<uint8_t*>q)[0] = (<const float*>p)[0] != 0
         else:
             (<float*>q)[0] = (<const float*>p)[0]
+    elif dst == EL_BOOL:
+        (<uint8_t*>q)[0] = integer_at(p, src) != 0
+    elif dst == EL_FLOAT32:
+        (<float*>q)[0] = <float>integer_at(p, src)
     else:
-        (<int64_t*>q)[0] = <int64_t>element_at(p, src)
+        store_integer(q, dst, <uint64_t>integer_at(p, src))
+
+
+cdef inline uint64_t arithmetic_one(const char* p, int ka, const char* q, int kb, int fn) noexcept nogil:
+    """a + b, a - b or a * b (_FUNCTIONS) modulo 2**64: its low 32 bits are the int32 result's."""
+    cdef uint64_t a = <uint64_t>integer_at(p, ka), b = <uint64_t>integer_at(q, kb)
+    return a + b if fn == 0 else a - b if fn == 1 else a * b
 
 
 cdef inline void copy_element(char* q, const char* p, Py_ssize_t itemsize) noexcept nogil:
@@ -87,10 +126,11 @@ cdef inline float clamp_one(float x, MaskStep c) noexcept nogil:
 cdef class MaskStep:
     """One mask op at one set of shapes: y (C-contiguous, `shape`) from one to three operands read through
     their byte strides per output dimension (0: broadcast). op: "expand", "permute" (y's dimension d is the
-    operand's perm[d]), "logical_and", "logical_or" (bool operands and output), "where" (a bool condition,
-    then two operands of y's type), "cast" (src and dst element types in _ELEMENTS) or "clamp" (float32, bounds
-    lo and hi, None for none, neither 0)."""
-    cdef int op, rank, n_in, src, dst
+    operand's perm[d]), "logical_and", "logical_or", "logical_not" (bool operands and output), "where" (a bool
+    condition, then two operands of y's type), "cast" (element types src to dst, in _ELEMENTS), a comparison
+    ("eq" ... "ge": a of type src, b of src2; bool out), integer arithmetic ("add_int", "sub_int", "mul_int": a
+    of src, b of src2, y of dst) or "clamp" (float32, bounds lo and hi, None for none, neither 0)."""
+    cdef int op, fn, rank, n_in, src, src2, dst
     cdef bint has_lo, has_hi
     cdef float lo, hi
     cdef Py_ssize_t itemsize, out_item
@@ -98,22 +138,29 @@ cdef class MaskStep:
     cdef Py_ssize_t strides[3][8]
 
     def __init__(self, str op, tuple shape, list operand_shapes, Py_ssize_t itemsize, str src="bool",
-                 str dst="bool", lo=None, hi=None, tuple perm=None):
+                 str dst="bool", lo=None, hi=None, tuple perm=None, str src2="bool"):
         """operand_shapes: each operand's shape, broadcast to `shape` as numpy does (a permute's: permuted by
-        perm to `shape`); itemsize: a value operand's element bytes (expand, permute, where: any; the logical
-        ops: 1)."""
+        perm to `shape`); itemsize: a value operand's element bytes (expand, permute, where, clamp; the other
+        ops' operands are of their element types)."""
         cdef int d, k
         cdef Py_ssize_t step
-        if len(shape) > MASK_MAX_RANK or op not in _MASK_CODES or \
-                len(operand_shapes) != (3 if op == "where" else 2 if op.startswith("logical") else 1):
+        code = _MASK_CODES.get(op)
+        operands = 3 if code == MASK_WHERE else 2 if code in (MASK_AND, MASK_OR, MASK_COMPARE, MASK_INT_ARITH) else 1
+        if len(shape) > MASK_MAX_RANK or code is None or len(operand_shapes) != operands:
             raise ValueError("MaskStep: unsupported op, rank or operand count")
-        self.op, self.rank, self.n_in = _MASK_CODES[op], len(shape), len(operand_shapes)
-        self.src, self.dst, self.itemsize = _ELEMENTS[src], _ELEMENTS[dst], itemsize
-        self.out_item = (1 if self.dst == EL_BOOL else 8 if self.dst == EL_INT64 else 4) if op == "cast" else \
-            (itemsize if op in ("expand", "permute", "where", "clamp") else 1)
-        if op == "cast" and (self.src == EL_FLOAT32 and self.dst != EL_BOOL or self.dst == EL_INT32):
-            raise ValueError("MaskStep: a cast it does not run")
-        if op == "clamp":
+        self.op, self.fn, self.rank, self.n_in = code, _FUNCTIONS.get(op, 0), len(shape), operands
+        self.src, self.src2, self.dst, self.itemsize = _ELEMENTS[src], _ELEMENTS[src2], _ELEMENTS[dst], itemsize
+        if code == MASK_CAST and self.src == EL_FLOAT32 and self.dst not in (EL_BOOL, EL_FLOAT32):
+            raise ValueError("MaskStep: a cast it does not run")  # float to integer: undefined out of range
+        if code == MASK_INT_ARITH and (EL_FLOAT32 in (self.src, self.src2) or self.dst not in (EL_INT32, EL_INT64)):
+            raise ValueError("MaskStep: integer arithmetic of other types")
+        if code in (MASK_COPY, MASK_WHERE, MASK_CLAMP):
+            self.out_item = itemsize
+        elif code in (MASK_CAST, MASK_INT_ARITH):
+            self.out_item = element_bytes(self.dst)
+        else:
+            self.out_item = 1
+        if code == MASK_CLAMP:
             if lo == 0 or hi == 0 or itemsize != 4:  # a zero bound: numpy's result may be either zero
                 raise ValueError("MaskStep: a clamp it does not run")
             self.has_lo, self.has_hi = lo is not None, hi is not None
@@ -123,10 +170,18 @@ cdef class MaskStep:
         if op == "permute":
             self.permuted(operand_shapes[0], perm)
             return
+        if code in (MASK_CAST, MASK_COMPARE, MASK_INT_ARITH):
+            items = [element_bytes(self.src), element_bytes(self.src2)]
+        elif code == MASK_WHERE:
+            items = [1, itemsize, itemsize]
+        elif code in (MASK_AND, MASK_OR, MASK_NOT):
+            items = [1, 1]
+        else:
+            items = [itemsize]
         for k, s in enumerate(operand_shapes):
             if len(s) > self.rank:
                 raise ValueError("MaskStep: an operand of higher rank than the output")
-            step = 1 if op == "where" and k == 0 else itemsize  # where's condition: bools
+            step = items[k]
             for d in reversed(range(self.rank)):
                 i = d - self.rank + len(s)
                 size = s[i] if i >= 0 else 1
@@ -174,6 +229,9 @@ cdef class MaskStep:
             elif self.op == MASK_OR:
                 for j in range(inner):
                     (<uint8_t*>y)[j] = (<const uint8_t*>pa)[j * sa] != 0 or (<const uint8_t*>pb)[j * sb] != 0
+            elif self.op == MASK_NOT:
+                for j in range(inner):
+                    (<uint8_t*>y)[j] = (<const uint8_t*>pa)[j * sa] == 0
             elif self.op == MASK_WHERE:
                 for j in range(inner):
                     copy_element(y + j * self.itemsize,
@@ -181,6 +239,13 @@ cdef class MaskStep:
             elif self.op == MASK_CAST:
                 for j in range(inner):
                     cast_one(pa + j * sa, self.src, y + j * self.out_item, self.dst)
+            elif self.op == MASK_COMPARE:
+                for j in range(inner):
+                    (<uint8_t*>y)[j] = compare_one(pa + j * sa, self.src, pb + j * sb, self.src2, self.fn)
+            elif self.op == MASK_INT_ARITH:
+                for j in range(inner):
+                    store_integer(y + j * self.out_item, self.dst,
+                                  arithmetic_one(pa + j * sa, self.src, pb + j * sb, self.src2, self.fn))
             else:
                 for j in range(inner):
                     (<float*>y)[j] = clamp_one((<const float*>(pa + j * sa))[0], self)
@@ -227,29 +292,97 @@ cdef void gather_blocks(const element_bits* x, const int64_t* index, element_bit
                 k += 1
 
 
+cdef Py_ssize_t gather_checked(const char* x, const int64_t* index, char* y, Py_ssize_t outer, Py_ssize_t n_x,
+                               Py_ssize_t n_index, Py_ssize_t inner, Py_ssize_t item) noexcept nogil:
+    """gather_blocks of elements of `item` bytes (1, 4 or 8) after every index is checked: -1, or the flat position
+    of the first index outside [0, n_x) (then y is not written)."""
+    cdef Py_ssize_t k, total = outer * n_index * inner
+    for k in range(total):
+        if index[k] < 0 or index[k] >= n_x:
+            return k
+    if item == 4:
+        gather_blocks(<const uint32_t*>x, index, <uint32_t*>y, outer, n_x, n_index, inner)
+    elif item == 8:
+        gather_blocks(<const uint64_t*>x, index, <uint64_t*>y, outer, n_x, n_index, inner)
+    else:
+        gather_blocks(<const uint8_t*>x, index, <uint8_t*>y, outer, n_x, n_index, inner)
+    return -1
+
+
 def gather_rows(x, const int64_t[::1] index, Py_ssize_t outer, Py_ssize_t n_x, Py_ssize_t n_index,
                 Py_ssize_t inner, y) -> int:
     """gather as [outer, n, inner] blocks: y[o, j, i] = x[o, index[o, j, i], i], x and y C-contiguous arrays of one
     dtype (1, 4 or 8 bytes an element) holding outer * n_x * inner and outer * n_index * inner elements, index the
     latter's count. Every index is checked before any is read: returns -1, or the flat position of the first
     outside [0, n_x) (then y is not written)."""
-    cdef Py_ssize_t item = x.itemsize, k, bad = -1, total = outer * n_index * inner
+    cdef Py_ssize_t item = x.itemsize, bad = -1, total = outer * n_index * inner
     if index.shape[0] != total or x.size != outer * n_x * inner or y.size != total or y.dtype != x.dtype \
             or item not in (1, 4, 8):
         raise ValueError("gather_rows: sizes or dtypes do not agree")
     if total == 0:
         return -1
-    cdef const void* xs = <const void*><size_t>x.ctypes.data
-    cdef void* ys = <void*><size_t>y.ctypes.data
+    cdef const char* xs = <const char*><size_t>x.ctypes.data
+    cdef char* ys = <char*><size_t>y.ctypes.data
     with nogil:
-        for k in range(total):
-            if index[k] < 0 or index[k] >= n_x:
-                bad = k
-                break
-        if bad < 0 and item == 4:
-            gather_blocks(<const uint32_t*>xs, &index[0], <uint32_t*>ys, outer, n_x, n_index, inner)
-        elif bad < 0 and item == 8:
-            gather_blocks(<const uint64_t*>xs, &index[0], <uint64_t*>ys, outer, n_x, n_index, inner)
-        elif bad < 0:
-            gather_blocks(<const uint8_t*>xs, &index[0], <uint8_t*>ys, outer, n_x, n_index, inner)
+        bad = gather_checked(xs, &index[0], ys, outer, n_x, n_index, inner, item)
     return bad
+
+
+cdef class GatherStep:
+    """gather at one pair of shapes whose index spans x outside dim, as an execution plan runs it: gather_checked
+    over [outer, n, inner] blocks. run() returns 1, writing nothing, if an index lies outside x (the per-node
+    step then names it)."""
+    cdef Py_ssize_t outer, n_x, n_index, inner, item
+
+    def __init__(self, tuple x, tuple index, int dim, Py_ssize_t itemsize):
+        if len(x) != len(index) or not 0 <= dim < len(x) or itemsize not in (1, 4, 8) or \
+                any(i != n for d, (i, n) in enumerate(zip(index, x)) if d != dim) or math.prod(index) == 0:
+            raise ValueError("GatherStep: shapes it does not run")
+        self.outer, self.inner = math.prod(x[:dim]), math.prod(x[dim + 1:])
+        self.n_x, self.n_index, self.item = x[dim], index[dim], itemsize
+
+    cdef int run(self, const char* x, const int64_t* index, char* y) noexcept nogil:
+        return gather_checked(x, index, y, self.outer, self.n_x, self.n_index, self.inner, self.item) >= 0
+
+
+cdef class CumsumStep:
+    """cumsum at one shape, as an execution plan runs it: x (bool, int32 or int64) as [outer, n, inner] blocks,
+    y[o, t, i] = the int64 sum of x[o, 0..t, i], modulo 2**64 (qrt/mask_ops.py's; the order is immaterial)."""
+    cdef Py_ssize_t outer, n, inner
+    cdef int src
+
+    def __init__(self, tuple view, str src):
+        self.outer, self.n, self.inner = view
+        self.src = _ELEMENTS[src]
+        if self.src == EL_FLOAT32:
+            raise ValueError("CumsumStep: integer or bool x only")
+
+    cdef void run(self, const char* x, int64_t* y) noexcept nogil:
+        cdef Py_ssize_t o, t, i, k = 0, item = element_bytes(self.src)
+        for o in range(self.outer):
+            for t in range(self.n):
+                for i in range(self.inner):
+                    y[k] = <int64_t>((<uint64_t>y[k - self.inner] if t else 0) + <uint64_t>integer_at(x + k * item,
+                                                                                                       self.src))
+                    k += 1
+
+
+cdef class CatStep:
+    """cat or stack of up to four arrays of one dtype at one set of shapes, as an execution plan runs it: in each
+    of `outer` blocks of y, each operand's own block of bytes in turn (numpy's concatenate and stack)."""
+    cdef Py_ssize_t outer, n_in
+    cdef Py_ssize_t block[4]
+
+    def __init__(self, Py_ssize_t outer, tuple blocks):
+        if not 1 <= len(blocks) <= 4 or outer < 0 or min(blocks) < 0:
+            raise ValueError("CatStep: one to four operands")
+        self.outer, self.n_in = outer, len(blocks)
+        for k, b in enumerate(blocks):
+            self.block[k] = b
+
+    cdef void run(self, const char** x, char* y) noexcept nogil:
+        cdef Py_ssize_t o, k
+        for o in range(self.outer):
+            for k in range(self.n_in):
+                memcpy(y, x[k] + o * self.block[k], self.block[k])
+                y += self.block[k]

@@ -33,6 +33,9 @@ cpdef enum PlanStep:  # qrt/plan.py reads the numbers from here (K.PlanStep)
     PS_BATCH_NORM
     PS_MASK
     PS_MATMUL
+    PS_GATHER
+    PS_CUMSUM
+    PS_CAT
     PS_FALLBACK
 
 cpdef enum Slot:  # how a value is stored (K.Slot)
@@ -80,6 +83,7 @@ cdef void copy_blocks(const plan_step* s, const char* src, char* dst) noexcept n
 cdef int run_native(const plan_step* s, void** P) noexcept nogil:
     """One native step; 0, or E_NATIVE."""
     cdef Py_ssize_t i, n
+    cdef const char* parts[4]  # PS_CAT's operands
     cdef int err = 0
     if s.op == PS_QUANT_T:
         if s.dtype == 0:
@@ -137,7 +141,10 @@ cdef int run_native(const plan_step* s, void** P) noexcept nogil:
                                            <const float*>slot_or_null(P, s.c), <float*>P[s.y], <float*>P[s.y2],
                                            <float*>slot_or_null(P, s.y3), <uint8_t*>P[s.s0])
     elif s.op == PS_EMBEDDING:
-        err = (<EmbeddingTable>s.kernel).gather(<const int64_t*>P[s.a], s.n, <float*>P[s.y])
+        if s.dtype:  # int32 indices
+            err = (<EmbeddingTable>s.kernel).gather_int32(<const int32_t*>P[s.a], s.n, <float*>P[s.y])
+        else:
+            err = (<EmbeddingTable>s.kernel).gather(<const int64_t*>P[s.a], s.n, <float*>P[s.y])
     elif s.op == PS_SOFTMAX:  # dtype: 1 for log_softmax
         (<FloatOps>s.kernel).softmax_into(s.dtype, <const float*>P[s.a], <float*>P[s.y], s.outer, s.ch, s.inner)
     elif s.op == PS_COPY:
@@ -163,6 +170,14 @@ cdef int run_native(const plan_step* s, void** P) noexcept nogil:
                                             slot_or_null(P, s.d), <float*>P[s.y])
     elif s.op == PS_MATMUL:
         err = (<MatmulStep>s.kernel).run(<const float*>P[s.a], <const float*>P[s.b], <float*>P[s.y])
+    elif s.op == PS_GATHER:
+        err = (<GatherStep>s.kernel).run(<const char*>P[s.a], <const int64_t*>P[s.b], <char*>P[s.y])
+    elif s.op == PS_CUMSUM:
+        (<CumsumStep>s.kernel).run(<const char*>P[s.a], <int64_t*>P[s.y])
+    elif s.op == PS_CAT:
+        parts[0], parts[1], parts[2], parts[3] = (<const char*>P[s.a], <const char*>slot_or_null(P, s.b),
+                                                  <const char*>slot_or_null(P, s.c), <const char*>slot_or_null(P, s.d))
+        (<CatStep>s.kernel).run(parts, <char*>P[s.y])
     return E_NATIVE if err else 0
 
 

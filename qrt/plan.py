@@ -52,7 +52,7 @@ import numpy as np
 from . import _kernels as K
 from .graph import Graph, check_input, nest
 from .interpreter import Interpreter
-from .ops import CELL_OPS, OPS, QUANT_DTYPES, SEQUENCE_OPS, channel_view, rounds_first
+from .ops import CELL_OPS, COMPARISONS, INTEGER_ARITHMETIC, OPS, QUANT_DTYPES, SEQUENCE_OPS, channel_view, rounds_first
 from .stacked_linears import shared_input_groups, stacked_linear
 
 MAX_PROGRAMS = 32  # input shape sets whose programs are kept (a free sequence length makes many)
@@ -62,7 +62,9 @@ Slot, PlanStep = K.Slot, K.PlanStep
 _QCODE = {"uint8": 0, "int8": 1, "int32": 2}
 # ops whose output is their input's bytes under another shape (the plan's values are C-contiguous)
 _VIEWS = {"flatten", "reshape", "squeeze", "unsqueeze"}
-_MASK_STEPS = {"cast", "logical_and", "logical_or", "expand", "permute", "where", "clamp"}  # K.MaskStep
+# K.MaskStep's ops
+_MASK_STEPS = {"cast", "logical_and", "logical_or", "logical_not", "expand", "permute", "where", "clamp",
+               *COMPARISONS, *(f"{op}_int" for op in INTEGER_ARITHMETIC)}
 _ALIGN = 64
 # the permute between a linear's [B, L, H * E] output viewed as [B, L, H, E] and attention's [B, H, L, E]
 _HEADS_PERM = [0, 2, 1, 3]
@@ -543,9 +545,9 @@ class Plan:
             return {"op": 0}  # nothing to run: an alias
         step = self._steps[i]
         binary = getattr(step, "binary", None) is not None and self._kernel(i) is not None
-        # a stored tensor at a run-time port (a norm's weight, a scale, where's fill): only the elementwise
-        # steps, which read every operand through its shape, take one; the others read env's run-time values
-        if not (binary or op == "where") and any(v in self._consts for v in self._args[i]):
+        # a stored tensor at a run-time port (a norm's weight, a scale, where's fill, a pad id): only the
+        # elementwise steps, which read every operand through its shape, take one; the others read env's values
+        if not (binary or op in _MASK_STEPS) and any(v in self._consts for v in self._args[i]):
             return None
         x = env.get(node.inputs.get("x", ""))
         if op == "quantize_per_tensor":
@@ -603,15 +605,29 @@ class Plan:
             return self._sequence(i, env)
         if op == "embedding" and kernel is not None:
             indices = env[node.inputs["indices"]]
-            if indices.dtype == np.int64:
+            if indices.dtype in (np.int64, np.int32):
                 return {"op": PlanStep.PS_EMBEDDING, "a": node.inputs["indices"], "y": out, "n": indices.size,
-                        "kernel": kernel}
+                        "dtype": int(indices.dtype == np.int32), "kernel": kernel}
         if op in ("softmax", "log_softmax") and kernel is not None and x.dtype == np.float32:
             log = int(op == "log_softmax")  # in the step's dtype field
             return {"op": PlanStep.PS_SOFTMAX, "a": node.inputs["x"], "y": out, "dtype": log,
                     "view": channel_view(x.shape, node.attrs["dim"]), "kernel": kernel}
         if op in ("select", "slice"):
             return _copy_step(node, x)
+        if op == "gather" and env[node.inputs["index"]].dtype == np.int64:
+            try:
+                g = K.GatherStep(x.shape, env[node.inputs["index"]].shape, node.attrs["dim"], x.itemsize)
+            except ValueError:
+                return None
+            return {"op": PlanStep.PS_GATHER, "a": node.inputs["x"], "b": node.inputs["index"], "y": out, "kernel": g}
+        if op == "cumsum" and x.size:
+            try:
+                c = K.CumsumStep(channel_view(x.shape, node.attrs["dim"]), x.dtype.name)
+            except (ValueError, KeyError):
+                return None
+            return {"op": PlanStep.PS_CUMSUM, "a": node.inputs["x"], "y": out, "kernel": c}
+        if op in ("cat", "stack"):
+            return _cat_step(node, env, out)
         if op == "matmul" and getattr(step, "native", None) is not None:
             a, b = env[node.inputs["a"]], env[node.inputs["b"]]
             mm = step.native(a.shape, b.shape)
@@ -675,12 +691,13 @@ class Plan:
         return step
 
 
-_MASK_PORTS = {"logical_and": ("a", "b"), "logical_or": ("a", "b"), "where": ("condition", "a", "b")}
+_MASK_PORTS = {**{op: ("a", "b") for op in _MASK_STEPS - {"cast", "logical_not", "expand", "permute", "clamp"}},
+               "where": ("condition", "a", "b")}
 
 
 def _mask_step(node, operands: list[np.ndarray], y: np.ndarray, ports: tuple[str, ...]) -> dict | None:
-    """cast, logical_and / logical_or, expand, permute, where, clamp at these operands' shapes (K.MaskStep), or None
-    for the fallback: a cast, a clamp or operands it does not run, shapes the op rejects (the step says why)."""
+    """A mask op (_MASK_STEPS) at these operands' shapes (K.MaskStep), or None for the fallback: a cast or a clamp
+    it does not run, shapes the op rejects (the step says why)."""
     x = operands[0]
     try:
         if node.op in ("expand", "permute"):
@@ -695,14 +712,28 @@ def _mask_step(node, operands: list[np.ndarray], y: np.ndarray, ports: tuple[str
             kernel = K.MaskStep("clamp", y.shape, [x.shape], 4, lo=lo, hi=hi)
         elif node.op == "where":  # a bool condition, a and b of y's dtype (the loader checked)
             kernel = K.MaskStep("where", y.shape, [np.shape(a) for a in operands], y.itemsize)
-        elif all(a.dtype == np.bool_ for a in operands) and y.dtype == np.bool_:
-            kernel = K.MaskStep(node.op, y.shape, [a.shape for a in operands], 1)
-        else:
-            return None
+        else:  # logic on bools; comparisons and integer arithmetic of the types the loader allows
+            kernel = K.MaskStep(node.op, y.shape, [np.shape(a) for a in operands], 1, x.dtype.name, y.dtype.name,
+                                src2=operands[-1].dtype.name)
     except (ValueError, KeyError):
         return None
     step = {"op": PlanStep.PS_MASK, "kernel": kernel, "y": node.outputs[0]}
     for slot, port in zip("abc", ports):
+        step[slot] = node.inputs[port]
+    return step
+
+
+def _cat_step(node, env: dict[str, np.ndarray], out: str) -> dict | None:
+    """cat, stack of up to four operands of y's dtype (K.CatStep), or None for the fallback: in each of the blocks
+    before dim, each operand's own block in turn."""
+    ports = sorted(node.inputs, key=lambda p: int(p[1:]))  # x0, x1, ...
+    xs, y = [env[node.inputs[p]] for p in ports], env[out]
+    if len(xs) > 4 or any(x.dtype != y.dtype for x in xs) or not y.size:
+        return None
+    dim = node.attrs["dim"]  # stack: a dimension of y, not of the operands
+    blocks = tuple(math.prod(x.shape[dim:]) * x.itemsize for x in xs)
+    step = {"op": PlanStep.PS_CAT, "y": out, "kernel": K.CatStep(math.prod(y.shape[:dim]), blocks)}
+    for slot, port in zip("abcd", ports):
         step[slot] = node.inputs[port]
     return step
 

@@ -61,11 +61,13 @@ def _same(got: np.ndarray, want: torch.Tensor) -> None:
 
 
 def _check(tmp_path, op: str, attrs: dict, shape: tuple, dtype: str, torch_fn) -> None:
-    """op on x [batch, *shape[1:]] with a free batch, against torch_fn(x), for each batch size."""
+    """op on x [batch, *shape[1:]] with a free batch, against torch_fn(x), for each batch size: twice, the
+    per-node step's answer (the first call, which compiles the plan's program) and the program's."""
     model = _model(tmp_path, op, attrs, [(dtype, _free_batch(shape))])
     for batch in BATCHES:
         x = _array((batch, *shape[1:]), dtype)
-        _same(model.run(x), torch_fn(torch.from_numpy(x)))
+        for _ in range(2):
+            _same(model.run(x), torch_fn(torch.from_numpy(x)))
 
 
 # ------------------------------------------------------------------ each op against torch
@@ -114,7 +116,8 @@ def test_cat(tmp_path, dtype, dim):
     model = _model(tmp_path, "cat", {"dim": dim}, [(dtype, s) for s in shapes])
     for batch in BATCHES if dim else [3]:
         xs = [_array(tuple(batch if d is None else d for d in s), dtype) for s in shapes]
-        _same(model.run(xs), torch.cat([torch.from_numpy(x) for x in xs], dim))
+        for _ in range(2):  # the per-node step, then the plan's program
+            _same(model.run(xs), torch.cat([torch.from_numpy(x) for x in xs], dim))
     assert model.outputs[0].shape == tuple(sum(s[dim] for s in shapes) if a == dim else shapes[0][a]
                                            for a in range(3))
 
@@ -125,7 +128,8 @@ def test_stack(tmp_path, dtype, dim):
     model = _model(tmp_path, "stack", {"dim": dim}, [(dtype, [None, 3, 5])] * 4)
     for batch in BATCHES:
         xs = [_array((batch, 3, 5), dtype) for _ in range(4)]
-        _same(model.run(xs), torch.stack([torch.from_numpy(x) for x in xs], dim))
+        for _ in range(2):  # the per-node step, then the plan's program
+            _same(model.run(xs), torch.stack([torch.from_numpy(x) for x in xs], dim))
 
 
 def test_cat_and_stack_take_sixteen_inputs(tmp_path):

@@ -727,11 +727,14 @@ def test_sequence_errors_name_the_node(tmp_path):
     assert plan._executor.handed_back == 2
 
 
+@pytest.mark.parametrize("index_dtype", ["int64", "int32"])
 @pytest.mark.parametrize("bits", [32, 8, 4])
-def test_embedding(tmp_path, bits):
+def test_embedding(tmp_path, bits, index_dtype):
+    """Embedding rows of int64 indices, and of int32 ones (positions a model computed in int32, widened a block
+    of 256 at a time) natively; an index out of range named by the per-node step."""
     num, dim = 23, 7
     g = GraphBuilder()
-    ids = g.input("ids", "int64", [None, None])
+    ids = g.input("ids", index_dtype, [None, None])
     if bits == 32:
         ports = {"weight": _x(num, dim)}
     else:
@@ -742,11 +745,11 @@ def test_embedding(tmp_path, bits):
     g.output(g.node("linear_dynamic", {"x": e, **_dyn_weight(5, dim)}), e)
     model = _load(tmp_path, g)
     plan = _plan(model)
-    for shape in ((1, 1), (4, 3)):
-        inputs = [RNG.integers(0, num, shape).astype(np.int64)]
+    for shape in ((1, 1), (4, 3), (3, 100)):
+        inputs = [RNG.integers(0, num, shape).astype(index_dtype)]
         _check(model, plan, inputs)
         _no_fallback(plan, inputs)
-    bad = np.array([[1, num, 2]], np.int64)
+    bad = np.array([[1, num, 2]], index_dtype)
     plan.run([bad * 0])
     for runner in (model.run, lambda a: plan.run([a])):
         with pytest.raises(ValueError, match=rf"node 'emb' \(embedding\): indices: {num} \(at flat position 1\)"):
@@ -1063,11 +1066,12 @@ def test_stored_operands_run_natively(tmp_path):
         assert plan._executor.fallback_steps(tuple(a.shape for a in inputs)) == []
 
 
-def test_permute_where_and_matmul_run_natively(tmp_path):
+def test_permute_where_matmul_and_cat_run_natively(tmp_path):
     """permute (float32, int64 and bool; the last dimension kept, as attention's heads move, or moved, as a
-    transpose), where (condition and operands broadcast every way; float32 and int64; NaN and -0 kept as bits)
-    and matmul (batch dimensions broadcast, one side of rank 2, widths off the kernel's tiles) are native
-    steps, on one thread and split across three: the per-node path's bits, nothing run in Python."""
+    transpose), where (condition and operands broadcast every way; float32 and int64; NaN and -0 kept as bits),
+    matmul (batch dimensions broadcast, one side of rank 2, widths off the kernel's tiles) and cat / stack of two
+    to four operands (along the first, a middle and a new last dimension) are native steps, on one thread and
+    split across three: the per-node path's bits. A cat of five operands runs in Python."""
     g = GraphBuilder()
     x = g.input("x", "float32", [None, None, 4, 3])
     ids = g.input("ids", "int64", [None, None])
@@ -1084,7 +1088,11 @@ def test_permute_where_and_matmul_run_natively(tmp_path):
     context = g.node("matmul", {"a": scores, "b": heads})  # [n, 4, s, 3]
     columns = g.node("permute", {"x": x}, {"perm": [1, 2, 3, 0]})  # [s, 4, 3, n]
     spread = g.node("matmul", {"a": g.input("w", "float32", [5, 3]), "b": columns})  # rank 2 @ rank 4: [s, 4, 5, n]
-    g.output(heads, turned, flipped, mask_t, picked, whole, context, spread)
+    joined = [g.node("cat", {"x0": heads, "x1": context}, {"dim": 2}),
+              g.node("cat", {"x0": x, "x1": x, "x2": x, "x3": x}, {"dim": 0}),
+              g.node("stack", {"x0": ids, "x1": ids, "x2": ids}, {"dim": 2}),
+              g.node("cat", {f"x{i}": keep for i in range(5)}, {"dim": 1}, name="five")]
+    g.output(heads, turned, flipped, mask_t, picked, whole, context, spread, *joined)
     model = _load(tmp_path, g)
     plan = _plan(model)
     old_work, old_threads = K._set_min_float_work(1), K.get_num_threads()
@@ -1095,17 +1103,17 @@ def test_permute_where_and_matmul_run_natively(tmp_path):
             xs[0, 0, 0, :2] = [np.nan, -0.0]
             inputs = [xs, RNG.integers(-9, 9, (n, s)), RNG.integers(0, 2, (n, 1, s)).astype(bool), _x(3, 1), _x(5, 3)]
             _check(model, plan, inputs)
-            assert plan._executor.fallback_steps(tuple(a.shape for a in inputs)) == []
+            assert plan._executor.fallback_steps(tuple(a.shape for a in inputs)) == ["node 'five' (cat)"]
     finally:
         K._set_min_float_work(old_work)
         K.set_num_threads(old_threads)
 
 
 def test_mask_ops_run_natively(tmp_path):
-    """cast (integers and bools to bool, float32 and int64, float32 to bool), logical_and / logical_or with
-    broadcasting either way, expand (to a larger rank, along middle dimensions) and clamp (NaN kept) are native
-    steps with the per-node path's bits; a clamp at a bound of 0 (numpy's maximum may give either zero) and a
-    cast to int32 (which may wrap) run in Python."""
+    """cast (integers and bools to bool, float32 and int64, float32 to bool, int64 to int32 wrapping as numpy
+    does), logical_and / logical_or with broadcasting either way, expand (to a larger rank, along middle
+    dimensions) and clamp (NaN kept) are native steps with the per-node path's bits; a clamp at a bound of 0
+    (numpy's maximum may give either zero) runs in Python."""
     g = GraphBuilder()
     ids = g.input("ids", "int64", [None, None])
     x = g.input("x", "float32", [None, None])
@@ -1126,8 +1134,53 @@ def test_mask_ops_run_natively(tmp_path):
     for n, s in ((1, 5), (3, 17)):
         x = _x(n, s)
         x[0, :3] = [np.nan, 0.0, -0.0]
-        ids = RNG.integers(-2, 3, (n, s)) * (1 << 40)  # beyond float32's 24 bits: the cast rounds
+        # beyond float32's 24 bits, the cast to it rounds; beyond int32's, the cast to it wraps
+        ids = RNG.integers(-2, 3, (n, s)) * (1 << 40) + RNG.integers(-(1 << 35), 1 << 35, (n, s))
         inputs = [ids, x, RNG.integers(0, 2, (n, 1)).astype(np.int32)]
         _check(model, plan, inputs)
         ran = plan._executor.fallback_steps(tuple(a.shape for a in inputs))
-        assert ran == ["node 'at_zero' (clamp)", "node 'to_int' (cast)"]
+        assert ran == ["node 'at_zero' (clamp)"]
+
+
+def test_positions_comparisons_and_gathers_run_natively(tmp_path):
+    """What position ids and relative positions are made of runs natively with the per-node path's bits:
+    comparisons (int64 against a stored int32 pad id, float32 against a stored float32, NaN among them),
+    logical_not, integer arithmetic wrapping modulo 2**bits (int32 products past 2**31, int64 with int32), cumsum
+    (of bools and of int32, along either dimension) and gather (float32 and int64, along any dimension). A gather
+    whose index is narrower than x outside dim runs in Python; an index out of range is named by its step."""
+    g = GraphBuilder()
+    ids = g.input("ids", "int64", [None, None])
+    x = g.input("x", "float32", [None, None])
+    big = g.input("big", "int32", [None, None])
+    index = g.input("index", "int64", [None, None])
+    real = g.node("ne", {"a": ids, "b": g.tensor("pad", np.array(1, np.int32))})
+    live = g.node("cast", {"x": real}, {"dtype": "int32"})
+    counted = g.node("cumsum", {"x": live}, {"dim": 1})  # int64
+    positions = g.node("add_int", {"a": g.node("mul_int", {"a": counted, "b": live}),
+                                   "b": g.tensor("one", np.array(1, np.int32))})
+    down = g.node("cumsum", {"x": g.node("logical_not", {"x": real})}, {"dim": 0})
+    products = g.node("mul_int", {"a": big, "b": big})  # int32, wrapping
+    spread = g.node("sub_int", {"a": big, "b": ids})  # int64
+    compared = [g.node(op, {"a": x, "b": g.tensor(f"at_{op}", np.array(0.5, np.float32))}) for op in ("eq", "lt", "ge")]
+    compared.append(g.node("le", {"a": big, "b": ids}))
+    picked = g.node("gather", {"x": x, "index": index}, {"dim": 1}, name="picked")
+    rows = g.node("gather", {"x": ids, "index": g.node("sub_int", {"a": index, "b": index})}, {"dim": 0})
+    narrow = g.node("slice", {"x": index}, {"dim": 1, "start": 0, "end": 1, "step": 1})
+    part = g.node("gather", {"x": x, "index": narrow}, {"dim": 0}, name="part")
+    g.output(positions, down, products, spread, *compared, picked, rows, part)
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    for n, s in ((1, 6), (3, 11)):
+        xs = _x(n, s)
+        xs[0, :2] = [np.nan, 0.5]
+        ids = RNG.integers(0, 4, (n, s))
+        ids[0, 1] = 3
+        index = RNG.integers(0, min(n, s), (n, s))
+        inputs = [ids, xs, RNG.integers(-(1 << 31), 1 << 31, (n, s)).astype(np.int32), index]
+        _check(model, plan, inputs)
+        ran = plan._executor.fallback_steps(tuple(a.shape for a in inputs))
+        assert ran == ["node 'part' (gather)"]
+    inputs[3] = inputs[3] + s
+    for runner in (model.run, plan.run):
+        with pytest.raises(ValueError, match=r"node 'picked' \(gather\): index must lie in \[0, 11\)"):
+            runner(inputs)
