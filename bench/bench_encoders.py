@@ -92,6 +92,18 @@ def largest_difference(model: qrt.Model, reference: torch.nn.Module) -> float:
     return float(np.abs(model.run([ids, mask]) - want).max())
 
 
+def time_case(model: qrt.Model, reference: torch.nn.Module, tokens: int, repeats: int) -> dict:
+    """Batch 1 at `tokens` tokens: qrt and torch interleaved, and the plan's steps at these shapes."""
+    ids = np.random.default_rng(1).integers(5, 1000, (1, tokens))
+    mask = np.ones_like(ids)
+    ids_t, mask_t = torch.from_numpy(ids), torch.from_numpy(mask)
+    t_qrt, t_torch = time_calls([lambda: model.run([ids, mask]), lambda: reference(ids_t, mask_t)], min_time=0.05,
+                                repeats=repeats)
+    return {"tokens": tokens, "qrt_s": t_qrt, "torch_s": t_torch, "torch_ratio": t_torch / t_qrt,
+            "steps": len(model._plan.profile([ids, mask], 1)),
+            "python_steps": len(model._plan._executor.fallback_steps((ids.shape, mask.shape)))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer samples")
@@ -114,17 +126,10 @@ def main() -> None:
             row = {"family": family, "max_abs_diff": largest_difference(model, reference), "cases": []}
             line = ""
             for name, tokens in CASES:
-                ids = np.random.default_rng(1).integers(5, 1000, (1, tokens))
-                mask = np.ones_like(ids)
-                ids_t, mask_t = torch.from_numpy(ids), torch.from_numpy(mask)
-                t_qrt, t_torch = time_calls([lambda: model.run([ids, mask]), lambda: reference(ids_t, mask_t)],
-                                            min_time=0.05, repeats=repeats)
-                key = (ids.shape, mask.shape)
-                row["steps"] = len(model._plan.profile([ids, mask], 1))
-                row["python_steps"] = len(model._plan._executor.fallback_steps(key))
-                row["cases"].append({"case": name, "tokens": tokens, "qrt_s": t_qrt, "torch_s": t_torch,
-                                     "torch_ratio": t_torch / t_qrt})
-                line += f"{fmt_time(t_qrt):>12s}{fmt_time(t_torch):>12s}{t_torch / t_qrt:11.2f}x"
+                case = time_case(model, reference, tokens, repeats)
+                row["steps"], row["python_steps"] = case.pop("steps"), case.pop("python_steps")
+                row["cases"].append({"case": name, **case})
+                line += f"{fmt_time(case['qrt_s']):>12s}{fmt_time(case['torch_s']):>12s}{case['torch_ratio']:11.2f}x"
             rows.append(row)
             print(f"{family:12s}{row['steps']:7d}{row['python_steps']:8d}{row['max_abs_diff']:12.1e}  {line}",
                   flush=True)
