@@ -620,7 +620,7 @@ class Plan:
             except ValueError:
                 return None
             return {"op": PlanStep.PS_GATHER, "a": node.inputs["x"], "b": node.inputs["index"], "y": out, "kernel": g}
-        if op == "cumsum" and x.size:
+        if op == "cumsum":
             try:
                 c = K.CumsumStep(channel_view(x.shape, node.attrs["dim"]), x.dtype.name)
             except (ValueError, KeyError):
@@ -634,7 +634,7 @@ class Plan:
             return None if mm is None else {"op": PlanStep.PS_MATMUL, "a": node.inputs["a"], "b": node.inputs["b"],
                                             "y": out, "kernel": mm}
         if op in _MASK_STEPS:
-            ports = _MASK_PORTS.get(op, ("x",))
+            ports = _MASK_PORTS.get(op, ("a", "b"))
             return _mask_step(node, [self._value(env, node.inputs[p]) for p in ports], env[out], ports)
         if binary:
             a, b = (self._value(env, node.inputs[p]) for p in ("a", "b"))
@@ -691,8 +691,9 @@ class Plan:
         return step
 
 
-_MASK_PORTS = {**{op: ("a", "b") for op in _MASK_STEPS - {"cast", "logical_not", "expand", "permute", "clamp"}},
-               "where": ("condition", "a", "b")}
+# the ports a mask step reads, when not a and b
+_MASK_PORTS = {"where": ("condition", "a", "b"), **dict.fromkeys(("cast", "logical_not", "expand", "permute", "clamp"),
+                                                                 ("x",))}
 
 
 def _mask_step(node, operands: list[np.ndarray], y: np.ndarray, ports: tuple[str, ...]) -> dict | None:
@@ -724,11 +725,11 @@ def _mask_step(node, operands: list[np.ndarray], y: np.ndarray, ports: tuple[str
 
 
 def _cat_step(node, env: dict[str, np.ndarray], out: str) -> dict | None:
-    """cat, stack of up to four operands of y's dtype (K.CatStep), or None for the fallback: in each of the blocks
-    before dim, each operand's own block in turn."""
+    """cat, stack of up to four operands (K.CatStep), or None for the fallback: in each of the blocks before dim,
+    each operand's own block in turn."""
     ports = sorted(node.inputs, key=lambda p: int(p[1:]))  # x0, x1, ...
     xs, y = [env[node.inputs[p]] for p in ports], env[out]
-    if len(xs) > 4 or any(x.dtype != y.dtype for x in xs) or not y.size:
+    if len(xs) > 4:
         return None
     dim = node.attrs["dim"]  # stack: a dimension of y, not of the operands
     blocks = tuple(math.prod(x.shape[dim:]) * x.itemsize for x in xs)
