@@ -16,8 +16,8 @@ cdef enum:
     MASK_CAST
     MASK_CLAMP  # float32, between lo and hi (where given), NaN kept
     MASK_WHERE  # a bool condition, then the element of the second or third operand, itemsize bytes each
-    MASK_COMPARE  # two operands of any element type in _ELEMENTS, compared as numpy promotes them; bool out
-    MASK_INT_ARITH  # two integer (or bool) operands, their sum, difference or product modulo 2**bits of dst
+    MASK_COMPARE  # two float32 or two integer (or bool) operands compared; bool out
+    MASK_INT_ARITH  # two integer operands, their sum, difference or product modulo 2**bits of dst
 
 cdef enum:  # the element types a cast, a comparison or integer arithmetic reads or writes
     EL_BOOL = 0
@@ -37,15 +37,6 @@ _FUNCTIONS = {"eq": 0, "ne": 1, "lt": 2, "le": 3, "gt": 4, "ge": 5, "add_int": 0
 
 cdef inline Py_ssize_t element_bytes(int kind) noexcept nogil:
     return 1 if kind == EL_BOOL else 8 if kind == EL_INT64 else 4
-
-
-cdef inline double element_at(const char* p, int kind) noexcept nogil:
-    """An int32, bool or float32 element as a double: exact. (int64 is read on its own path.)"""
-    if kind == EL_BOOL:
-        return (<const uint8_t*>p)[0] != 0
-    if kind == EL_INT32:
-        return (<const int32_t*>p)[0]
-    return (<const float*>p)[0]
 
 
 cdef inline int64_t integer_at(const char* p, int kind) noexcept nogil:

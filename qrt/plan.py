@@ -543,8 +543,8 @@ class Plan:
         op, c = node.op, {p: self._consts[v] for p, v in node.inputs.items() if v in self._consts}
         if op in _VIEWS or i in fused:
             return {"op": 0}  # nothing to run: an alias
-        step = self._steps[i]
-        binary = getattr(step, "binary", None) is not None and self._kernel(i) is not None
+        step, kernel = self._steps[i], self._kernel(i)
+        binary = getattr(step, "binary", None) is not None and kernel is not None
         # a stored tensor at a run-time port (a norm's weight, a scale, where's fill, a pad id): only the
         # elementwise steps, which read every operand through its shape, take one; the others read env's values
         if not (binary or op in _MASK_STEPS) and any(v in self._consts for v in self._args[i]):
@@ -570,7 +570,6 @@ class Plan:
                     "view": channel_view(x.shape, node.attrs["axis"]),
                     "dvec": np.ascontiguousarray(c["scale"], np.float64),
                     "ivec": np.ascontiguousarray(c["zero_point"], np.int32)}
-        kernel = self._kernel(i)
         out = node.outputs[0]
         if op in ("linear", "linear_dynamic", "linear_float") and kernel is not None:
             relu = i in self._relu_of
@@ -620,12 +619,9 @@ class Plan:
             except ValueError:
                 return None
             return {"op": PlanStep.PS_GATHER, "a": node.inputs["x"], "b": node.inputs["index"], "y": out, "kernel": g}
-        if op == "cumsum":
-            try:
-                c = K.CumsumStep(channel_view(x.shape, node.attrs["dim"]), x.dtype.name)
-            except (ValueError, KeyError):
-                return None
-            return {"op": PlanStep.PS_CUMSUM, "a": node.inputs["x"], "y": out, "kernel": c}
+        if op == "cumsum":  # x is bool or an integer (the loader checked): the step runs every such x
+            running = K.CumsumStep(channel_view(x.shape, node.attrs["dim"]), x.dtype.name)
+            return {"op": PlanStep.PS_CUMSUM, "a": node.inputs["x"], "y": out, "kernel": running}
         if op in ("cat", "stack"):
             return _cat_step(node, env, out)
         if op == "matmul" and getattr(step, "native", None) is not None:
@@ -712,9 +708,9 @@ def _mask_step(node, operands: list[np.ndarray], y: np.ndarray, ports: tuple[str
             lo, hi = (None if node.attrs[k] is None else float(np.float32(node.attrs[k])) for k in ("min", "max"))
             kernel = K.MaskStep("clamp", y.shape, [x.shape], 4, lo=lo, hi=hi)
         elif node.op == "where":  # a bool condition, a and b of y's dtype (the loader checked)
-            kernel = K.MaskStep("where", y.shape, [np.shape(a) for a in operands], y.itemsize)
+            kernel = K.MaskStep("where", y.shape, [a.shape for a in operands], y.itemsize)
         else:  # logic on bools; comparisons and integer arithmetic of the types the loader allows
-            kernel = K.MaskStep(node.op, y.shape, [np.shape(a) for a in operands], 1, x.dtype.name, y.dtype.name,
+            kernel = K.MaskStep(node.op, y.shape, [a.shape for a in operands], 1, x.dtype.name, y.dtype.name,
                                 src2=operands[-1].dtype.name)
     except (ValueError, KeyError):
         return None
