@@ -48,18 +48,23 @@ cdef inline int64_t integer_at(const char* p, int kind) noexcept nogil:
     return (<const uint8_t*>p)[0] != 0
 
 
+ctypedef fused comparable:  # compare_one's two kinds of operand: float32, or an integer widened to int64
+    float
+    int64_t
+
+
+cdef inline bint compare_values(comparable x, comparable y, int fn) noexcept nogil:
+    """numpy's comparison fn (_FUNCTIONS) of x and y (NaN: only ne holds)."""
+    return x == y if fn == 0 else x != y if fn == 1 else x < y if fn == 2 else x <= y if fn == 3 else \
+        x > y if fn == 4 else x >= y
+
+
 cdef inline bint compare_one(const char* p, int ka, const char* q, int kb, int fn) noexcept nogil:
-    """numpy's comparison fn (_FUNCTIONS) of two elements, both float32 (NaN: only ne holds) or both integers or
-    bools (the loader allows no other pair), these exactly as int64."""
-    cdef int64_t i, j
-    cdef float x, y
+    """compare_values of two elements, both float32 or both integers or bools (the loader allows no other pair),
+    these exactly as int64."""
     if ka == EL_FLOAT32:
-        x, y = (<const float*>p)[0], (<const float*>q)[0]
-        return x == y if fn == 0 else x != y if fn == 1 else x < y if fn == 2 else x <= y if fn == 3 else \
-            x > y if fn == 4 else x >= y
-    i, j = integer_at(p, ka), integer_at(q, kb)
-    return i == j if fn == 0 else i != j if fn == 1 else i < j if fn == 2 else i <= j if fn == 3 else \
-        i > j if fn == 4 else i >= j
+        return compare_values((<const float*>p)[0], (<const float*>q)[0], fn)
+    return compare_values(integer_at(p, ka), integer_at(q, kb), fn)
 
 
 cdef inline void store_integer(char* q, int kind, uint64_t v) noexcept nogil:
