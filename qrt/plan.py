@@ -245,7 +245,7 @@ class Plan:
         fused = self._fused | {j for step in merged.values() for j in step.pop("fused")}
         fused |= {self._producer[v] for v in static}
         stacked = self._stack_linears(env, merged, fused)
-        native = [merged.get(i) or stacked.get(i) or self._native(i, env, fused) for i in range(len(nodes))]
+        native = [merged.get(i) or stacked.get(i) or self._native(i, env, fused, static) for i in range(len(nodes))]
         writes = {**{j: nodes[r].outputs[0] for j, r in self._relu_of.items()},
                   **{i: step["y"] for i, step in {**merged, **stacked}.items()}}
         step_reads = {i: [step[p] for p in ("a", "b", "c", "d") if p in step] for i, step in merged.items()}
@@ -531,14 +531,15 @@ class Plan:
             a, b = (env[nodes[j].inputs[p]] for p in ("a", "b"))
             if not (a.dtype == b.dtype == np.float32 and a.shape == b.shape == env[v].shape):
                 continue
-            step = self._native(i, env, set())
+            step = self._native(i, env, set(), static)
             if step is not None:
                 found[i] = {**step, "a": nodes[j].inputs["a"], "b": nodes[j].inputs["b"], "fused": [j]}
         return found
 
-    def _native(self, i: int, env: dict[str, np.ndarray], fused: set[int]) -> dict | None:
+    def _native(self, i: int, env: dict[str, np.ndarray], fused: set[int],
+                static: dict[str, np.ndarray]) -> dict | None:
         """The executor step of node i at the shapes of env, or None for the fallback (fused: the nodes
-        another step runs)."""
+        another step runs; static: the values fixed by the shapes, which a step may add a stored tensor to)."""
         node = self.graph.nodes[i]
         op, c = node.op, {p: self._consts[v] for p, v in node.inputs.items() if v in self._consts}
         if op in _VIEWS or i in fused:
@@ -614,11 +615,7 @@ class Plan:
         if op in ("select", "slice"):
             return _copy_step(node, x)
         if op == "gather" and env[node.inputs["index"]].dtype == np.int64:
-            try:
-                g = K.GatherStep(x.shape, env[node.inputs["index"]].shape, node.attrs["dim"], x.itemsize)
-            except ValueError:
-                return None
-            return {"op": PlanStep.PS_GATHER, "a": node.inputs["x"], "b": node.inputs["index"], "y": out, "kernel": g}
+            return self._gather(i, env, static)
         if op == "cumsum":  # x is bool or an integer (the loader checked): the step runs every such x
             running = K.CumsumStep(channel_view(x.shape, node.attrs["dim"]), x.dtype.name)
             return {"op": PlanStep.PS_CUMSUM, "a": node.inputs["x"], "y": out, "kernel": running}
@@ -666,6 +663,25 @@ class Plan:
             return ln
         return None
 
+    def _gather(self, i: int, env: dict[str, np.ndarray], static: dict[str, np.ndarray]) -> dict | None:
+        """A gather of an int64 index spanning x outside dim (K.GatherStep), or None for the fallback. An index
+        fixed by the shapes that repeats its leading blocks (expanded over the dimensions before dim: DeBERTa's
+        relative positions, one [L, L] block for every head) is stored as its first period of blocks, added to
+        static, and the step reads that again and again: one block of index in cache, not a copy per head."""
+        node = self.graph.nodes[i]
+        x, name, dim = env[node.inputs["x"]], node.inputs["index"], node.attrs["dim"]
+        index = env[name]
+        period = _index_period(index, dim) if self._root(name) in static else None
+        try:
+            g = K.GatherStep(x.shape, index.shape, dim, x.itemsize, period)
+        except ValueError:
+            return None
+        if period is not None and period < math.prod(index.shape[:dim]):
+            block = index.reshape(-1)[: period * math.prod(index.shape[dim:])]
+            name = f"{name}#period{period}"  # one for every gather of this index at this period
+            static[name] = env[name] = np.ascontiguousarray(block)
+        return {"op": PlanStep.PS_GATHER, "a": node.inputs["x"], "b": name, "y": node.outputs[0], "kernel": g}
+
     def _sequence(self, i: int, env: dict[str, np.ndarray]) -> dict | None:
         """A whole-sequence op: every layer and direction in one native step (K.SequenceStep)."""
         node = self.graph.nodes[i]
@@ -685,6 +701,19 @@ class Plan:
         if has_cell:
             step["y3"] = node.outputs[2]
         return step
+
+
+def _index_period(index: np.ndarray, dim: int) -> int:
+    """The fewest leading blocks of a gather's index (its dimensions from dim on) that it repeats over the
+    dimensions before dim: the size of dimensions d to dim for the largest d at which the index is its first
+    blocks tiled (all of them, at d = 0)."""
+    outer = math.prod(index.shape[:dim])
+    blocks = index.reshape(outer, -1)
+    for d in range(dim, 0, -1):
+        period = math.prod(index.shape[d:dim])
+        if (blocks.reshape(outer // period, period, -1) == blocks[:period]).all():
+            return period
+    return outer
 
 
 # the ports a mask step reads, when not a and b

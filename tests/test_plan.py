@@ -1109,6 +1109,47 @@ def test_permute_where_matmul_and_cat_run_natively(tmp_path):
         K.set_num_threads(old_threads)
 
 
+def test_relative_position_gathers_read_one_block_of_index(tmp_path, monkeypatch):
+    """A gather whose index is fixed by the shapes and repeats over leading dimensions (as DeBERTa's relative
+    positions: an [L, L] block expanded over the heads) stores and checks one block (_index_period) and reads it
+    for every head, with the per-node path's bits (float32, bool and int64); an index fixed by the shapes that
+    differs head by head, and one given at run time, are read whole."""
+    from qrt.plan import _index_period
+
+    g = GraphBuilder()
+    x = g.input("x", "float32", [None, None, None])  # [H, L, 2L + H]
+    flags = g.input("flags", "bool", [None, None, None])
+    ids = g.input("ids", "int64", [None, None, None])
+    given = g.input("given", "int64", [None, None, None])
+    at = g.node("arange", {"x": x}, {"dim": 1})
+    block = g.node("add_int", {"a": g.node("unsqueeze", {"x": at}, {"dim": 1}),
+                               "b": g.node("unsqueeze", {"x": at}, {"dim": 0})})  # [L, L]: i + j
+    heads = g.node("expand", {"x": g.node("unsqueeze", {"x": block}, {"dim": 0}), "like": x},
+                   {"shape": [-1, -1, -1], "like_dims": [0, None, None]})  # [H, L, L]
+    head = g.node("unsqueeze", {"x": g.node("unsqueeze", {"x": g.node("arange", {"x": x}, {"dim": 0})}, {"dim": 1})},
+                  {"dim": 2})
+    by_head = g.node("add_int", {"a": heads, "b": head})  # i + j + h
+    outs = [g.node("gather", {"x": v, "index": heads}, {"dim": 2}) for v in (x, flags, ids)]
+    outs += [g.node("gather", {"x": x, "index": index}, {"dim": 2}) for index in (by_head, given)]
+    g.output(*outs)
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    programs = []
+    monkeypatch.setattr(K, "PlanProgram", lambda spec, made=K.PlanProgram: programs.append(spec) or made(spec))
+    for h, n in ((1, 1), (3, 5), (12, 17)):
+        xs = _x(h, n, 2 * n + h)
+        inputs = [xs, xs > 0, RNG.integers(-(1 << 40), 1 << 40, xs.shape), RNG.integers(0, xs.shape[2], (h, n, n))]
+        _check(model, plan, inputs)
+        assert plan._executor.fallback_steps(tuple(a.shape for a in inputs)) == []
+        # stored: one [n, n] block of the index the three gathers share, and by_head's [h, n, n] whole
+        stored = [info.size for kind, info, *_ in programs[-1]["slots"] if kind == K.Slot.SLOT_CONST]
+        assert sorted(stored) == sorted([n * n, h * n * n])
+    index = np.broadcast_to(RNG.integers(0, 9, (1, 4, 5, 6)), (3, 2, 4, 5, 6))
+    assert [_index_period(index, d) for d in range(5)] == [1, 1, 1, 4, 20]
+    assert _index_period(index.reshape(6, 4, 5, 6), 3) == 20
+    assert _index_period(index + np.arange(3).reshape(3, 1, 1, 1, 1), 4) == 120  # differs along the first
+
+
 def _random_operand(rng, shape: tuple, dtype: str) -> np.ndarray:
     """Values of dtype: floats with a NaN, integers across (most of) their range, bools."""
     if dtype == "float32":
