@@ -240,10 +240,12 @@ class Plan:
             return None
         nodes = self.graph.nodes
         static = self._fixed_by_shapes(env)
-        # steps that also run nodes before them: attention through its heads' permutes, layer_norm with its add
-        merged = {**self._attention_steps(env), **self._add_norm_steps(env, static)}
-        fused = self._fused | {j for step in merged.values() for j in step.pop("fused")}
-        fused |= {self._producer[v] for v in static}
+        fused = self._fused | {self._producer[v] for v in static}
+        # steps that also run nodes before them (attention through its heads' permutes, layer_norm with its add)
+        # or in their stead (a product of the columns a gather reads)
+        merged = {**self._attention_steps(env), **self._add_norm_steps(env, static),
+                  **self._gathered_columns(env, static, fused)}
+        fused |= {j for step in merged.values() for j in step.pop("fused")}
         stacked = self._stack_linears(env, merged, fused)
         native = [merged.get(i) or stacked.get(i) or self._native(i, env, fused, static) for i in range(len(nodes))]
         writes = {**{j: nodes[r].outputs[0] for j, r in self._relu_of.items()},
@@ -546,9 +548,10 @@ class Plan:
             return {"op": 0}  # nothing to run: an alias
         step, kernel = self._steps[i], self._kernel(i)
         binary = getattr(step, "binary", None) is not None and kernel is not None
-        # a stored tensor at a run-time port (a norm's weight, a scale, where's fill, a pad id): only the
-        # elementwise steps, which read every operand through its shape, take one; the others read env's values
-        if not (binary or op in _MASK_STEPS) and any(v in self._consts for v in self._args[i]):
+        # a stored tensor at a run-time port (a norm's weight, a scale, where's fill, a pad id, a matrix): only the
+        # elementwise steps and matmul, which read every operand through its shape, take one; the others read
+        # env's values
+        if not (binary or op in _MASK_STEPS or op == "matmul") and any(v in self._consts for v in self._args[i]):
             return None
         x = env.get(node.inputs.get("x", ""))
         if op == "quantize_per_tensor":
@@ -615,14 +618,14 @@ class Plan:
         if op in ("select", "slice"):
             return _copy_step(node, x)
         if op == "gather" and env[node.inputs["index"]].dtype == np.int64:
-            return self._gather(i, env, static)
+            return self._gather(i, node.inputs["x"], node.inputs["index"], env, static)
         if op == "cumsum":  # x is bool or an integer (the loader checked): the step runs every such x
             running = K.CumsumStep(channel_view(x.shape, node.attrs["dim"]), x.dtype.name)
             return {"op": PlanStep.PS_CUMSUM, "a": node.inputs["x"], "y": out, "kernel": running}
         if op in ("cat", "stack"):
             return _cat_step(node, env, out)
         if op == "matmul" and getattr(step, "native", None) is not None:
-            a, b = env[node.inputs["a"]], env[node.inputs["b"]]
+            a, b = (self._value(env, node.inputs[p]) for p in ("a", "b"))
             mm = step.native(a.shape, b.shape)
             return None if mm is None else {"op": PlanStep.PS_MATMUL, "a": node.inputs["a"], "b": node.inputs["b"],
                                             "y": out, "kernel": mm}
@@ -663,14 +666,55 @@ class Plan:
             return ln
         return None
 
-    def _gather(self, i: int, env: dict[str, np.ndarray], static: dict[str, np.ndarray]) -> dict | None:
-        """A gather of an int64 index spanning x outside dim (K.GatherStep), or None for the fallback. An index
-        fixed by the shapes that repeats its leading blocks (expanded over the dimensions before dim: DeBERTa's
-        relative positions, one [L, L] block for every head) is stored as its first period of blocks, added to
-        static, and the step reads that again and again: one block of index in cache, not a copy per head."""
+    def _gathered_columns(self, env: dict[str, np.ndarray], static: dict[str, np.ndarray],
+                          fused: set[int]) -> dict[int, dict]:
+        """Products whose columns only a gather reads, at the shapes of env: each matmul whose b is stored or fixed
+        by the shapes and whose output only a gather along its last dimension reads (among the nodes that run:
+        fused, not those fixed by the shapes, which read only its shape), with an index fixed by the
+        shapes, computes only the columns from the index's least to its largest, and the gather reads them with
+        the index shifted by the least (both added to static). Each column is the same chain of sums wherever it
+        lies in b, so the bits are the whole product's. DeBERTa's relative attention takes 2L - 1 of its 512
+        relative positions, and its two products against them were four fifths of its products' work. By node:
+        the matmul's step and the gather's ("fused": none)."""
+        nodes, outputs, found = self.graph.nodes, set(self._output_names), {}
+        for i, node in enumerate(nodes):
+            v, name = node.inputs.get("x", ""), node.inputs.get("index", "")
+            j = self._producer.get(v)
+            if node.op != "gather" or self._root(name) not in static or j is None or nodes[j].op != "matmul":
+                continue
+            b_name = nodes[j].inputs["b"]
+            if v in outputs or v in static or [u for u in self._uses.get(v, []) if u not in fused] != [i] or not (
+                    self._root(b_name) in static or self._root(b_name) in self._consts):
+                continue
+            x, index, b = env[v], env[name], self._value(env, b_name)
+            lo, hi = (int(index.min()), int(index.max())) if index.size else (0, -1)
+            if node.attrs["dim"] != x.ndim - 1 or b.ndim < 2 or lo < 0 or hi >= x.shape[-1] \
+                    or hi - lo + 1 == x.shape[-1]:
+                continue  # every column, or an index out of range (the per-node step names it)
+            columns = f"{b_name}#columns{lo}:{hi}"
+            static[columns] = env[columns] = np.ascontiguousarray(b[..., lo : hi + 1])
+            mm = self._steps[j].native(env[nodes[j].inputs["a"]].shape, env[columns].shape)
+            shifted = f"{name}-{lo}"
+            static[shifted] = env[shifted] = index - lo
+            band = f"{v}#columns{lo}:{hi}"
+            env[band] = np.empty(x.shape[:-1] + (hi - lo + 1,), x.dtype)
+            gather = self._gather(i, band, shifted, env, static)
+            if mm is None or gather is None:
+                continue
+            found[j] = {"op": PlanStep.PS_MATMUL, "a": nodes[j].inputs["a"], "b": columns, "y": band, "kernel": mm,
+                        "fused": []}
+            found[i] = {**gather, "fused": []}
+        return found
+
+    def _gather(self, i: int, x_name: str, name: str, env: dict[str, np.ndarray],
+                static: dict[str, np.ndarray]) -> dict | None:
+        """A gather of x (x_name) at an int64 index (name) spanning x outside dim (K.GatherStep), or None for the
+        fallback. An index fixed by the shapes that repeats its leading blocks (expanded over the dimensions before
+        dim: DeBERTa's relative positions, one [L, L] block for every head) is stored as its first period of
+        blocks, added to static, and the step reads that again and again: one block of index in cache, not a copy
+        per head."""
         node = self.graph.nodes[i]
-        x, name, dim = env[node.inputs["x"]], node.inputs["index"], node.attrs["dim"]
-        index = env[name]
+        x, index, dim = env[x_name], env[name], node.attrs["dim"]
         period = _index_period(index, dim) if self._root(name) in static else None
         try:
             g = K.GatherStep(x.shape, index.shape, dim, x.itemsize, period)
@@ -680,7 +724,7 @@ class Plan:
             block = index.reshape(-1)[: period * math.prod(index.shape[dim:])]
             name = f"{name}#period{period}"  # one for every gather of this index at this period
             static[name] = env[name] = np.ascontiguousarray(block)
-        return {"op": PlanStep.PS_GATHER, "a": node.inputs["x"], "b": name, "y": node.outputs[0], "kernel": g}
+        return {"op": PlanStep.PS_GATHER, "a": x_name, "b": name, "y": node.outputs[0], "kernel": g}
 
     def _sequence(self, i: int, env: dict[str, np.ndarray]) -> dict | None:
         """A whole-sequence op: every layer and direction in one native step (K.SequenceStep)."""

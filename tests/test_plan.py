@@ -1150,6 +1150,43 @@ def test_relative_position_gathers_read_one_block_of_index(tmp_path, monkeypatch
     assert _index_period(index + np.arange(3).reshape(3, 1, 1, 1, 1), 4) == 120  # differs along the first
 
 
+def test_products_compute_only_the_columns_a_gather_reads(tmp_path, monkeypatch):
+    """A matmul of a stored b (rank 3, or rank 2 broadcast) whose output only a gather along its last dimension
+    reads, at an index fixed by the shapes (DeBERTa's relative attention: scores against 2P relative positions,
+    of which the gather takes 2L - 1), computes only the columns from the index's least to its largest: the
+    per-node path's bits (each column's chain of sums is the same wherever it lies), and b stored as those
+    columns only. A product also read elsewhere, or of a run-time b, is made whole."""
+    heads, k, span = 3, 5, 20
+    g = GraphBuilder()
+    q = g.input("q", "float32", [heads, None, k])
+    free = g.input("free", "float32", [heads, k, 2 * span])
+    at = g.node("arange", {"x": q}, {"dim": 1})
+    rel = g.node("sub_int", {"a": g.node("unsqueeze", {"x": at}, {"dim": 1}),
+                             "b": g.node("unsqueeze", {"x": at}, {"dim": 0})})  # [L, L]: i - j
+    index = g.node("expand", {"x": g.node("unsqueeze", {"x": g.node("add_int", {
+        "a": rel, "b": g.tensor("span", np.array(span, np.int32))})}, {"dim": 0}), "like": q},
+                   {"shape": [-1, -1, -1], "like_dims": [0, None, None]})  # [H, L, L]: i - j + P
+    stored = g.tensor("pos", _x(heads, k, 2 * span))
+    banded = g.node("gather", {"x": g.node("matmul", {"a": q, "b": stored}), "index": index}, {"dim": 2})
+    shared = g.node("matmul", {"a": q, "b": g.tensor("pos2", _x(k, 2 * span))})  # rank 2, read twice
+    twice = g.node("gather", {"x": shared, "index": index}, {"dim": 2})
+    given = g.node("gather", {"x": g.node("matmul", {"a": q, "b": free}), "index": index}, {"dim": 2})
+    once = g.node("gather", {"x": g.node("matmul", {"a": q, "b": g.tensor("pos3", _x(k, 2 * span))}), "index": index},
+                  {"dim": 2})
+    g.output(banded, twice, shared, given, once)
+    model = _load(tmp_path, g)
+    plan = _plan(model)
+    programs = []
+    monkeypatch.setattr(K, "PlanProgram", lambda spec, made=K.PlanProgram: programs.append(spec) or made(spec))
+    for n in (1, 6, 17):
+        inputs = [_x(heads, n, k), _x(heads, k, 2 * span)]
+        _check(model, plan, inputs)
+        assert plan._executor.fallback_steps(tuple(a.shape for a in inputs)) == []
+        floats = sorted(info.size for kind, info, _, dtype, _ in programs[-1]["slots"]
+                        if kind == K.Slot.SLOT_CONST and dtype == np.float32)
+        assert floats == sorted([heads * k * (2 * n - 1), k * 2 * span, k * (2 * n - 1)])
+
+
 def _random_operand(rng, shape: tuple, dtype: str) -> np.ndarray:
     """Values of dtype: floats with a NaN, integers across (most of) their range, bools."""
     if dtype == "float32":
