@@ -423,22 +423,39 @@ cdef class CumsumStep:
                     k += 1
 
 
+cdef void interleave(const element_bits** x, Py_ssize_t n_in, Py_ssize_t outer, element_bits* y) noexcept nogil:
+    """y[o, k] = x[k][o]: a stack of operands along a new last dimension."""
+    cdef Py_ssize_t o, k
+    for o in range(outer):
+        for k in range(n_in):
+            y[o * n_in + k] = x[k][o]
+
+
 cdef class CatStep:
     """cat or stack of up to four arrays of one dtype at one set of shapes, as an execution plan runs it: in each
-    of `outer` blocks of y, each operand's own block of bytes in turn (numpy's concatenate and stack)."""
-    cdef Py_ssize_t outer, n_in
+    of `outer` blocks of y, each operand's own block of bytes in turn (numpy's concatenate and stack); blocks of
+    one element of 4 or 8 bytes (a stack along a new last dimension: RoFormer's rotary pairs) as one loop of
+    elements."""
+    cdef Py_ssize_t outer, n_in, item
     cdef Py_ssize_t block[4]
 
-    def __init__(self, Py_ssize_t outer, tuple blocks):
+    def __init__(self, Py_ssize_t outer, tuple blocks, Py_ssize_t itemsize):
         if not 1 <= len(blocks) <= 4 or outer < 0 or min(blocks) < 0:
             raise ValueError("CatStep: one to four operands")
         self.outer, self.n_in = outer, len(blocks)
+        self.item = itemsize if itemsize in (4, 8) and set(blocks) == {itemsize} else 0
         for k, b in enumerate(blocks):
             self.block[k] = b
 
     cdef void run(self, const char** x, char* y) noexcept nogil:
         cdef Py_ssize_t o, k
+        if self.item == 4:
+            interleave(<const uint32_t**>x, self.n_in, self.outer, <uint32_t*>y)
+            return
+        if self.item == 8:
+            interleave(<const uint64_t**>x, self.n_in, self.outer, <uint64_t*>y)
+            return
         for o in range(self.outer):
             for k in range(self.n_in):
-                memcpy(y, x[k] + o * self.block[k], self.block[k])
+                copy_block(y, x[k] + o * self.block[k], self.block[k])
                 y += self.block[k]

@@ -802,7 +802,7 @@ def _cat_step(node, env: dict[str, np.ndarray], out: str) -> dict | None:
         return None
     dim = node.attrs["dim"]  # stack: a dimension of y, not of the operands
     blocks = tuple(math.prod(x.shape[dim:]) * x.itemsize for x in xs)
-    step = {"op": PlanStep.PS_CAT, "y": out, "kernel": K.CatStep(math.prod(y.shape[:dim]), blocks)}
+    step = {"op": PlanStep.PS_CAT, "y": out, "kernel": K.CatStep(math.prod(y.shape[:dim]), blocks, y.itemsize)}
     for slot, port in zip("abcd", ports):
         step[slot] = node.inputs[port]
     return step
