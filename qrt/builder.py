@@ -19,6 +19,8 @@ docs/FORMAT.md specifies, and ``save`` validates it like the loader does.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -124,6 +126,29 @@ class GraphBuilder:
         gone |= {t for t in self.tensors if t not in needed}
         self.tensors = {k: v for k, v in self.tensors.items() if k in needed}
         return gone
+
+    def merge_duplicates(self) -> dict[str, str]:
+        """Compute each value once: a node of an earlier node's op and attributes that reads the same values
+        (stored tensors of one dtype, shape and bytes are one value) goes, and what read its outputs reads the
+        earlier node's. Every op is a function of its operands and attributes alone, so the outputs are the
+        same bits (T5 masked its one position bias again in each layer). A node whose outputs the graph returns
+        stays. Returns the renaming: value gone -> value kept (the tensors only the nodes gone read stay, for
+        drop_unused)."""
+        same: dict[tuple, str] = {}  # a stored tensor's contents -> the first tensor of them
+        tensor = {name: same.setdefault((a.dtype.str, a.shape, hashlib.sha256(a.tobytes()).digest()), name)
+                  for name, a in self.tensors.items()}
+        outputs, seen, kept, renamed = set(self.outputs), {}, [], {}
+        for node in self.nodes:
+            node["inputs"] = {p: renamed.get(v, v) for p, v in node["inputs"].items()}
+            key = (node["op"], json.dumps(node["attrs"], sort_keys=True),
+                   tuple(sorted((p, tensor.get(v, v)) for p, v in node["inputs"].items())))
+            earlier = seen.setdefault(key, node)
+            if earlier is not node and not outputs.intersection(node["outputs"]):
+                renamed.update(zip(node["outputs"], earlier["outputs"]))
+            else:
+                kept.append(node)
+        self.nodes = kept
+        return renamed
 
     def graph(self) -> dict:
         g = {

@@ -276,7 +276,8 @@ def test_max_pooling_over_time(tmp_path, frontend):
                      input_shapes=["2,9,6"], frontend=frontend)
     assert result.shapes == {"x": "float32[?, ?, 6]"}
     m = qrt.load(tmp_path / "p.qrt")
-    assert m.metadata["qrt.version"] == "10" and sum(n.op == "amax" for n in m.graph.nodes) == 6
+    # six maxima, of which the head's torch.max(out, 1)[0] is pooled's again, kept once (merge_duplicates)
+    assert m.metadata["qrt.version"] == "10" and sum(n.op == "amax" for n in m.graph.nodes) == 5
     torch.manual_seed(4)
     want = quantize_dynamic(MaxPooled().eval(), {nn.LSTM, nn.Linear}, dtype=torch.qint8)
     for batch, length in ((1, 5), (4, 12)):

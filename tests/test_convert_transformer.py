@@ -247,6 +247,55 @@ def test_deberta_v2_relative_attention(tmp_path, shared):
         _embeddings_agree(q, m, ids, mask)
 
 
+def test_t5_encoder_masks_its_position_bias_once(tmp_path):
+    """A T5 encoder as a sentence embedder (sentence-t5's architecture): its relative position bias, masked by the
+    attention mask, is the same computation in every layer of the export; the converter keeps one
+    (GraphBuilder.merge_duplicates), which the layers share. Held to the module docstring's bar."""
+    from transformers import T5EncoderModel
+
+    torch.manual_seed(13)
+    config = AutoConfig.for_model("t5", vocab_size=97, d_model=64, d_kv=16, d_ff=96, num_layers=3, num_heads=4)
+    q, path = _quantized_file(tmp_path, SentenceEmbedder(T5EncoderModel(config)), ["2,9", "2,9"], "t5")
+    m, rng = qrt.load(path), np.random.default_rng(51)
+    masked = [n for n in m.graph.nodes if n.op == "where" and m.graph.values[n.outputs[0]].dtype == "float32"]
+    assert len(masked) == 1
+    for batch, length in ((1, 7), (3, 40)):
+        ids, mask = _padded(rng, batch, length, 97)
+        _embeddings_agree(q, m, ids, mask)
+
+
+def test_merge_duplicates_computes_each_value_once(tmp_path):
+    """GraphBuilder.merge_duplicates drops a node of an earlier node's op and attributes over the same values
+    (stored tensors alike by their contents), its readers reading the earlier node's output, and keeps one that
+    differs in an attribute, an operand or a stored tensor's bytes, or whose output the graph returns; the model
+    gives the same bits."""
+    def build() -> GraphBuilder:
+        g = GraphBuilder()
+        x = g.input("x", "float32", [None, 3])
+        a = g.node("mul", {"a": x, "b": np.float32(2)}, name="a")
+        b = g.node("mul", {"a": x, "b": np.float32(2)}, name="b")  # a again: goes
+        c = g.node("mul", {"a": x, "b": np.float32(3)}, name="c")  # other bytes
+        d = g.node("add", {"a": b, "b": c}, name="d")
+        e = g.node("add", {"a": a, "b": c}, name="e")  # d again once b is a
+        f = g.node("softmax", {"x": e}, {"dim": 1}, name="f")
+        h = g.node("softmax", {"x": d}, {"dim": 0}, name="h")  # another attribute
+        kept = g.node("softmax", {"x": d}, {"dim": 1}, name="kept")  # f again, but returned
+        g.output(f, h, kept)
+        return g
+
+    g, whole = build(), build()
+    assert g.merge_duplicates() == {"b": "a", "e": "d"}
+    assert [n["name"] for n in g.nodes] == ["a", "c", "d", "f", "h", "kept"]
+    assert [n["inputs"] for n in g.nodes if n["name"] in ("d", "f")] == [{"a": "a", "b": "c"}, {"x": "d"}]
+    g.drop_unused()
+    assert sorted(g.tensors) == ["a.b", "c.b"]
+    g.save(tmp_path / "merged.qrt")
+    whole.save(tmp_path / "whole.qrt")
+    x = np.random.default_rng(3).standard_normal((4, 3)).astype(np.float32)
+    for got, want in zip(qrt.run(str(tmp_path / "merged.qrt"), x), qrt.run(str(tmp_path / "whole.qrt"), x)):
+        assert got.tobytes() == want.tobytes()
+
+
 @pytest.mark.parametrize("family, extra", [("ibert", {}), ("luke", {"entity_vocab_size": 10, "entity_emb_size": 16}),
                                            ("markuplm", {})])
 def test_encoders_making_their_defaults_at_the_inputs_sizes(tmp_path, family, extra):

@@ -688,7 +688,9 @@ def convert(
         # a pt2e program's decomposed quantize rounds, then adds the zero point: qnnpack's rule (NUMERICS.md 10)
         builder = qlower.lower(gm, qrt_quantizer.describe, specs, layers, free_dims, engine,
                                "qnnpack" if pt2e_program else engine)
+        renamed = builder.merge_duplicates()  # a value computed again (T5's masked position bias in each layer)
         gone = builder.drop_unused()  # dead code: what the outputs do not need (an unused pooler)
+        layers = {path: renamed.get(value, value) for path, value in layers.items()}
         layers = {path: value for path, value in layers.items() if value not in gone}
         if named is not None:
             layers = keywords.unprefixed(layers)
