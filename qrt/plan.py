@@ -15,7 +15,9 @@ for the whole model:
   the shapes, or operands it reads only the shape of (arange's x, expand's like) gives the same
   result on every call with these shapes (a transformer's position ids, token types, the causal part
   of its mask): its output from the first call is kept in the program as a stored tensor, and the
-  node runs no more.
+  node runs no more. A gather at such an index that repeats over leading dimensions keeps one block of
+  it; a matmul whose output only such a gather along its last dimension reads, of a b that is fixed too,
+  computes only the columns the index spans (DeBERTa's relative attention).
 - **Fusion that keeps the bits.** A ReLU whose input is a linear's (dynamic or float) only use runs
   in that linear's call, on its output while it is in cache; a quantize that undoes a dequantize
   with the same parameters is dropped when every representable value survives the round trip
@@ -691,11 +693,14 @@ class Plan:
             if node.attrs["dim"] != x.ndim - 1 or b.ndim < 2 or lo < 0 or hi >= x.shape[-1] \
                     or hi - lo + 1 == x.shape[-1]:
                 continue  # every column, or an index out of range (the per-node step names it)
+            native = getattr(self._steps[j], "native", None)
+            if native is None:
+                continue
             columns = f"{b_name}#columns{lo}:{hi}"
             static[columns] = env[columns] = np.ascontiguousarray(b[..., lo : hi + 1])
-            mm = self._steps[j].native(env[nodes[j].inputs["a"]].shape, env[columns].shape)
+            mm = native(env[nodes[j].inputs["a"]].shape, env[columns].shape)
             shifted = f"{name}-{lo}"
-            static[shifted] = env[shifted] = index - lo
+            static[shifted] = env[shifted] = (index - lo).astype(np.int64)  # int32 or int64: the step reads int64
             band = f"{v}#columns{lo}:{hi}"
             env[band] = np.empty(x.shape[:-1] + (hi - lo + 1,), x.dtype)
             gather = self._gather(i, band, shifted, env, static)

@@ -1144,6 +1144,7 @@ def test_relative_position_gathers_read_one_block_of_index(tmp_path, monkeypatch
         # stored: one [n, n] block of the index the three gathers share, and by_head's [h, n, n] whole
         stored = [info.size for kind, info, *_ in programs[-1]["slots"] if kind == K.Slot.SLOT_CONST]
         assert sorted(stored) == sorted([n * n, h * n * n])
+    assert plan._executor.handed_back == 0  # no native step refused its operands
     index = np.broadcast_to(RNG.integers(0, 9, (1, 4, 5, 6)), (3, 2, 4, 5, 6))
     assert [_index_period(index, d) for d in range(5)] == [1, 1, 1, 4, 20]
     assert _index_period(index.reshape(6, 4, 5, 6), 3) == 20
@@ -1155,7 +1156,8 @@ def test_products_compute_only_the_columns_a_gather_reads(tmp_path, monkeypatch)
     reads, at an index fixed by the shapes (DeBERTa's relative attention: scores against 2P relative positions,
     of which the gather takes 2L - 1), computes only the columns from the index's least to its largest: the
     per-node path's bits (each column's chain of sums is the same wherever it lies), and b stored as those
-    columns only. A product also read elsewhere, or of a run-time b, is made whole."""
+    columns only (an int32 index too, shifted as int64). A product also read elsewhere, or of a run-time b, is made
+    whole."""
     heads, k, span = 3, 5, 20
     g = GraphBuilder()
     q = g.input("q", "float32", [heads, None, k])
@@ -1171,7 +1173,8 @@ def test_products_compute_only_the_columns_a_gather_reads(tmp_path, monkeypatch)
     shared = g.node("matmul", {"a": q, "b": g.tensor("pos2", _x(k, 2 * span))})  # rank 2, read twice
     twice = g.node("gather", {"x": shared, "index": index}, {"dim": 2})
     given = g.node("gather", {"x": g.node("matmul", {"a": q, "b": free}), "index": index}, {"dim": 2})
-    once = g.node("gather", {"x": g.node("matmul", {"a": q, "b": g.tensor("pos3", _x(k, 2 * span))}), "index": index},
+    narrow = g.node("cast", {"x": index}, {"dtype": "int32"})  # read as int64 shifted
+    once = g.node("gather", {"x": g.node("matmul", {"a": q, "b": g.tensor("pos3", _x(k, 2 * span))}), "index": narrow},
                   {"dim": 2})
     g.output(banded, twice, shared, given, once)
     model = _load(tmp_path, g)
@@ -1185,6 +1188,7 @@ def test_products_compute_only_the_columns_a_gather_reads(tmp_path, monkeypatch)
         floats = sorted(info.size for kind, info, _, dtype, _ in programs[-1]["slots"]
                         if kind == K.Slot.SLOT_CONST and dtype == np.float32)
         assert floats == sorted([heads * k * (2 * n - 1), k * 2 * span, k * (2 * n - 1)])
+    assert plan._executor.handed_back == 0  # no native step refused its operands
 
 
 def _random_operand(rng, shape: tuple, dtype: str) -> np.ndarray:
