@@ -135,8 +135,7 @@ class GraphBuilder:
         stays. Returns the renaming: value gone -> value kept (the tensors only the nodes gone read stay, for
         drop_unused)."""
         same: dict[tuple, str] = {}  # a stored tensor's contents -> the first tensor of them
-        tensor = {name: same.setdefault((a.dtype.str, a.shape, hashlib.sha256(a.tobytes()).digest()), name)
-                  for name, a in self.tensors.items()}
+        tensor = {name: same.setdefault((a.dtype.str, a.shape, _digest(a)), name) for name, a in self.tensors.items()}
         outputs, seen, kept, renamed = set(self.outputs), {}, [], {}
         for node in self.nodes:
             node["inputs"] = {p: renamed.get(v, v) for p, v in node["inputs"].items()}
@@ -163,6 +162,12 @@ class GraphBuilder:
 
     def save(self, path: str | os.PathLike, metadata: Mapping[str, str] | None = None) -> None:
         qformat.save(path, self.graph(), self.tensors, metadata)
+
+
+def _digest(a: np.ndarray) -> bytes:
+    """sha256 of an array's bytes in C order, read in place where it is C-contiguous (a model's weights are not
+    copied to be hashed)."""
+    return hashlib.sha256(np.ascontiguousarray(a).reshape(-1).view(np.uint8)).digest()
 
 
 def _map_tree(tree: Any, leaf: Callable[[str], int]) -> Any:
