@@ -265,13 +265,13 @@ cdef class MaskStep:
         cdef const char* pa = a
         cdef const char* pb = b
         cdef const char* pc = c
-        cdef int body = 2 if self.planes else 1  # y's dimensions one pass of the loop writes
+        cdef int body = 2 if self.planes else 1  # y's dimensions one pass of the loop writes, and their bytes:
+        cdef Py_ssize_t written = (self.shape[self.rank - 2] if self.planes else 1) * inner * self.out_item
         for d in range(self.rank):
             idx[d] = 0
         while True:
             if self.planes:
                 move_elements(MOVE_PLANE, pa, sa, y, self.shape[self.rank - 2], inner, self.itemsize)
-                y += self.shape[self.rank - 2] * inner * self.itemsize
             elif self.op == MASK_COPY:
                 if sa == self.itemsize:
                     memcpy(y, pa, inner * self.itemsize)
@@ -301,8 +301,7 @@ cdef class MaskStep:
             else:
                 for j in range(inner):
                     (<float*>y)[j] = clamp_one((<const float*>(pa + j * sa))[0], self)
-            if not self.planes:
-                y += inner * self.out_item
+            y += written
             # the next row (plane): the odometer over the dimensions before the last (two)
             d = self.rank - 1 - body
             while d >= 0:
