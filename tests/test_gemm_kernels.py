@@ -32,8 +32,10 @@ SHAPES = [(0, 5, 3), (1, 1, 1), (1, 7, 1), (3, 1, 5), (1, 65, 4), (5, 17, 3), (7
           (1, 500, 61), (1, 257, 128), (7, 300, 64), (1, 1100, 1030), (98, 20, 300)]
 # amx-int8's row tiles of 16 (blocks of 32 rows, a lone 16, a short last tile on AMX or left to avx512-vnni's
 # registers) over whole blocks of 64 k and a partial last one (k < 64 only that), panels cut after 1 and 3
-# strips (n = 10, 97)
-ROW_TILE_SHAPES = [(16, 64, 64), (17, 10, 64), (20, 50, 3), (35, 97, 200), (48, 130, 129), (70, 65, 256)]
+# strips (n = 10, 97); two groups of panels (I8_AMX_GROUP_BYTES: 15 of 1100 k), each over two blocks of rows,
+# a panel's epilogue running during the next panel's product, across blocks of rows and groups
+ROW_TILE_SHAPES = [(16, 64, 64), (17, 10, 64), (20, 50, 3), (35, 97, 200), (48, 130, 129), (70, 65, 256),
+                   (40, 1030, 1100)]
 
 
 RUNNABLE = [name for name, ok in K.kernel_variants().items() if ok]
@@ -280,7 +282,7 @@ def test_requantization_identical_to_portable(variant_name, per_channel, bias, r
 
 
 @pytest.mark.parametrize("variant_name", [v for v in RUNNABLE if v != "portable"])
-@pytest.mark.parametrize("m,k,n", [(35, 64, 256), (35, 64, 94), (7, 300, 131), (2, 5, 48)])
+@pytest.mark.parametrize("m,k,n", [(35, 64, 256), (35, 64, 94), (7, 300, 131), (2, 5, 48), (40, 1100, 1030)])
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
 @pytest.mark.parametrize("relu", [False, True], ids=["linear", "relu"])
 def test_dynamic_epilogue_identical_to_portable(variant_name, m, k, n, bias, relu):
@@ -288,7 +290,8 @@ def test_dynamic_epilogue_identical_to_portable(variant_name, m, k, n, bias, rel
     portable's C loop over stored sums: panels of whole strips and cut ones (n = 94: 64 + 30 on avx512-vnni, the
     last register's first 14 lanes stored), over one K slice and over two (k = 300), a tile of one row (m = 7 on
     6-row tiles), both signs of zero (a no-bias layer's -0.0 where a sum is 0 and a weight scale negative), ReLU
-    at 0; and nothing written past the output."""
+    at 0; on amx-int8, two groups of panels over two blocks of rows (40 x 1100 x 1030), each panel's epilogue
+    run during the next panel's product; and nothing written past the output."""
     rng = np.random.default_rng(11)
     w8 = rng.integers(-128, 128, (n, k), dtype=np.int8)
     scale = (rng.random(n) * 0.01 + 1e-3).astype(np.float32) * rng.choice([-1, 1], n).astype(np.float32)

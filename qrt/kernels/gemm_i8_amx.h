@@ -117,36 +117,10 @@ QRT_INLINE void i8_amx_step(const uint8_t* x0, const uint8_t* x1, const int two,
     }
 }
 
-/* c[r][col] = start[col] + the sums of x tile x0 (rows 0-15) and, when two, x1 (rows 16-31) against the two
- * strips from w (ss bytes apart, 32 columns), over `blocks` blocks of 64 k and then, if not NULL, the block
- * in `tail` (the two strips 1 KiB apart); c's rows I8_NR apart. */
-QRT_INLINE void i8_amx_tile(const uint8_t* x0, const uint8_t* x1, const int two, const int8_t* w, ptrdiff_t ss,
-                            ptrdiff_t blocks, const int8_t* tail, const int32_t* start, int32_t* c) {
-    _tile_loadd(0, start, 0); /* a stride of 0: every row the same */
-    _tile_loadd(1, start + 16, 0);
-    if (two) {
-        _tile_loadd(2, start, 0);
-        _tile_loadd(3, start + 16, 0);
-    }
-    ptrdiff_t b;
-    for (b = 0; b < blocks; b++) {
-        const int8_t* wb = w + b * I8_AMX_BLOCK;
-        i8_amx_step(x0 + b * I8_AMX_BLOCK, x1 + b * I8_AMX_BLOCK, two, wb, wb + ss);
-    }
-    if (tail)
-        i8_amx_step(x0 + b * I8_AMX_BLOCK, x1 + b * I8_AMX_BLOCK, two, tail, tail + I8_AMX_BLOCK);
-    _tile_stored(0, c, I8_NR * 4);
-    _tile_stored(1, c + 16, I8_NR * 4);
-    if (two) {
-        _tile_stored(2, c + 16 * I8_NR, I8_NR * 4);
-        _tile_stored(3, c + 16 * I8_NR + 16, I8_NR * 4);
-    }
-}
-
 /* The dynamic linear's epilogue (i8_fused) of rows of one panel's sums c (rows I8_NR apart), a register at a time
  * from o's tables: qrt_epilogue_rows' loop multiplied x_scale by w_scale[j] again on every row and tested e's
  * fields on every row (M=128 K=384 N=1536, one thread: 77-79 -> 74-76 us; N=384 the same). */
-static void i8_amx_dequantize(const i8_out* o, ptrdiff_t rows, const int32_t* c) {
+QRT_INLINE void i8_amx_dequantize(const i8_out* o, ptrdiff_t rows, const int32_t* c) {
     if (o->cols == I8_NR) {
         for (ptrdiff_t r = 0; r < rows; r++)
             QRT_UNROLL for (int v = 0; v < I8_NR / 16; v++)
@@ -160,6 +134,68 @@ static void i8_amx_dequantize(const i8_out* o, ptrdiff_t rows, const int32_t* c)
                           o->bias + 16 * v, o->separate, o->relu, (int)(o->cols - 16 * v < 16 ? o->cols - 16 * v : 16));
 }
 
+/* A panel's sums in c waiting for their epilogue, which runs a few rows after each step of tdpbusd of the next
+ * panel (i8_amx_epilogue), so the vector units dequantize while the AMX unit works through its queue, where
+ * each had waited for the other. all-MiniLM-L6-v2 at 128 tokens (its products M=128, K=384 or 1536), calls
+ * alternating in one process on this Xeon (Emerald Rapids class): 1.09x faster on one thread, 1.06x on two;
+ * at 16 tokens the same. Steps after the epilogue's rows, prefetching the panel's y for writing, lost 2-3%.
+ * The product alone (amx_product's M=128 K=384, weights past L2) gains only where the core is shared with
+ * another VM's thread (N=1536 and 1152 1.15-1.2x); on an idle core it is level, N=384 up to 5% slower. */
+typedef struct {
+    const qrt_epilogue* e;
+    int fused;                          /* i8_fused: straight to floats (out), else qrt_epilogue_rows */
+    i8_out out;                         /* fused: y at the panel's first row */
+    int32_t* c;                         /* the sums, rows I8_NR apart */
+    ptrdiff_t i, n, j0, j1;             /* the panel's first row and its columns of n */
+    const int32_t *w_zp, *x_rowsum;     /* qrt_epilogue_rows' */
+    ptrdiff_t rows, done, per;          /* rows [done, rows) still to go, per step of the next panel */
+} i8_amx_pending;
+
+/* The epilogue of d's rows [d->done, upto) (upto at most d->rows). */
+QRT_INLINE void i8_amx_epilogue(i8_amx_pending* d, ptrdiff_t upto) {
+    upto = upto < d->rows ? upto : d->rows;
+    if (d->done >= upto)
+        return;
+    int32_t* c = d->c + d->done * I8_NR;
+    if (d->fused) {
+        i8_out o = d->out;
+        o.y += d->done * o.ldy;
+        i8_amx_dequantize(&o, upto - d->done, c);
+    } else {
+        qrt_epilogue_rows(d->e, d->i + d->done, d->i + upto, d->n, d->j0, d->j1, c, I8_NR, d->w_zp, d->x_rowsum);
+    }
+    d->done = upto;
+}
+
+/* c[r][col] = start[col] + the sums of x tile x0 (rows 0-15) and, when two, x1 (rows 16-31) against the two
+ * strips from w (ss bytes apart, 32 columns), over `blocks` blocks of 64 k and then, if not NULL, the block
+ * in `tail` (the two strips 1 KiB apart); c's rows I8_NR apart. After each step, d->per rows of the pending
+ * epilogue d. */
+QRT_INLINE void i8_amx_tile(const uint8_t* x0, const uint8_t* x1, const int two, const int8_t* w, ptrdiff_t ss,
+                            ptrdiff_t blocks, const int8_t* tail, const int32_t* start, int32_t* c,
+                            i8_amx_pending* d) {
+    _tile_loadd(0, start, 0); /* a stride of 0: every row the same */
+    _tile_loadd(1, start + 16, 0);
+    if (two) {
+        _tile_loadd(2, start, 0);
+        _tile_loadd(3, start + 16, 0);
+    }
+    ptrdiff_t b;
+    for (b = 0; b < blocks; b++) {
+        const int8_t* wb = w + b * I8_AMX_BLOCK;
+        i8_amx_step(x0 + b * I8_AMX_BLOCK, x1 + b * I8_AMX_BLOCK, two, wb, wb + ss);
+        i8_amx_epilogue(d, d->done + d->per);
+    }
+    if (tail)
+        i8_amx_step(x0 + b * I8_AMX_BLOCK, x1 + b * I8_AMX_BLOCK, two, tail, tail + I8_AMX_BLOCK);
+    _tile_stored(0, c, I8_NR * 4);
+    _tile_stored(1, c + 16, I8_NR * 4);
+    if (two) {
+        _tile_stored(2, c + 16 * I8_NR, I8_NR * 4);
+        _tile_stored(3, c + 16 * I8_NR + 16, I8_NR * 4);
+    }
+}
+
 /* Weights a group of panels may hold: each block of 32 rows runs over a whole group while its x stays in L1
  * (32 KiB at K = 1024) and the group in L2 (half of Sapphire and Granite Rapids' 2 MiB). Against panels
  * outside and rows inside, as avx512-vnni walks them: M=512 K=N=1024 510-590 -> 440 us; M=64 K=N=4096 (16
@@ -168,21 +204,24 @@ static void i8_amx_dequantize(const i8_out* o, ptrdiff_t rows, const int32_t* c)
 #define I8_AMX_GROUP_BYTES (1024 * 1024)
 
 /* qrt_gemm_u8s8 for rows [i0, i1), every row tile AMX-packed, from the packed x at base: in blocks of 32 rows
- * (2 x tiles) by 32 columns (2 strips), 4 tiles of sums over the whole of K, their sums through c to the
- * epilogue a panel at a time. Strips wholly past n are skipped. A strip's last, partial block of 64 k reads
- * on into the next strip's weights, which multiply x's zero padding; past the last strip is the end of the
- * weights, so the last panel's partial blocks come from a zero-padded copy. */
+ * (2 x tiles) by 32 columns (2 strips), 4 tiles of sums over the whole of K, a panel's sums into one of two
+ * buffers, whose epilogue runs while the next panel's tiles are computed into the other (i8_amx_pending).
+ * Strips wholly past n are skipped. A strip's last, partial block of 64 k reads on into the next strip's
+ * weights, which multiply x's zero padding; past the last strip is the end of the weights, so the last
+ * panel's partial blocks come from a zero-padded copy. */
 static void i8_amx_rows(const uint8_t* base, int32_t x_zp, const int32_t* w_rowsum, const int8_t* packed,
                         const int32_t* w_zp, const int32_t* x_rowsum, ptrdiff_t n, ptrdiff_t k, ptrdiff_t i0,
                         ptrdiff_t i1, ptrdiff_t p0, ptrdiff_t p1, const qrt_epilogue* e) {
     const ptrdiff_t kp = qrt_round_up(k, 4), kx = qrt_round_up(k, I8_XALIGN), ss = QRT_STRIP * kp;
     const ptrdiff_t whole = kp / 64, tail_bytes = kp % 64 * QRT_STRIP, last = (n - 1) / I8_NR;
     const ptrdiff_t group = I8_AMX_GROUP_BYTES / (I8_NR * kp + 1) + 1;
-    _Alignas(64) int32_t c[32 * I8_NR];
+    _Alignas(64) int32_t c[2][32 * I8_NR];
     _Alignas(64) int8_t tail[I8_NR / QRT_STRIP][I8_AMX_BLOCK];
     int32_t offsets[I8_NR], start[I8_NR], f;
-    _Alignas(64) float scale[I8_NR], bias[I8_NR];
-    const int fused = i8_fused(e, x_rowsum, 0); /* AMX has one flavour: small x or not */
+    _Alignas(64) float scale[2][I8_NR], bias[2][I8_NR];
+    /* AMX has one flavour: small x or not */
+    i8_amx_pending d = {e, i8_fused(e, x_rowsum, 0), {0}, NULL, 0, n, 0, 0, w_zp, x_rowsum, 0, 0, 0};
+    int buf = 0;
     if (tail_bytes && p1 > last)
         for (ptrdiff_t s = 0; s < I8_NR / QRT_STRIP; s++) {
             memcpy(tail[s], packed + last * I8_NR * kp + s * ss + whole * I8_AMX_BLOCK, (size_t)tail_bytes);
@@ -203,24 +242,26 @@ static void i8_amx_rows(const uint8_t* base, int32_t x_zp, const int32_t* w_rows
                     start[j] = (int32_t)((uint32_t)init[j] * (uint32_t)f);
                 const int copy = tail_bytes && p == last;
                 const uint8_t* x0 = base + i * kx;
+                const ptrdiff_t blocks = copy ? whole : kx / 64, steps = pairs * blocks;
+                d.per = steps ? (d.rows + steps - 1) / steps : d.rows;
                 for (ptrdiff_t q = 0; q < pairs; q++) {
                     const int8_t* w = packed + p * I8_NR * kp + 2 * q * ss;
-                    const ptrdiff_t blocks = copy ? whole : kx / 64;
                     const int8_t* wt = copy ? tail[2 * q] : NULL;
                     if (i1 - i > 16)
-                        i8_amx_tile(x0, x0 + 16 * kx, 1, w, ss, blocks, wt, start + 32 * q, c + 32 * q);
+                        i8_amx_tile(x0, x0 + 16 * kx, 1, w, ss, blocks, wt, start + 32 * q, c[buf] + 32 * q, &d);
                     else
-                        i8_amx_tile(x0, x0, 0, w, ss, blocks, wt, start + 32 * q, c + 32 * q);
+                        i8_amx_tile(x0, x0, 0, w, ss, blocks, wt, start + 32 * q, c[buf] + 32 * q, &d);
                 }
-                const ptrdiff_t iend = i + 32 < i1 ? i + 32 : i1;
-                if (fused) {
-                    i8_out out = i8_out_at(e, n, j0, j1, scale, bias);
-                    out.y = e->y + i * n + j0;
-                    i8_amx_dequantize(&out, iend - i, c);
-                } else {
-                    qrt_epilogue_rows(e, i, iend, n, j0, j1, c, I8_NR, w_zp, x_rowsum);
+                i8_amx_epilogue(&d, d.rows);
+                d.c = c[buf], d.i = i, d.j0 = j0, d.j1 = j1, d.done = 0;
+                d.rows = (i + 32 < i1 ? i + 32 : i1) - i;
+                if (d.fused) {
+                    d.out = i8_out_at(e, n, j0, j1, scale[buf], bias[buf]);
+                    d.out.y = e->y + i * n + j0;
                 }
+                buf = !buf;
             }
+    i8_amx_epilogue(&d, d.rows);
     _tile_release();
 }
 
