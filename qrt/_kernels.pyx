@@ -47,8 +47,6 @@ cdef extern from "qrt_kernels.h" nogil:
         int qnnpack
         const int32_t* bias_i
         const float* x_scales
-        void (*act)(int op, const float* x, float* y, ptrdiff_t n) noexcept nogil
-        int act_op
     ctypedef struct qrt_kernels:
         const char* name
         const char* i8_isa
@@ -1066,7 +1064,6 @@ cdef class DynamicLinear:
     cdef object arrays  # keeps the buffers below alive
     cdef const float* scale
     cdef const float* bias
-    cdef const qrt_float_ops* float_ops  # int8: the variant's float math, for an activation in the epilogue
 
     def __init__(self, weight, scale=None, zero_point=None, bias=None, bint reduce_range=True,
                  bint qnnpack=False, bint per_row=False):
@@ -1080,7 +1077,6 @@ cdef class DynamicLinear:
         keep = []
         if self.is_int8:
             self.w8 = PackedS8(weight, zero_point)
-            self.float_ops = qrt_float_ops_for(self.w8.kern.name)
             s = np.ascontiguousarray(np.broadcast_to(np.asarray(scale, np.float32), (n,)))
             keep.append(s)
             fv = s
@@ -1121,9 +1117,8 @@ cdef class DynamicLinear:
         return 0
 
     cdef int project(self, const prepared_input* p, Py_ssize_t row, Py_ssize_t m, float* y,
-                     bint relu, int act) noexcept nogil:
-        """y[m, n] = layer(x[row:row + m]) (then relu(y) if relu) for x prepared by prepare(); then, int8 weights
-        only, the float unary op of code act (UNARY_OPS; -1: none) on y in the product's epilogue.
+                     bint relu) noexcept nogil:
+        """y[m, n] = layer(x[row:row + m]) (then relu(y) if relu) for x prepared by prepare().
         -1: out of memory."""
         cdef qrt_epilogue e
         cdef int err
@@ -1137,31 +1132,24 @@ cdef class DynamicLinear:
         memset(&e, 0, sizeof(e))
         e.y, e.x_scale, e.w_scale, e.bias, e.relu, e.qnnpack = y, p.scale, self.scale, self.bias, relu, self.qnnpack
         e.x_scales = p.scales + row if self.per_row else NULL
-        self.set_act(&e, act)
         return self.w8.matmul(p.q + row * self.in_features, m, p.zero_point, &e)
 
-    cdef inline void set_act(self, qrt_epilogue* e, int act) noexcept nogil:
-        if act >= 0:
-            e.act, e.act_op = self.float_ops.unary, act
-
-    cdef int forward(self, const float* x, Py_ssize_t m, float* y, bint relu, bint by_panels, int act) noexcept nogil:
-        """y[m, n] from x[m, k], then relu(y) if relu, then (int8 weights) the unary op act as project() runs it.
-        by_panels: threads split the product by columns (PackedS8.matmul_float), where it can. Returns 1 if x holds
-        NaN or infinity, -1 if out of memory."""
+    cdef int forward(self, const float* x, Py_ssize_t m, float* y, bint relu, bint by_panels) noexcept nogil:
+        """y[m, n] from x[m, k], then relu(y) if relu. by_panels: threads split the product by columns
+        (PackedS8.matmul_float), where it can. Returns 1 if x holds NaN or infinity, -1 if out of memory."""
         cdef Py_ssize_t k = self.in_features
         if (self.is_int8 and not self.per_row and not self.w8.any_zp and m and k and self.out_features
                 and not (m == 1 and k % 4 == 0)):  # one such row is read as it is: nothing to pack
-            return self.forward_packed(x, m, y, relu, by_panels, act)
+            return self.forward_packed(x, m, y, relu, by_panels)
         cdef prepared_input p
         cdef uint8_t buf[SCRATCH_BYTES]  # a batch-1 input quantizes into this call's stack
         cdef int err = self.prepare(x, m, &p, buf, SCRATCH_BYTES)
         if err == 0:
-            err = self.project(&p, 0, m, y, relu, act)
+            err = self.project(&p, 0, m, y, relu)
         release(&p)
         return err
 
-    cdef int forward_packed(self, const float* x, Py_ssize_t m, float* y, bint relu, bint by_panels,
-                            int act) noexcept nogil:
+    cdef int forward_packed(self, const float* x, Py_ssize_t m, float* y, bint relu, bint by_panels) noexcept nogil:
         """forward() of int8 weights without zero points: x's range, then x quantized straight into the packed
         layout the product reads (PackedS8.matmul_float), the q values and sums those of prepare() and project().
         The largest q, which picks the product's flavour, is hi's: quantization is monotonic in x."""
@@ -1177,22 +1165,17 @@ cdef class DynamicLinear:
         cdef float inv = <float>1.0 / e.x_scale
         kern.quantize_u8(&hi, 1, inv, <float>zp, self.qnnpack, &largest)
         e.y, e.w_scale, e.bias, e.relu, e.qnnpack = y, self.scale, self.bias, relu, self.qnnpack
-        self.set_act(&e, act)
         return self.w8.matmul_float(x, m, inv, zp, self.qnnpack, largest <= 128, &e, by_panels)
 
-    def __call__(self, const float[:, ::1] x, float[:, ::1] y, bint relu=False, str act=None):
-        """y = layer(x), then relu(y) if relu, then act(y) for act one of UNARY_OPS, in the product's epilogue
-        (int8 weights). Shapes are checked here, before the GIL is released."""
+    def __call__(self, const float[:, ::1] x, float[:, ::1] y, bint relu=False):
+        """y = layer(x), then relu(y) if relu. Shapes are checked here, before the GIL is released."""
         cdef Py_ssize_t m = x.shape[0]
         if x.shape[1] != self.in_features or y.shape[0] != m or y.shape[1] != self.out_features:
             raise ValueError("DynamicLinear: shape mismatch")
-        if act is not None and (act not in UNARY_OPS or not self.is_int8):
-            raise ValueError(f"DynamicLinear: no activation {act!r} in the epilogue of these weights")
-        cdef int code = -1 if act is None else UNARY_OPS[act]
         cdef int err
         with nogil:
             err = self.forward(&x[0, 0] if m and self.in_features else NULL, m,
-                               &y[0, 0] if m and self.out_features else NULL, relu, False, code)
+                               &y[0, 0] if m and self.out_features else NULL, relu, False)
         check_error(err)
 
 
@@ -1394,9 +1377,9 @@ cdef class Recurrent:
                        Py_ssize_t b, float* gi, float* gh) noexcept nogil:
         """One step on raw pointers; gi and gh are scratch of b * gates * hidden floats each.
         Returns 1 if x or h holds NaN or infinity, -1 if out of memory."""
-        cdef int err = self.ih.forward(x, b, gi, False, False, -1)
+        cdef int err = self.ih.forward(x, b, gi, False, False)
         if err == 0:
-            err = self.hh.forward(h, b, gh, False, False, -1)
+            err = self.hh.forward(h, b, gh, False, False)
         if err == 0:
             self.update(gi, gh, h, c, h_out, c_out, b)
         return err
@@ -1474,15 +1457,15 @@ cdef class Recurrent:
                 break
             t = steps - 1 - s if reverse else s
             if not whole:
-                err = self.ih.forward(x + t * b * n_in if n_in else NULL, b, gi, False, False, -1)
+                err = self.ih.forward(x + t * b * n_in if n_in else NULL, b, gi, False, False)
                 gi_t = gi
             else:
                 if s % block == 0:  # project the block of steps s .. s + block - 1, in time order
                     first = steps - min(s + block, steps) if reverse else s
-                    err = self.ih.project(&xin, first * b, min(block, steps - s) * b, gi, False, -1)
+                    err = self.ih.project(&xin, first * b, min(block, steps - s) * b, gi, False)
                 gi_t = gi + (t - first) * b * rows
             if err == 0:
-                err = self.hh.forward(h_in, b, gh, False, False, -1)
+                err = self.hh.forward(h_in, b, gh, False, False)
             if err:
                 break
             if h_in_y:

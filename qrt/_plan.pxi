@@ -53,7 +53,6 @@ cdef enum:
 
 cdef struct plan_step:
     int op, node, dtype, relu
-    int act  # PS_LINEAR_DYNAMIC: a float unary op (UNARY_OPS' code) run in the product's epilogue; -1 none
     int round_first  # PS_QUANT_T, PS_QUANT_C: the zero point added after rounding (torch on aarch64)
     int a, b, c, d, y, y2, y3, s0, s1  # slots (-1: none)
     Py_ssize_t m, n, outer, ch, inner
@@ -140,10 +139,9 @@ cdef int run_native(const plan_step* s, void** P) noexcept nogil:
     elif s.op == PS_LINEAR:
         err = (<StaticLinear>s.kernel).forward(<const uint8_t*>P[s.a], s.m, <uint8_t*>P[s.y])
     elif s.op == PS_LINEAR_DYNAMIC:
-        # ReLU in the product's epilogue, on the output while it is in registers, or another activation (act)
-        # on each row of a tile's output while it is in cache
+        # ReLU in the product's epilogue, on the output while it is in registers
         # dtype 1: split by columns, each thread the heads its attention task reads next (Plan._stack_linears)
-        err = (<DynamicLinear>s.kernel).forward(<const float*>P[s.a], s.m, <float*>P[s.y], s.relu, s.dtype, s.act)
+        err = (<DynamicLinear>s.kernel).forward(<const float*>P[s.a], s.m, <float*>P[s.y], s.relu, s.dtype)
     elif s.op == PS_LINEAR_FLOAT:
         err = (<PackedFloat>s.kernel).gemm(<const float*>P[s.a], s.m, s.fvec, <float*>P[s.y])
         n = s.m * (<PackedFloat>s.kernel).n
@@ -398,7 +396,6 @@ cdef class PlanProgram:
             st = &self.steps[k]
             st.op, st.node = d["op"], d["node"]
             st.dtype, st.relu, st.round_first = d.get("dtype", 0), d.get("relu", 0), d.get("round_first", 0)
-            st.act = d.get("act", -1)
             st.a, st.b, st.c, st.d = d.get("a", -1), d.get("b", -1), d.get("c", -1), d.get("d", -1)
             st.y, st.y2, st.y3 = d.get("y", -1), d.get("y2", -1), d.get("y3", -1)
             st.s0, st.s1 = d.get("s0", -1), d.get("s1", -1)

@@ -19,9 +19,7 @@ for the whole model:
   it; a matmul whose output only such a gather along its last dimension reads, of a b that is fixed too,
   computes only the columns the index spans (DeBERTa's relative attention).
 - **Fusion that keeps the bits.** A ReLU whose input is a linear's (dynamic or float) only use runs
-  in that linear's call, on its output while it is in cache, and so does a float function (gelu, silu, ...)
-  of an int8 dynamic linear's output (a transformer's intermediate GELU), as its own kernel computes it, on
-  each row of a tile's output; a quantize that undoes a dequantize
+  in that linear's call, on its output while it is in cache; a quantize that undoes a dequantize
   with the same parameters is dropped when every representable value survives the round trip
   unchanged (checked exhaustively at build); flatten, reshape, squeeze and unsqueeze are a new shape
   over the same bytes; an attention reads q, k and v through the permute (0, 2, 1, 3) that makes
@@ -100,15 +98,14 @@ class Plan:
         self._input_names = [s.name for s in graph.inputs]
         self._output_names = [s.name for s in graph.outputs]
         self._producer = {v: i for i, node in enumerate(graph.nodes) for v in node.outputs}
-        # fusions (independent of shapes): linear node -> the relu or float function node run in its epilogue;
-        # aliases value -> value
-        self._activation_of: dict[int, int] = {}
+        # fusions (independent of shapes): relu node -> linear node it runs in; aliases value -> value
+        self._relu_of: dict[int, int] = {}
         self._fused: set[int] = set()
         self._alias: dict[str, str] = {}
         self._plan_fusions(tensors)
         # linears reading one input: one product where only attention steps read their outputs (_stack_linears)
         self._linear_groups = shared_input_groups(graph.nodes, [self._kernel(i) for i in range(len(graph.nodes))],
-                                                  self._consts, self._root, self._activation_of)
+                                                  self._consts, self._root, self._relu_of)
         self._stacked: dict[tuple[int, ...], Any] = {}  # members -> their K.DynamicLinear, made once
         self._executor = K.PlanExecutor(len(graph.inputs), self._miss, self._per_node)
         self.run: Callable[[list[np.ndarray]], list[np.ndarray]] = self._executor.run
@@ -124,7 +121,7 @@ class Plan:
         self.call: Callable[[Any], Any] = self._executor.call
 
     def __repr__(self) -> str:
-        fused = len(self._activation_of) + sum(1 for n in self.graph.nodes if self._folded(n))
+        fused = sum(1 for _ in self._relu_of) + sum(1 for n in self.graph.nodes if self._folded(n))
         return f"Plan({len(self.graph.nodes)} nodes, {fused} fused, {self._executor.program_count()} programs)"
 
     def profile(self, inputs: list[np.ndarray], repeats: int = 20) -> list[tuple[str, str, float]]:
@@ -148,14 +145,17 @@ class Plan:
     def _plan_fusions(self, tensors: Mapping[str, np.ndarray]) -> None:
         outputs = set(self._output_names)
         for i, node in enumerate(self.graph.nodes):
-            if node.op == "relu" or getattr(self._steps[i], "unary", None) is not None:
+            if node.op == "relu":
                 v = node.inputs["x"]
                 j = self._producer.get(v)
-                linear = self.graph.nodes[j].op if j is not None and self._kernel(j) is not None else None
-                runs_it = linear in ("linear_dynamic", "linear_float") if node.op == "relu" else (
-                    linear == "linear_dynamic" and self._kernel(j).is_int8 and self._kernel(i) is not None)
-                if runs_it and len(self._uses.get(v, [])) == 1 and v not in outputs:
-                    self._activation_of[j] = i
+                if (
+                    j is not None
+                    and self.graph.nodes[j].op in ("linear_dynamic", "linear_float")
+                    and self._kernel(j) is not None
+                    and len(self._uses.get(v, [])) == 1
+                    and v not in outputs
+                ):
+                    self._relu_of[j] = i
                     self._fused.add(i)
             elif node.op in _VIEWS:
                 self._alias[node.outputs[0]] = node.inputs["x"]
@@ -250,7 +250,7 @@ class Plan:
         fused |= {j for step in merged.values() for j in step.pop("fused")}
         stacked = self._stack_linears(env, merged, fused)
         native = [merged.get(i) or stacked.get(i) or self._native(i, env, fused, static) for i in range(len(nodes))]
-        writes = {**{j: nodes[r].outputs[0] for j, r in self._activation_of.items()},
+        writes = {**{j: nodes[r].outputs[0] for j, r in self._relu_of.items()},
                   **{i: step["y"] for i, step in {**merged, **stacked}.items()}}
         step_reads = {i: [step[p] for p in ("a", "b", "c", "d") if p in step] for i, step in merged.items()}
         # the storage of each root value
@@ -371,7 +371,7 @@ class Plan:
     def _fixed_by_shapes(self, env: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The values fixed by the input shapes (see the module docstring), as env holds them, by name: the
         outputs of nodes run in Python (not views, not already fused) whose every run-time operand is a stored
-        tensor, such a value, or read for its shape only; with a linear, the output of the activation it runs."""
+        tensor, such a value, or read for its shape only; with a linear, the output of the relu it runs."""
         fixed: dict[str, np.ndarray] = {}
         for i, node in enumerate(self.graph.nodes):
             if i in self._fused or node.op in _VIEWS or any(v not in env for v in node.outputs):
@@ -379,8 +379,8 @@ class Plan:
             shape_only = {p.name for p in OPS[node.op].inputs if p.shape_only}
             if all(self._root(v) in self._consts or self._root(v) in fixed or p in shape_only
                    for p, v in node.inputs.items()):
-                act = [self.graph.nodes[self._activation_of[i]]] if i in self._activation_of else []
-                for v in [v for n in [node, *act] for v in n.outputs]:  # a fused activation's output is the linear's
+                relu = [self.graph.nodes[self._relu_of[i]]] if i in self._relu_of else []
+                for v in [v for n in [node, *relu] for v in n.outputs]:  # a fused relu's output is the linear's
                     fixed[v] = env[v].copy()  # a copy: env's arrays are the compiling call's outputs, the caller's
         return fixed
 
@@ -578,14 +578,11 @@ class Plan:
                     "ivec": np.ascontiguousarray(c["zero_point"], np.int32)}
         out = node.outputs[0]
         if op in ("linear", "linear_dynamic", "linear_float") and kernel is not None:
-            act = self._activation_of.get(i)
-            relu = act is not None and self.graph.nodes[act].op == "relu"
-            if act is not None:
-                out = self.graph.nodes[act].outputs[0]
+            relu = i in self._relu_of
+            if relu:
+                out = self.graph.nodes[self._relu_of[i]].outputs[0]
             k = kernel.k if op == "linear_float" else kernel.in_features
             step = {"a": node.inputs["x"], "y": out, "m": x.size // k, "kernel": kernel, "relu": int(relu)}
-            if act is not None and not relu:
-                step["act"] = K.UNARY_OPS[self._steps[act].unary]
             if op == "linear":
                 step["op"] = PlanStep.PS_LINEAR
             elif op == "linear_dynamic":

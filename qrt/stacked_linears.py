@@ -29,7 +29,7 @@ from .graph import Node
 
 def shared_input_groups(nodes: Sequence[Node], kernels: Sequence[Any], consts: Mapping[str, Any],
                         root: Callable[[str], str], skip: Collection[int]) -> list[tuple[int, ...]]:
-    """The int8 linear_dynamic nodes (not in skip: an activation runs in their epilogue) that read one input value
+    """The int8 linear_dynamic nodes (not in skip: a ReLU runs in their epilogue) that read one input value
     (root: through views) with the same reduce_range, engine and activation rule, in groups of two or more, in
     node order."""
     groups: dict[tuple, list[int]] = {}

@@ -315,60 +315,6 @@ def test_dynamic_epilogue_identical_to_portable(variant_name, m, k, n, bias, rel
         assert np.signbit(zeros).any() and not np.signbit(zeros).all()
 
 
-@pytest.mark.parametrize("variant_name", RUNNABLE)
-@pytest.mark.parametrize("m,k,n", [(1, 64, 94), (1, 33, 1030), (7, 300, 131), (35, 64, 94), (40, 1100, 1030)])
-@pytest.mark.parametrize("weights", ["symmetric", "zero_points", "per_row", "qnnpack"])
-@pytest.mark.parametrize("act", ["gelu", "gelu_tanh", "silu", "sigmoid"])
-def test_activation_in_the_epilogue_is_the_float_op(variant_name, m, k, n, weights, act):
-    """A float function run on a dynamic linear's outputs in its epilogue (DynamicLinear's act, the plan's
-    fused GELU) gives, on every variant and 2 threads, the bits of the linear and then FloatOps' own kernel:
-    one row read as it is and one over many panels (m = 1, the row passes), panels cut (n = 94), blocks of
-    rows over two K slices, amx-int8's groups of panels; weights with zero points (the sums' last term),
-    torchao's per-row activation scales and the qnnpack engine's epilogue; outputs of both signs and far into
-    the functions' tails. Nothing is written past the output."""
-    rng = np.random.default_rng(m * 31 + n)
-    w8 = rng.integers(-128, 128, (n, k), dtype=np.int8)
-    scale = (rng.random(n) * 0.02 + 1e-3).astype(np.float32)
-    zp = rng.integers(-5, 6, n).astype(np.int32) if weights == "zero_points" else np.zeros(n, np.int32)
-    bias = rng.standard_normal(n).astype(np.float32)
-    x = (rng.standard_normal((m, k)) * 3).astype(np.float32)
-    before, floors = qrt.get_num_threads(), K._set_min_work(1, 1, 1)
-    qrt.set_num_threads(2)
-
-    def make():
-        return (K.DynamicLinear(w8, scale, zp, bias, qnnpack=weights == "qnnpack", per_row=weights == "per_row"),
-                K.FloatOps())
-
-    def run(objects):
-        linear, ops = objects
-        plain = np.empty((m, n), np.float32)
-        linear(x, plain)
-        want = np.empty_like(plain)
-        ops.unary(act, plain.reshape(-1), want.reshape(-1))
-        got = np.full((m + 1, n), 7.0, np.float32)  # a row past the output, which nothing may write
-        linear(x, got[:m], act=act)
-        assert (got[m] == 7.0).all()
-        np.testing.assert_array_equal(got[:m].view(np.uint32), want.view(np.uint32))
-        assert (plain < -4).any() and (plain > 4).any()  # both tails of the functions are reached
-        return [got[:m]]
-
-    try:
-        _outputs_of(variant_name, make, run)
-    finally:
-        K._set_min_work(*floors)
-        qrt.set_num_threads(before)
-
-
-def test_activation_in_the_epilogue_refuses_what_it_cannot_run():
-    """An unknown function, or float16 weights (whose product has no such epilogue), is a ValueError."""
-    x, y = np.ones((2, 8), np.float32), np.empty((2, 4), np.float32)
-    int8 = K.DynamicLinear(np.ones((4, 8), np.int8), np.float32(0.1), np.int32(0))
-    with pytest.raises(ValueError, match="no activation 'relu6'"):
-        int8(x, y, act="relu6")
-    with pytest.raises(ValueError, match="no activation 'gelu'"):
-        K.DynamicLinear(np.ones((4, 8), np.float16))(x, y, act="gelu")
-
-
 @pytest.mark.parametrize("k", [1, 7, 16, 33, 100, 300])
 def test_dynamic_quantization_refuses_nan_and_infinity_anywhere(k, variant):
     """Each variant's range (qrt_min_max: order keys, or the ISA's float compares, isa/range_*.h) finds a NaN of

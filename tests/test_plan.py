@@ -145,7 +145,7 @@ def test_linear_chain_with_relu(tmp_path, kind):
     g.output(v, *outs)
     model = _load(tmp_path, g)
     plan = _plan(model)
-    assert len(plan._activation_of) == 1
+    assert len(plan._relu_of) == 1
     for b in BATCHES:
         _check(model, plan, [_x(b, 33)])
     # rank 3 rows
@@ -157,38 +157,6 @@ def test_linear_chain_with_relu(tmp_path, kind):
     model2 = _load(tmp_path, g2, "rank3")
     _check(model2, _plan(model2), [_x(3, 4, 33)])
 
-
-
-@pytest.mark.parametrize("kind", ["tensor", "channel", "zero_point", "float16"])
-def test_float_functions_run_in_the_linear_before_them(tmp_path, kind):
-    """A float function (gelu in both forms, silu, sigmoid) whose input is an int8 dynamic linear's only use runs
-    in that linear's epilogue (a transformer's intermediate GELU): the per-node path's bits, in rows of rank 2
-    and 3. Not fused: a function of a linear's output that the model also returns, of one another node reads
-    too, and after float16 weights (their product has no such epilogue)."""
-    g = GraphBuilder()
-    x = g.input("x", "float32", [None, None, 33])
-
-    def linear(v, n, k):
-        ports = _dyn_weight(n, k, kind="tensor" if kind == "zero_point" else kind)
-        if kind == "zero_point":
-            ports["weight_scale"] = (RNG.random(n) * 0.01 + 0.001).astype(np.float32)
-            ports["weight_zero_point"] = RNG.integers(-4, 5, n).astype(np.int32)
-        return g.node("linear_dynamic", {"x": v, **ports})
-
-    a = g.node("gelu", {"x": linear(x, 70, 33)}, {"approximate": "none"})
-    b = g.node("gelu", {"x": linear(a, 31, 70)}, {"approximate": "tanh"})
-    c = g.node("silu", {"x": linear(b, 31, 31)})
-    returned = linear(c, 9, 31)
-    shared = linear(c, 9, 31)
-    g.output(g.node("sigmoid", {"x": returned}), returned, g.node("add", {"a": g.node("tanh", {"x": shared}),
-                                                                          "b": shared}))
-    model = _load(tmp_path, g)
-    plan = _plan(model)
-    fused = {model.graph.nodes[i].op for i in plan._activation_of.values()}
-    assert (len(plan._activation_of), fused) == ((0, set()) if kind == "float16" else (3, {"gelu", "silu"}))
-    for shape in ((1, 1, 33), (1, 40, 33), (3, 7, 33)):
-        _check(model, plan, [_x(*shape) * 3])
-        assert plan._executor.fallback_steps((shape,)) == []
 
 def test_relu_keeps_nan_and_signed_zero(tmp_path):
     """relu (alone, and fused after a float linear whose outputs carry NaN and infinities) gives the same bits in
@@ -202,7 +170,7 @@ def test_relu_keeps_nan_and_signed_zero(tmp_path):
     g.output(g.node("relu", {"x": y}), g.node("relu", {"x": x}))
     model = _load(tmp_path, g)
     plan = _plan(model)
-    assert plan._activation_of
+    assert plan._relu_of
     special = np.array([[-0.0, 0.0, np.nan, -np.nan, np.inf, -np.inf, -1e-40, 3.5]] * 3, np.float32)
     _check(model, plan, [special])
     got, want = model.run(special)[1], torch.relu(torch.from_numpy(special)).numpy()
@@ -980,7 +948,7 @@ def test_fixed_linear_with_its_relu_feeding_another(tmp_path):
     g.output(g.node("add", {"a": x, "b": g.node("linear_dynamic", {"x": inner, **_dyn_weight(6, 9)})}))
     model = _load(tmp_path, g)
     plan = _plan(model)
-    assert len(plan._activation_of) == 1
+    assert len(plan._relu_of) == 1
     for shape in ((1, 4, 6), (3, 7, 6), (1, 4, 6)):
         _check(model, plan, [_x(*shape)])
         assert plan._executor.fallback_steps((shape,)) == []

@@ -313,12 +313,8 @@ QRT_INLINE void qrt_dequantize_row_scaled(const qrt_epilogue* e, float* restrict
         qrt_relu_row(out, cols);
 }
 
-#define I8_ROW_CHUNK 1024 /* columns a call of T_ROW takes (whole strips): 4 KiB of sums on the stack */
-
-/* Rows [i0, i1), columns [j0, j1) (at most I8_ROW_CHUNK), of the epilogue from the sums a (row i at
- * a + (i - i0) * lda), one call per block of rows: at small K a call per row cost as much as the row's products.
- * An activation (e->act) runs on each row's floats, dequantized into a row of their own (the unary kernels' x
- * and y never overlap), as it goes to y: in blocks of rows, with the row copied out, it ran slower. The sums first get the
+/* Rows [i0, i1), columns [j0, j1), of the epilogue from the sums a (row i at a + (i - i0) * lda), one call
+ * per block of rows: at small K a call per row cost as much as the row's products. The sums first get the
  * expansion's last term (qrt_gemm_u8s8), a -= w_zp[j] * x_rowsum[i], when x_rowsum is given. A whole
  * panel's row is a constant count, so its loop becomes straight vector code (AVX2's 16-column panels:
  * 10-15% of a static M=512 K=N=256 product). */
@@ -339,14 +335,7 @@ static void qrt_epilogue_rows(const qrt_epilogue* e, ptrdiff_t i0, ptrdiff_t i1,
             qrt_requantize_row(e, e->q + i * n + j0, ai, j0, I8_NR);
         else if (e->q)
             qrt_requantize_row(e, e->q + i * n + j0, ai, j0, cols);
-        else if (e->act) {
-            _Alignas(64) float row[I8_ROW_CHUNK];
-            if (e->x_scales)
-                qrt_dequantize_row_scaled(e, row, ai, e->x_scales[i], j0, cols);
-            else
-                qrt_dequantize_row(e, row, ai, j0, cols);
-            e->act(e->act_op, row, e->y + i * n + j0, cols);
-        } else if (e->x_scales)
+        else if (e->x_scales)
             qrt_dequantize_row_scaled(e, e->y + i * n + j0, ai, e->x_scales[i], j0, cols);
         else if (cols == I8_NR)
             qrt_dequantize_row(e, e->y + i * n + j0, ai, j0, I8_NR);
@@ -360,6 +349,7 @@ static void qrt_epilogue_rows(const qrt_epilogue* e, ptrdiff_t i0, ptrdiff_t i1,
  * 64 KiB of weights, slower from 96 KiB (a pass streams up to 16 strips at once: from L2 the line fill
  * buffers run out). 32 KiB: weights in the L1 of every core qrt targets. */
 #define I8_ROW_BYTES (32 * 1024)
+#define I8_ROW_CHUNK 1024 /* columns a call of T_ROW takes (whole strips): 4 KiB of sums on the stack */
 
 /* One row whose weights are past L1 but at most I8_STREAM_BYTES takes them a strip at a time (T_ROW_STREAM);
  * beyond, from L3 or DRAM, the panel tiles' few streams at once kept up with the memory better (Zen 5: K=1024
@@ -370,8 +360,7 @@ static void qrt_epilogue_rows(const qrt_epilogue* e, ptrdiff_t i0, ptrdiff_t i1,
  * linear's outputs (not raw sums, not requantized), with no w_zp * rowsum(x) to subtract first, in a flavour
  * that has the ISA's one-register epilogue. */
 static int i8_fused(const qrt_epilogue* e, const int32_t* x_rowsum, int small_x) {
-    /* per-row scales: through qrt_dequantize_row_scaled; an activation: through qrt_epilogue_rows' row */
-    if (e->acc || e->q || x_rowsum || e->x_scales || e->act)
+    if (e->acc || e->q || x_rowsum || e->x_scales) /* per-row scales: through qrt_dequantize_row_scaled */
         return 0;
 #if defined(I8_U7_COLS)
     if (small_x)

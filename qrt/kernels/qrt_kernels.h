@@ -48,10 +48,6 @@ typedef struct {
     const int32_t* bias_i; /* static linear, qnnpack: the bias in int32, added to a (wrapping) before the requantization */
     const float* x_scales; /* dynamic linear with one activation scale per row (torchao's Int8Tensor linear), in place
                             * of x_scale: y[i][j] = fl(fl(fl(a) * x_scales[i]) * w_scale[j]) + bias[j], three roundings */
-    /* dynamic linear: if not NULL, y = act(act_op, y) after all the above, a row of the tile at a time while it is
-     * in cache (a float unary op's kernel, float_ops.h's qrt_float_ops.unary: the bits of that op run on y) */
-    void (*act)(int op, const float* x, float* y, ptrdiff_t n);
-    int act_op;
 } qrt_epilogue;
 
 typedef struct {
