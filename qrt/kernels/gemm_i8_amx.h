@@ -139,7 +139,7 @@ QRT_INLINE void i8_amx_dequantize(const i8_out* o, ptrdiff_t rows, const int32_t
  * each had waited for the other. all-MiniLM-L6-v2 at 128 tokens (its products M=128, K=384 or 1536), calls
  * alternating in one process on this Xeon (Emerald Rapids class): 1.09x faster on one thread, 1.06x on two;
  * at 16 tokens 1.01-1.02x. Steps after the epilogue's rows, prefetching the panel's y for writing, lost 2-3%.
- * The product alone (amx_product's M=128 K=384, weights past L2) gains only where the core is shared with
+ * The product alone (M=128 K=384, weights past L2, old and new alternating) gains only where the core is shared with
  * another VM's thread (N=1536 and 1152 1.15-1.2x); on an idle core it is level, N=384 up to 5% slower. */
 typedef struct {
     const qrt_epilogue* e;
