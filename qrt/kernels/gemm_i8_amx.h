@@ -219,8 +219,8 @@ static void i8_amx_rows(const uint8_t* base, int32_t x_zp, const int32_t* w_rows
     _Alignas(64) int8_t tail[I8_NR / QRT_STRIP][I8_AMX_BLOCK];
     int32_t offsets[I8_NR], start[I8_NR], f;
     _Alignas(64) float scale[2][I8_NR], bias[2][I8_NR];
-    /* AMX has one flavour: small x or not */
-    i8_amx_pending d = {e, i8_fused(e, x_rowsum, 0), {0}, NULL, 0, n, 0, 0, w_zp, x_rowsum, 0, 0, 0};
+    /* no panel waiting yet (rows 0); AMX has one flavour: small x or not */
+    i8_amx_pending d = {.e = e, .fused = i8_fused(e, x_rowsum, 0), .n = n, .w_zp = w_zp, .x_rowsum = x_rowsum};
     int buf = 0;
     if (tail_bytes && p1 > last)
         for (ptrdiff_t s = 0; s < I8_NR / QRT_STRIP; s++) {
