@@ -64,7 +64,7 @@ cdef extern from "qrt_kernels.h" nogil:
         void (*fp_pack_x)(const float* x, ptrdiff_t m, ptrdiff_t k, float* out) noexcept nogil
         void (*gemm_fp)(const float* xpacked, const void* packed, int half, const float* bias, ptrdiff_t n,
                         ptrdiff_t k, ptrdiff_t m, ptrdiff_t t0, ptrdiff_t t1, ptrdiff_t p0, ptrdiff_t p1,
-                        float* y, ptrdiff_t ldy) noexcept nogil
+                        float* y, ptrdiff_t ldy, ptrdiff_t widen) noexcept nogil
         int (*min_max)(const float* x, ptrdiff_t n, float* lo, float* hi) noexcept nogil
         void (*quantize_u8)(const float* x, ptrdiff_t n, float inv, float zp, int round_first,
                             uint8_t* q) noexcept nogil
@@ -78,6 +78,8 @@ cdef extern from "qrt_kernels.h" nogil:
     const qrt_kernels* const* qrt_kernels_compiled(int* count)
     int qrt_kernels_runnable(const qrt_kernels* k)
     const qrt_kernels* qrt_kernels_best()
+    ptrdiff_t qrt_fp_widen_default(const qrt_kernels* k)
+    enum: QRT_F16_WIDEN_MAX
 
 cdef extern from "threadpool.h" nogil:
     ctypedef void (*qrt_task_fn)(void* ctx, ptrdiff_t task) noexcept nogil
@@ -387,6 +389,22 @@ def _set_rows_first_bytes(int64_t n) -> int:
     returns the old one (qrt.threads: half the L2; tests: 0, every product of few rows split panels first)."""
     global I8_ROWS_FIRST_BYTES
     old, I8_ROWS_FIRST_BYTES = I8_ROWS_FIRST_BYTES, max(n, 0)
+    return old
+
+
+# k of float16 weights the float product widens at once for the row tiles sharing them (gemm_f16.h); -1: what
+# qrt_fp_widen_default says for the variant and CPU. Layers keep what held when they were prepared.
+cdef Py_ssize_t FP_WIDEN = -1
+F16_WIDEN_MAX = QRT_F16_WIDEN_MAX
+
+
+def _set_fp_widen(Py_ssize_t n) -> int:
+    """Set the float16 widening slice of layers prepared from now on (0: never, -1: the CPU's default); returns
+    the old one (tests run every path; the bits are the same)."""
+    global FP_WIDEN
+    if not -1 <= n <= QRT_F16_WIDEN_MAX:
+        raise ValueError(f"widening slice must be between -1 and {QRT_F16_WIDEN_MAX}, got {n}")
+    old, FP_WIDEN = FP_WIDEN, n
     return old
 
 
@@ -946,13 +964,15 @@ cdef struct fp_job:  # as i8_job, over row tiles of the float product, but task 
     const float* bias
     Py_ssize_t n, k, m, tiles, panels, group, cn, cm
     float* y
+    Py_ssize_t widen
 
 
 cdef void fp_task(void* ctx, ptrdiff_t t) noexcept nogil:
     cdef fp_job* j = <fp_job*>ctx
     cdef Py_ssize_t r = t % j.cm, c = t // j.cm
     j.kern.gemm_fp(j.xp, j.packed, j.half, j.bias, j.n, j.k, j.m, chunk(j.tiles, j.cm, r), chunk(j.tiles, j.cm, r + 1),
-                   chunk_whole(j.panels, j.group, j.cn, c), chunk_whole(j.panels, j.group, j.cn, c + 1), j.y, j.n)
+                   chunk_whole(j.panels, j.group, j.cn, c), chunk_whole(j.panels, j.group, j.cn, c + 1), j.y, j.n,
+                   j.widen)
 
 
 cdef class PackedFloat:
@@ -961,6 +981,7 @@ cdef class PackedFloat:
     packed once), for the float product: fma chains in fbgemm's float16 order."""
     cdef readonly Py_ssize_t n, k
     cdef readonly bint half
+    cdef readonly Py_ssize_t widen  # k of float16 weights widened at once (gemm_fp); 0: never
     cdef const qrt_kernels* kern
     cdef object arrays
     cdef const void* packed
@@ -969,6 +990,7 @@ cdef class PackedFloat:
         self.n, self.k = weight.shape
         self.half = half
         self.kern = active
+        self.widen = FP_WIDEN if FP_WIDEN >= 0 else qrt_fp_widen_default(active)
         dtype = np.float16 if half else np.float32  # float16 holds a float16 value exactly
         _, packed = packed_data(weight, dtype, qrt_fp_packed_size(self.n, self.k) * (2 if half else 4))
         cdef const uint8_t[::1] pv = packed.view(np.uint8)
@@ -994,9 +1016,9 @@ cdef class PackedFloat:
         cdef int helpers = split_work(m, (panels + group - 1) // group, mr, product_work(m, n, k), MIN_WORK_F16, False,
                                       &cn, &cm)
         if cn * cm == 1:
-            kern.gemm_fp(xp, self.packed, self.half, bias, n, k, m, 0, tiles, 0, panels, y, n)
+            kern.gemm_fp(xp, self.packed, self.half, bias, n, k, m, 0, tiles, 0, panels, y, n, self.widen)
         else:
-            j = fp_job(kern, xp, self.packed, self.half, bias, n, k, m, tiles, panels, group, cn, cm, y)
+            j = fp_job(kern, xp, self.packed, self.half, bias, n, k, m, tiles, panels, group, cn, cm, y, self.widen)
             qrt_parallel_for(cn * cm, helpers, fp_task, &j)
         free(xp)
         return 0

@@ -116,6 +116,37 @@ def test_float_chain(m, n, k, bias, half, threads, variant):
     np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))  # bits: -0.0 and NaN too
 
 
+# row tiles enough for a block to widen its float16 panels (F_WIDEN_TILES: 4 tiles of every variant's rows): k
+# below one slice and over several with a partial last one, a tail-quirk panel beside widened ones (n = 70,
+# k > 512), two blocks of rows that both widen, and a last block of one tile, too short to widen
+@pytest.mark.parametrize("m,n,k", [(98, 20, 300), (131, 40, 70), (40, 70, 1100), (200, 33, 260), (33, 64, 129)])
+@pytest.mark.parametrize("widen", [0, 3, K.F16_WIDEN_MAX], ids=["as_stored", "widen3", "widen_max"])
+def test_float16_widened_chain(m, n, k, widen, variant):
+    """float16 weights widened to float32 a slice of k at a time, each chain going on across slices (gemm_f16.h):
+    the same bits as read where they lie."""
+    rng = np.random.default_rng(m * 31 + n * 7 + k)
+    w = _f16_weights(rng, n, k).astype(np.float32)
+    x = rng.standard_normal((m, k)).astype(np.float32) * np.float32(100)
+    b = rng.standard_normal(n).astype(np.float32)
+    want = np.empty((m, n), np.float32)
+    K.gemm_f32_chain_reference(x, w, b, want)
+    before = K._set_fp_widen(widen)
+    try:
+        layer = K.PackedFloat(w, half=True)
+    finally:
+        K._set_fp_widen(before)
+    assert layer.widen == widen
+    got = np.full((m, n), np.nan, np.float32)
+    layer(x, b, got)
+    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+
+
+def test_fp_widen_setting():
+    for bad in (-2, K.F16_WIDEN_MAX + 1):
+        with pytest.raises(ValueError, match=f"widening slice must be between -1 and {K.F16_WIDEN_MAX}, got {bad}"):
+            K._set_fp_widen(bad)
+
+
 def test_f16_signed_zero_and_specials(variant):
     """Exact bits for -0.0 sums, infinities and NaN, in plain and tail (k > 512) columns."""
     m, n, k = 2, 40, 600

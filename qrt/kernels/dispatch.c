@@ -121,6 +121,21 @@ const qrt_kernels* qrt_kernels_best(void) {
     return &qrt_kernels_portable;
 }
 
+/* Widening float16 weights once for the row tiles that share them pays where converting them on every tile is
+ * dear: in portable C (a conversion in software), and on Intel x86, whose conversions issue on the ports of
+ * its fma (Emerald Rapids: avx512-vnni 1.06-1.2x, avx2 1.04-1.07x at 32 rows and more). On AMD x86 they have
+ * pipes of their own, and a scheme of the same kind ran slower on Zen 5; ARM: not measured. */
+ptrdiff_t qrt_fp_widen_default(const qrt_kernels* k) {
+    if (k == &qrt_kernels_portable)
+        return QRT_F16_WIDEN_MAX;
+#if defined(__x86_64__) || defined(_M_X64)
+    unsigned a, b, c, d; /* the vendor string of leaf 0: "Genu" "ineI" "ntel" in ebx, edx, ecx */
+    if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu)
+        return QRT_F16_WIDEN_MAX;
+#endif
+    return 0;
+}
+
 const qrt_kernels* qrt_kernels_named(const char* name) {
     int n;
     const qrt_kernels* const* all = qrt_kernels_compiled(&n);

@@ -53,11 +53,12 @@ static void qrt_fp_pack_x(const float* x, ptrdiff_t m, ptrdiff_t k, float* out) 
 }
 
 /* For the mr rows of a packed x tile, over `count` k from those at xt and w: the fma chain
- * of x[r][t] * w[col][t] in k order, from 0, into c[r][col] (rows F_NR apart). w is the panel's
+ * of x[r][t] * w[col][t] in k order into c[r][col] (rows F_NR apart). w is the panel's
  * packed weights (strips ws weights apart), float16 bits or (wide) float32.
- *   plain panels (the k are all of k): c = chain;
- *   blocked panels (the tail quirk; the k are one 512 block): c = (first ? 0 : c) + chain, a plain
- *   float add. */
+ *   plain panels: the chain goes on from c (from 0 when `first`), so slices of k in turn make the one
+ *   chain over all of k: a float stored and loaded again is the same float;
+ *   blocked panels (the tail quirk; the k are one 512 block): c = (first ? 0 : c) + chain from 0, a
+ *   plain float add. */
 QRT_INLINE void f_tile(const float* xt, const int mr, const void* w, ptrdiff_t ws, const int wide, ptrdiff_t count,
                        int first, int blocked, float* c) {
     f_vec acc[F_MR][F_NV];
@@ -66,7 +67,7 @@ QRT_INLINE void f_tile(const float* xt, const int mr, const void* w, ptrdiff_t w
     QRT_UNROLL for (r = 0; r < F_MR; r++)
         if (r < mr)
             QRT_UNROLL for (v = 0; v < F_NV; v++)
-                acc[r][v] = F_ZERO();
+                acc[r][v] = first || blocked ? F_ZERO() : F_LOADC(c + r * F_NR + v * F_LANES);
     for (t = 0; t < count; t++) {
         f_vec wv[F_NV];
         QRT_UNROLL for (v = 0; v < F_NV; v++)
@@ -147,19 +148,35 @@ QRT_INLINE void f_store_row(float* y, const float* c, const float* bias, ptrdiff
 
 /* Cache blocking: blocks of F_MT row tiles are the outer loop, so a block of x stays in L2 while every
  * panel passes it; a panel (K x F_NR weights) stays in L2 while the block's row tiles run over it, each
- * tile's chains over the whole of k in registers. Cutting k into L1-sized slices, with the partial sums
- * in memory between them, and widening each float16 slice to float32 once for the tiles that share it,
- * ran slower on Zen 5 at every shape measured (AVX2 M=8 K=N=4096 4.70 -> 3.15 ms, M=512 155 -> 140 ms;
- * docs/PERFORMANCE.md). */
+ * tile's chains over the whole of k in registers.
+ *
+ * Widening (`widen` > 0, at most QRT_F16_WIDEN_MAX): a plain float16 panel is widened to float32 a slice
+ * of `widen` k at a time, into L1, once for the F_WIDEN_TILES or more row tiles of the block that read
+ * it, each tile's chains going on from c between slices. Where the float16 conversion takes the fma's
+ * ports (Intel) that is 1.06-1.2x faster at 32 rows and more; where it has ports of its own (AMD) a
+ * scheme of the same kind ran slower (Zen 5, AVX2: M=512 K=N=4096 140 -> 155 ms). Who calls chooses
+ * (qrt_fp_widen_default; docs/PERFORMANCE.md, "float16 weights widened once"). */
 #define F_MT 16
+#define F_WIDEN_TILES 4 /* shared by fewer tiles, widening cost more than it saved (16 and 24 rows) */
+
+/* The float16 weights of a panel (strips ws apart) at k [kb, kb + count) as float32, strips QRT_STRIP *
+ * count apart: a float16 widens to float32 exactly. */
+static void f_widen(const uint16_t* panel, ptrdiff_t ws, ptrdiff_t kb, ptrdiff_t count, float* out) {
+    for (int s = 0; s < F_NR / QRT_STRIP; s++)
+        for (ptrdiff_t t = 0; t < count; t++)
+            QRT_UNROLL for (int v = 0; v < QRT_STRIP / F_LANES; v++)
+                F_STORE(out + (s * count + t) * QRT_STRIP + v * F_LANES,
+                        F_LOADW(panel + s * ws + (kb + t) * QRT_STRIP + v * F_LANES));
+}
 
 /* y[i][j] = chain(x[i], w[j]) (+ bias[j], a separate float add) for the rows of row tiles [t0, t1) of
  * the m rows and panels [p0, p1), from x packed by qrt_fp_pack_x and weights packed by qrt_fp_pack
- * with the same `half`. */
+ * with the same `half`; float16 weights widened `widen` k at a time (0: never), as above. */
 static void qrt_gemm_fp(const float* xpacked, const void* packed, int half, const float* bias, ptrdiff_t n,
                         ptrdiff_t k, ptrdiff_t m, ptrdiff_t t0, ptrdiff_t t1, ptrdiff_t p0, ptrdiff_t p1, float* y,
-                        ptrdiff_t ldy) {
+                        ptrdiff_t ldy, ptrdiff_t widen) {
     float c[F_MT * F_MR * F_NR]; /* a block's tile j: rows F_MR * j on, F_NR apart */
+    float wide[QRT_F16_WIDEN_MAX * F_NR];
     const ptrdiff_t wsize = qrt_fp_wsize(half);
     ptrdiff_t tail_start = n - n % QRT_F16_TAIL, p, jb, je, j, r, kb, c0, c1, row0[F_MT + 1];
     if (m == 1) { /* one row: whole passes of F_ROW_NV registers, until the tail quirk's block */
@@ -180,13 +197,21 @@ static void qrt_gemm_fp(const float* xpacked, const void* packed, int half, cons
             c0 = p * F_NR;
             c1 = c0 + F_NR < n ? c0 + F_NR : n;
             int blocked = f_blocked(c0, tail_start, k);
-            ptrdiff_t slice = blocked ? QRT_F16_BLOCK : k > 0 ? k : 1; /* 1: one pass even when k is 0 */
+            int widened = half && !blocked && widen > 0 && widen <= QRT_F16_WIDEN_MAX && je - jb >= F_WIDEN_TILES;
+            ptrdiff_t slice = blocked ? QRT_F16_BLOCK : widened ? widen : k > 0 ? k : 1; /* 1: a pass when k is 0 */
             for (kb = 0; kb < k || kb == 0; kb += slice) {
                 ptrdiff_t ke = kb + slice < k ? kb + slice : k;
+                const void* w = panel + kb * QRT_STRIP * wsize; /* the slice's weights, strips ws apart */
+                ptrdiff_t ws = QRT_STRIP * k;
+                if (widened) {
+                    f_widen((const uint16_t*)panel, ws, kb, ke - kb, wide);
+                    w = wide;
+                    ws = QRT_STRIP * (ke - kb);
+                }
                 for (j = 0; j < je - jb; j++) {
                     const ptrdiff_t rows = row0[j + 1] - row0[j];
-                    f_tile_any(xpacked + row0[j] * k + kb * rows, (int)rows, panel + kb * QRT_STRIP * wsize,
-                               QRT_STRIP * k, wsize == 4, ke - kb, kb == 0, blocked, c + j * F_MR * F_NR);
+                    f_tile_any(xpacked + row0[j] * k + kb * rows, (int)rows, w, ws, widened || wsize == 4, ke - kb,
+                               kb == 0, blocked, c + j * F_MR * F_NR);
                 }
             }
             for (j = 0; j < je - jb; j++)

@@ -72,11 +72,14 @@ typedef struct {
                       ptrdiff_t p0, ptrdiff_t p1, int small_x, int x_plain, const qrt_epilogue* e);
 
     /* float16 (half) or float32 weights packed as layout.h says: the same steps, fma chains in fbgemm's
-     * fp16 order, bias added after the chain; x's m rows make ceil(m / fp_mr) row tiles (t0, t1 count them) */
+     * fp16 order, bias added after the chain; x's m rows make ceil(m / fp_mr) row tiles (t0, t1 count them);
+     * float16 weights widened to float32 `widen` k at a time where row tiles share them (0: never; at most
+     * QRT_F16_WIDEN_MAX; the bits are the same either way: gemm_f16.h) */
     ptrdiff_t (*fp_packed_x_size)(ptrdiff_t m, ptrdiff_t k);
     void (*fp_pack_x)(const float* x, ptrdiff_t m, ptrdiff_t k, float* out);
     void (*gemm_fp)(const float* xpacked, const void* packed, int half, const float* bias, ptrdiff_t n, ptrdiff_t k,
-                    ptrdiff_t m, ptrdiff_t t0, ptrdiff_t t1, ptrdiff_t p0, ptrdiff_t p1, float* y, ptrdiff_t ldy);
+                    ptrdiff_t m, ptrdiff_t t0, ptrdiff_t t1, ptrdiff_t p0, ptrdiff_t p1, float* y, ptrdiff_t ldy,
+                    ptrdiff_t widen);
 
     /* dynamic quantization of activations */
     int (*min_max)(const float* x, ptrdiff_t n, float* lo, float* hi);
@@ -100,5 +103,11 @@ int qrt_kernels_runnable(const qrt_kernels* k);
 const qrt_kernels* qrt_kernels_best(void);
 /* The variant of this name if this build holds it and this CPU runs it, else NULL (the C harnesses in bench/). */
 const qrt_kernels* qrt_kernels_named(const char* name);
+/* The most k of float16 weights gemm_fp widens at once: 16 KiB of float32 for a panel of 32 columns, beside a row
+ * tile's x in L1. */
+#define QRT_F16_WIDEN_MAX 128
+/* gemm_fp's `widen` for variant k on this CPU: QRT_F16_WIDEN_MAX where widening float16 weights once is faster,
+ * else 0. */
+ptrdiff_t qrt_fp_widen_default(const qrt_kernels* k);
 
 #endif /* QRT_KERNELS_H */
