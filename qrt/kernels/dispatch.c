@@ -123,7 +123,7 @@ const qrt_kernels* qrt_kernels_best(void) {
 
 /* Widening float16 weights once for the row tiles that share them pays where converting them on every tile is
  * dear: in portable C (a conversion in software), and on Intel x86, whose conversions issue on the ports of
- * its fma (Emerald Rapids: avx512-vnni 1.06-1.2x, avx2 1.04-1.07x at 32 rows and more). On AMD x86 they have
+ * its fma (Emerald Rapids, 32 rows and more: avx512-vnni 1.03-1.27x, avx2 0.98-1.09x). On AMD x86 they have
  * pipes of their own, and a scheme of the same kind ran slower on Zen 5; ARM: not measured. */
 ptrdiff_t qrt_fp_widen_default(const qrt_kernels* k) {
     if (k == &qrt_kernels_portable)

@@ -153,7 +153,7 @@ QRT_INLINE void f_store_row(float* y, const float* c, const float* bias, ptrdiff
  * Widening (`widen` > 0, at most QRT_F16_WIDEN_MAX): a plain float16 panel is widened to float32 a slice
  * of `widen` k at a time, into L1, once for the F_WIDEN_TILES or more row tiles of the block that read
  * it, each tile's chains going on from c between slices. Where the float16 conversion takes the fma's
- * ports (Intel) that is 1.06-1.2x faster at 32 rows and more; where it has ports of its own (AMD) a
+ * ports (Intel) that is up to 1.27x faster at 32 rows and more; where it has ports of its own (AMD) a
  * scheme of the same kind ran slower (Zen 5, AVX2: M=512 K=N=4096 140 -> 155 ms). Who calls chooses
  * (qrt_fp_widen_default; docs/PERFORMANCE.md, "float16 weights widened once"). */
 #define F_MT 16
