@@ -32,6 +32,11 @@ SHAPES = [(8, 1024, 1024), (32, 1024, 1024), (64, 1024, 1024), (512, 1024, 1024)
           (128, 384, 1536), (128, 1536, 384), (512, 256, 256)]
 
 
+def _threads_setup(t: int):
+    """Before each sample: t threads for qrt and torch."""
+    return lambda: (qrt.set_num_threads(t), torch.set_num_threads(t))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variants", nargs="+", default=[K.kernel_variant()])
@@ -59,17 +64,13 @@ def main() -> None:
                 for t in args.threads:
                     entries += [(case, t, name, fn) for name, fn in fns.items()]
             K._use_variant(before)
-
-            def setup(t: int):
-                return lambda: (qrt.set_num_threads(t), torch.set_num_threads(t))
-
             times = time_calls([fn for *_, fn in entries], repeats=args.repeats,
-                               setups=[setup(t) for _, t, _, _ in entries])
+                               setups=[_threads_setup(t) for _, t, _, _ in entries])
             got: dict = {}
             for (case, t, name, _), s in zip(entries, times):
                 got.setdefault((case, t), {})[name] = s
             print(f"\n{variant}\n{'case':24s}{'thr':>4s}{'as stored':>11s}{'widened':>10s}{'gain':>7s}"
-                  f"{'torch':>10s}{'torch':>7s}")
+                  f"{'torch us':>10s}{'torch':>7s}")
             for (case, t), r in got.items():
                 gain, vs_torch = r["as stored"] / r["widened"], r["torch"] / r["widened"]
                 print(f"{case:24s}{t:4d}{r['as stored'] * 1e6:11.1f}{r['widened'] * 1e6:10.1f}{gain:7.3f}"

@@ -103,6 +103,11 @@ def _f16_weights(rng, n, k):
 @pytest.mark.parametrize("half", [True, False], ids=["float16", "float32"])
 def test_float_chain(m, n, k, bias, half, threads, variant):
     """float16 weights (dynamic linear) and float32 weights (linear_float): one chain order."""
+    _check_float_chain(m, n, k, bias, half, K.PackedFloat)
+
+
+def _check_float_chain(m, n, k, bias, half, pack):
+    """The product of the weights packed by pack(w, half=half) against the scalar oracle, bit for bit."""
     rng = np.random.default_rng(m * 31 + n * 7 + k)
     w = _f16_weights(rng, n, k).astype(np.float32)
     if not half:
@@ -112,7 +117,7 @@ def test_float_chain(m, n, k, bias, half, threads, variant):
     want = np.empty((m, n), np.float32)
     K.gemm_f32_chain_reference(x, w, b, want)
     got = np.full((m, n), np.nan, np.float32)
-    K.PackedFloat(w, half=half)(x, b, got)
+    pack(w, half=half)(x, b, got)
     np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))  # bits: -0.0 and NaN too
 
 
@@ -124,21 +129,17 @@ def test_float_chain(m, n, k, bias, half, threads, variant):
 def test_float16_widened_chain(m, n, k, widen, variant):
     """float16 weights widened to float32 a slice of k at a time, each chain going on across slices (gemm_f16.h):
     the same bits as read where they lie."""
-    rng = np.random.default_rng(m * 31 + n * 7 + k)
-    w = _f16_weights(rng, n, k).astype(np.float32)
-    x = rng.standard_normal((m, k)).astype(np.float32) * np.float32(100)
-    b = rng.standard_normal(n).astype(np.float32)
-    want = np.empty((m, n), np.float32)
-    K.gemm_f32_chain_reference(x, w, b, want)
-    before = K._set_fp_widen(widen)
-    try:
-        layer = K.PackedFloat(w, half=True)
-    finally:
-        K._set_fp_widen(before)
-    assert layer.widen == widen
-    got = np.full((m, n), np.nan, np.float32)
-    layer(x, b, got)
-    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+
+    def pack(w, half):
+        before = K._set_fp_widen(widen)
+        try:
+            layer = K.PackedFloat(w, half=half)
+        finally:
+            K._set_fp_widen(before)
+        assert layer.widen == widen
+        return layer
+
+    _check_float_chain(m, n, k, True, True, pack)
 
 
 def test_fp_widen_setting():
